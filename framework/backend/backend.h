@@ -1,0 +1,165 @@
+// backend.h: the flat list of kernels a device must provide (the needle way).
+// Ops in framework/ops/ resolve shapes, broadcasting and autograd once; a backend only
+// computes, on contiguous buffers (a Strided describes the one strided read we allow).
+// CPU implements this in backend/cpu/ on Eigen; CUDA in backend/cuda/ on kernels + cuBLAS.
+// Every kernel runs on the device the pointers belong to; CUDA kernels are asynchronous
+// on that device's stream, and copy_to_host synchronises.
+// Read next: backend/cpu/cpu_backend.h, ops/ops.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "framework/tensor/device.h"
+#include "framework/tensor/dtype.h"
+
+namespace dplab {
+
+inline constexpr int kMaxDims = 8;
+
+// A read pattern: element (i0, i1, ...) of `shape` is at sum(i_k * strides[k]) (in elements).
+// A stride of 0 repeats (broadcast); permuted strides transpose.
+struct Strided {
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+};
+
+enum class UnaryOp {
+  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Abs,
+  PowScalar,  // x^s
+  AddScalar,  // x + s
+  MulScalar,  // x * s
+  RsubScalar, // s - x
+  RdivScalar, // s / x
+  GtScalar,   // 1 if x > s else 0
+};
+
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Pow, Max, Min,
+  Eq,          // 1 if a == b else 0
+  ReluGrad,    // a * (b > 0)        a = grad, b = relu input
+  SigmoidGrad, // a * b * (1 - b)    b = sigmoid output
+  TanhGrad,    // a * (1 - b*b)      b = tanh output
+};
+
+enum class ReduceOp { Sum, Max, Min, ArgMax };
+
+// C = alpha * op(A) @ op(B) + beta * C, row-major, for `batch` matrices.
+// op(A) is [M, K] (A stored [K, M] when trans_a), op(B) is [K, N] (B stored [N, K] when trans_b).
+// A batch stride of 0 reuses the same matrix for every batch entry.
+struct GemmArgs {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// x: [N, C, H, W] -> y: [N, C, out_h, out_w]; columns for conv are [N, C*kh*kw, out_h*out_w].
+struct Window2d {
+  int64_t N = 0, C = 0, H = 0, W = 0;
+  int64_t kh = 0, kw = 0, stride = 1, pad = 0;
+  int64_t out_h = 0, out_w = 0;
+};
+
+struct SgdArgs {
+  float lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = true;  // momentum buffer starts as a copy of the gradient
+};
+struct AdamArgs {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  bool decoupled = false;  // AdamW
+  int64_t step = 1;        // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- memory and copies ----
+  virtual void* allocate(Device d, std::size_t nbytes) = 0;
+  virtual void deallocate(Device d, void* p, std::size_t nbytes) = 0;
+  virtual void copy_from_host(Device d, void* dst, const void* src, std::size_t nbytes) = 0;
+  virtual void copy_to_host(Device d, void* dst, const void* src, std::size_t nbytes) = 0;
+  // dst on device `dst_dev`, src on `src_dev`, both of this backend's kind.
+  virtual void copy_device(Device dst_dev, void* dst, Device src_dev, const void* src,
+                           std::size_t nbytes) = 0;
+  virtual void synchronize(Device d) = 0;
+
+  // ---- elementwise ----
+  virtual void fill(DType t, void* out, int64_t n, double value) = 0;
+  // out (contiguous, src.shape order) <- src read through the pattern.
+  virtual void strided_copy(DType t, const void* src, const Strided& src_layout, void* out) = 0;
+  virtual void cast(DType from, const void* src, DType to, void* dst, int64_t n) = 0;
+  virtual void unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) = 0;
+  // out (contiguous, shape of a_layout) <- a op b; layouts share the output shape, with
+  // stride 0 where an input broadcasts. out may alias a or b when their layout is contiguous.
+  virtual void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+                      const Strided& b_layout, float* out) = 0;
+  // dst[i] = dst[i] op src[i] (Sum, Max or Min), float32 or int64: the collectives' reduction.
+  virtual void reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) = 0;
+
+  // ---- reductions: x viewed as [outer, r, inner], reduced over r -> [outer, inner] ----
+  // out is float32, or int64 for ArgMax (first maximum wins).
+  virtual void reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+                      int64_t inner) = 0;
+
+  // ---- linear algebra ----
+  virtual void gemm(const GemmArgs& g, const float* a, const float* b, float* c) = 0;
+
+  // ---- softmax family: rows of length cols ----
+  virtual void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) = 0;
+  // gx = softmax': y*(gy - sum(gy*y)); log_softmax': gy - exp(y)*sum(gy)
+  virtual void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows,
+                                int64_t cols, bool log) = 0;
+  // out[i] = -logp[i, target[i]]; targets must lie in [0, cols) (throws otherwise).
+  virtual void nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,
+                        int64_t cols) = 0;
+  // glogp[i, j] = -gout[i] if j == target[i] else 0
+  virtual void nll_loss_backward(const float* gout, const int64_t* target, float* glogp,
+                                 int64_t rows, int64_t cols) = 0;
+
+  // ---- indexing along dim 0 ----
+  // out[i, :] = src[idx[i], :]; idx must lie in [0, src_rows) (throws otherwise).
+  virtual void index_rows(DType t, const void* src, int64_t src_rows, const int64_t* idx,
+                          int64_t n_idx, int64_t row_elems, void* out) = 0;
+  // out[idx[i], :] += g[i, :]
+  virtual void index_add_rows(const float* g, const int64_t* idx, int64_t n_idx,
+                              int64_t row_elems, float* out) = 0;
+  // out[i, j] = src[idx[i, j], j]; out and idx are [rows, cols], src is [src_rows, cols].
+  virtual void gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
+                           int64_t cols, float* out) = 0;
+  // out[idx[i, j], j] += g[i, j]
+  virtual void scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
+                                float* out) = 0;
+
+  // ---- convolution helpers and pooling ----
+  virtual void im2col(const float* x, const Window2d& w, float* cols) = 0;
+  // gx <- every column entry added back to its image position (gx is overwritten, not accumulated)
+  virtual void col2im(const float* cols, const Window2d& w, float* gx) = 0;
+  virtual void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
+  virtual void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
+                                   float* gx) = 0;
+  // padding counts in the divisor (PyTorch's count_include_pad=True)
+  virtual void avg_pool2d(const float* x, const Window2d& w, float* y) = 0;
+  virtual void avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) = 0;
+
+  // ---- optimizer steps, fused (state lives on the parameter's device) ----
+  virtual void sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                        int64_t n) = 0;
+  virtual void adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
+                         int64_t n) = 0;
+};
+
+// The backend for a device kind. Throws Error for CUDA when dplab was built without it,
+// or when no GPU is visible.
+Backend& backend_for(Device d);
+bool cuda_compiled();
+int cuda_device_count();  // physical GPUs visible; 0 when not compiled, no driver or no GPU
+
+}  // namespace dplab
