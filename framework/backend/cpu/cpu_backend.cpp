@@ -1,0 +1,111 @@
+// cpu_backend.cpp: the CPU backend's memory, copies and thread count, and the singleton.
+// Host memory is plain aligned_alloc; counting per logical device (cpu:0, cpu:1, ...) is done
+// above us in tensor/allocator.cpp, so every cpu:k shares this one backend object.
+// Read next: cpu_gemm.cpp (the kernel that matters for speed).
+#include "framework/backend/cpu/cpu_backend.h"
+
+#include <Eigen/Core>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "framework/backend/cpu/cpu_threads.h"
+#include "framework/error.h"
+
+namespace dplab {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+
+// Eigen reads its thread count from a process-wide variable; set it once, on first use,
+// from DPLAB_NUM_THREADS (default 1).
+int& thread_setting() {
+  static int n = 1;
+  return n;
+}
+
+void apply_threads(int n) {
+#ifdef _OPENMP
+  Eigen::setNbThreads(n);
+#endif
+  thread_setting() = n;
+}
+
+void init_threads_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Initialises Eigen's static tables (cache sizes) once, before DataParallel's threads
+    // call GEMM concurrently (Eigen's documented requirement for multi-threaded callers).
+    Eigen::initParallel();
+    int n = 1;
+    if (const char* env = std::getenv("DPLAB_NUM_THREADS"); env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      long v = std::strtol(env, &end, 10);
+      DPLAB_CHECK(end != env && *end == '\0' && v >= 1 && v <= 1024,
+                  "DPLAB_NUM_THREADS: expected an integer in [1, 1024], got '{}'", env);
+      n = static_cast<int>(v);
+    }
+#ifndef _OPENMP
+    n = 1;  // built without OpenMP: Eigen is single-threaded whatever we ask
+#endif
+    apply_threads(n);
+  });
+}
+
+}  // namespace
+
+void set_num_threads(int n) {
+  init_threads_once();
+  DPLAB_CHECK(n >= 1, "set_num_threads: expected n >= 1, got {}", n);
+#ifndef _OPENMP
+  DPLAB_CHECK(n == 1, "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
+              "is available", n);
+#endif
+  apply_threads(n);
+}
+
+int get_num_threads() {
+  init_threads_once();
+  return thread_setting();
+}
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  init_threads_once();
+  return backend;
+}
+
+// ---- memory and copies ----
+
+void* CpuBackend::allocate(Device d, std::size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  // aligned_alloc wants the size to be a multiple of the alignment.
+  std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  DPLAB_CHECK(p != nullptr, "allocate on {}: out of host memory asking for {} bytes", d, nbytes);
+  return p;
+}
+
+void CpuBackend::deallocate(Device, void* p, std::size_t) { std::free(p); }
+
+void CpuBackend::copy_from_host(Device, void* dst, const void* src, std::size_t nbytes) {
+  if (nbytes != 0) std::memcpy(dst, src, nbytes);
+}
+
+void CpuBackend::copy_to_host(Device, void* dst, const void* src, std::size_t nbytes) {
+  if (nbytes != 0) std::memcpy(dst, src, nbytes);
+}
+
+void CpuBackend::copy_device(Device dst_dev, void* dst, Device src_dev, const void* src,
+                             std::size_t nbytes) {
+  DPLAB_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(),
+              "cpu backend copy_device: expected two cpu devices, got {} <- {}", dst_dev, src_dev);
+  // Logical CPU devices share host memory: a move between them is a memcpy.
+  if (nbytes != 0 && dst != src) std::memmove(dst, src, nbytes);
+}
+
+// Everything on the CPU runs synchronously on the calling thread.
+void CpuBackend::synchronize(Device) {}
+
+}  // namespace dplab

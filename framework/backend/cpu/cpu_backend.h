@@ -1,0 +1,78 @@
+// cpu_backend.h: the CPU backend, every kernel of backend.h on host memory.
+// The kernels are split by concept, one .cpp each: cpu_backend.cpp (memory, copies, threads),
+// cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp (Eigen's GEMM), cpu_nn.cpp (softmax,
+// nll, indexing), cpu_conv_pool.cpp (im2col, pooling), cpu_optim.cpp (fused SGD / Adam).
+// This header is public (backend.cpp includes it), so it names no Eigen type: Eigen stays
+// inside the .cpp files of this folder. Read next: cpu_gemm.cpp, then cpu_elementwise.cpp.
+#pragma once
+#include "framework/backend/backend.h"
+
+namespace dplab {
+
+// Choices backend.h leaves to the backend, stated once here:
+//  - allocate returns 64-byte aligned memory (a cache line: two AVX2 vectors), so Eigen
+//    and the compiler may use aligned loads; zero bytes give nullptr.
+//  - max_pool2d's argmax is the flat index ih * W + iw inside the input plane (n, c), as in
+//    PyTorch's return_indices; padding never wins (it reads as -inf). A window that holds
+//    only padding (impossible when pad <= kernel / 2, which PyTorch requires) gives y = 0
+//    and argmax = -1, and its gradient goes nowhere.
+//  - index_add_rows / scatter_add_rows are not told how many rows `out` has, so they can
+//    only check that indices are >= 0; the op layer checks the upper bound.
+class CpuBackend final : public Backend {
+ public:
+  void* allocate(Device d, std::size_t nbytes) override;
+  void deallocate(Device d, void* p, std::size_t nbytes) override;
+  void copy_from_host(Device d, void* dst, const void* src, std::size_t nbytes) override;
+  void copy_to_host(Device d, void* dst, const void* src, std::size_t nbytes) override;
+  void copy_device(Device dst_dev, void* dst, Device src_dev, const void* src,
+                   std::size_t nbytes) override;
+  void synchronize(Device d) override;
+
+  void fill(DType t, void* out, int64_t n, double value) override;
+  void strided_copy(DType t, const void* src, const Strided& src_layout, void* out) override;
+  void cast(DType from, const void* src, DType to, void* dst, int64_t n) override;
+  void unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) override;
+  void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+              const Strided& b_layout, float* out) override;
+  void reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) override;
+
+  void reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+              int64_t inner) override;
+
+  void gemm(const GemmArgs& g, const float* a, const float* b, float* c) override;
+
+  void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) override;
+  void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows, int64_t cols,
+                        bool log) override;
+  void nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,
+                int64_t cols) override;
+  void nll_loss_backward(const float* gout, const int64_t* target, float* glogp, int64_t rows,
+                         int64_t cols) override;
+
+  void index_rows(DType t, const void* src, int64_t src_rows, const int64_t* idx, int64_t n_idx,
+                  int64_t row_elems, void* out) override;
+  void index_add_rows(const float* g, const int64_t* idx, int64_t n_idx, int64_t row_elems,
+                      float* out) override;
+  void gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
+                   int64_t cols, float* out) override;
+  void scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
+                        float* out) override;
+
+  void im2col(const float* x, const Window2d& w, float* cols) override;
+  void col2im(const float* cols, const Window2d& w, float* gx) override;
+  void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) override;
+  void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
+                           float* gx) override;
+  void avg_pool2d(const float* x, const Window2d& w, float* y) override;
+  void avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) override;
+
+  void sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                int64_t n) override;
+  void adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
+                 int64_t n) override;
+};
+
+// The one CpuBackend, shared by every cpu:k device (they differ only in memory accounting).
+Backend& cpu_backend();
+
+}  // namespace dplab

@@ -1,0 +1,14 @@
+// cpu_threads.h: how many threads the CPU kernels (Eigen's GEMM, through OpenMP) may use.
+// The default is 1, or the DPLAB_NUM_THREADS environment variable: DistributedDataParallel
+// runs one process per device, and N processes each spawning all-core thread pools on a
+// 2-core machine would fight (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+// The setting is process-wide. Implemented in cpu_backend.cpp.
+#pragma once
+
+namespace dplab {
+
+// n >= 1; throws Error otherwise. Without OpenMP in the build, only 1 is accepted.
+void set_num_threads(int n);
+int get_num_threads();
+
+}  // namespace dplab
