@@ -1,0 +1,293 @@
+// cuda_backend_kernels.cpp: CudaBackend's elementwise, reduction, softmax, indexing,
+// convolution, pooling and optimizer kernels: argument checks (the same as the CPU
+// backend's), translation of backend.h's structs to cuda_kernels.h's plain mirrors, and a
+// launch on the stream of the logical device that owns the output.
+// Index-validating kernels are followed by take_index_errors(): a stream sync plus 16 bytes
+// back, so an out-of-range label throws here, naming the label, instead of reading garbage.
+// Read next: cuda_elementwise.cu (kernels), then tests/backend_cuda/test_cuda_kernels.cpp.
+#include <cmath>
+
+#include "framework/backend/cuda/cuda_allocator.h"
+#include "framework/backend/cuda/cuda_backend.h"
+#include "framework/backend/cuda/cuda_check.h"
+#include "framework/backend/cuda/cuda_devices.h"
+#include "framework/backend/cuda/cuda_kernels.h"
+#include "framework/error.h"
+
+namespace dplab {
+
+using cuda::bind_owner;
+using cuda::LogicalDevice;
+
+// The mirrored enums must keep backend.h's order: kernels receive them as plain ints.
+static_assert(static_cast<int>(UnaryOp::GtScalar) == static_cast<int>(cuda::KUnary::GtScalar));
+static_assert(static_cast<int>(UnaryOp::PowScalar) == static_cast<int>(cuda::KUnary::PowScalar));
+static_assert(static_cast<int>(BinaryOp::TanhGrad) == static_cast<int>(cuda::KBinary::TanhGrad));
+static_assert(static_cast<int>(BinaryOp::Eq) == static_cast<int>(cuda::KBinary::Eq));
+static_assert(static_cast<int>(ReduceOp::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
+static_assert(cuda::kKernelMaxDims == kMaxDims);
+
+namespace {
+
+cuda::KStrided to_kernel(const Strided& s) {
+  cuda::KStrided k;
+  k.ndim = s.ndim;
+  for (int d = 0; d < s.ndim; ++d) {
+    k.shape[d] = s.shape[d];
+    k.strides[d] = s.strides[d];
+  }
+  return k;
+}
+
+cuda::KWindow to_kernel(const Window2d& w) {
+  return {w.N, w.C, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w};
+}
+
+void check_window(const Window2d& w, const char* what) {
+  DPLAB_CHECK(w.N >= 0 && w.C >= 0 && w.H >= 0 && w.W >= 0 && w.kh > 0 && w.kw > 0 &&
+                  w.stride > 0 && w.pad >= 0 && w.out_h >= 0 && w.out_w >= 0,
+              "{}: bad window: x [{}, {}, {}, {}], kernel {}x{}, stride {}, pad {}, out {}x{}",
+              what, w.N, w.C, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
+}
+
+// Throws when the kernel just launched on dev flagged an index outside [0, hi)
+// (hi < 0: the kernel only knew to check >= 0).
+void check_indices(LogicalDevice& dev, const char* what, const char* name, int64_t hi) {
+  int64_t first = 0;
+  const unsigned long long bad = cuda::take_index_errors(dev, &first);
+  if (hi >= 0) {
+    DPLAB_CHECK(bad == 0, "{}: expected every {} in [0, {}), got {} ({} bad in all)", what, name,
+                hi, first, bad);
+  } else {
+    DPLAB_CHECK(bad == 0, "{}: expected every {} >= 0, got {} ({} bad in all)", what, name,
+                first, bad);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::fill(DType t, void* out, int64_t n, double value) {
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "fill");
+  if (t == DType::Float32) {
+    CUDA_CHECK(cuda::launch_fill_f32(static_cast<float*>(out), n, static_cast<float>(value),
+                                     dev.stream));
+  } else {
+    CUDA_CHECK(cuda::launch_fill_i64(static_cast<int64_t*>(out), n, static_cast<int64_t>(value),
+                                     dev.stream));
+  }
+}
+
+void CudaBackend::strided_copy(DType t, const void* src, const Strided& layout, void* out) {
+  if (layout.numel() == 0) return;
+  LogicalDevice& dev = bind_owner(out, "strided_copy");
+  CUDA_CHECK(cuda::launch_strided_copy(static_cast<int>(element_size(t)), src, to_kernel(layout),
+                                       out, dev.stream));
+}
+
+void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t n) {
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(dst, "cast");
+  if (from == to) {
+    if (src != dst) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * element_size(to),
+                                 cudaMemcpyDeviceToDevice, dev.stream));
+    }
+  } else if (from == DType::Float32) {
+    CUDA_CHECK(cuda::launch_cast_f32_i64(static_cast<const float*>(src),
+                                         static_cast<int64_t*>(dst), n, dev.stream));
+  } else {
+    CUDA_CHECK(cuda::launch_cast_i64_f32(static_cast<const int64_t*>(src),
+                                         static_cast<float*>(dst), n, dev.stream));
+  }
+}
+
+void CudaBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) {
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(y, "unary");
+  CUDA_CHECK(cuda::launch_unary(static_cast<cuda::KUnary>(op), x, y, n, scalar, dev.stream));
+}
+
+void CudaBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
+                         const Strided& bl, float* out) {
+  DPLAB_CHECK(al.ndim == bl.ndim, "binary: layouts must share the output shape, got {} and {} "
+              "dims", al.ndim, bl.ndim);
+  for (int d = 0; d < al.ndim; ++d) {
+    DPLAB_CHECK(al.shape[d] == bl.shape[d], "binary: layouts differ in dim {}: {} vs {}", d,
+                al.shape[d], bl.shape[d]);
+  }
+  if (al.numel() == 0) return;
+  LogicalDevice& dev = bind_owner(out, "binary");
+  CUDA_CHECK(cuda::launch_binary(static_cast<cuda::KBinary>(op), a, to_kernel(al), b,
+                                 to_kernel(bl), out, dev.stream));
+}
+
+void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) {
+  DPLAB_CHECK(op != ReduceOp::ArgMax,
+              "reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(dst, "reduce_into");
+  const auto kop = static_cast<cuda::KReduce>(op);
+  if (t == DType::Float32) {
+    CUDA_CHECK(cuda::launch_reduce_into_f32(kop, static_cast<float*>(dst),
+                                            static_cast<const float*>(src), n, dev.stream));
+  } else {
+    CUDA_CHECK(cuda::launch_reduce_into_i64(kop, static_cast<int64_t*>(dst),
+                                            static_cast<const int64_t*>(src), n, dev.stream));
+  }
+}
+
+void CudaBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+                         int64_t inner) {
+  DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
+              "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
+  if (outer == 0 || inner == 0) return;
+  DPLAB_CHECK(r > 0 || op == ReduceOp::Sum,
+              "reduce: max/min/argmax over an empty dim (r = 0) has no answer");
+  LogicalDevice& dev = bind_owner(out, "reduce");
+  CUDA_CHECK(cuda::launch_reduce(static_cast<cuda::KReduce>(op), x, out, outer, r, inner,
+                                 dev.stream));
+}
+
+void CudaBackend::softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(y, "softmax");
+  CUDA_CHECK(cuda::launch_softmax(x, y, rows, cols, log, dev.stream));
+}
+
+void CudaBackend::softmax_backward(const float* gy, const float* y, float* gx, int64_t rows,
+                                   int64_t cols, bool log) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(gx, "softmax_backward");
+  CUDA_CHECK(cuda::launch_softmax_backward(gy, y, gx, rows, cols, log, dev.stream));
+}
+
+void CudaBackend::nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,
+                           int64_t cols) {
+  if (rows <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "nll_loss");
+  CUDA_CHECK(cuda::launch_nll_loss(logp, target, out, rows, cols, dev.err_flag, dev.stream));
+  check_indices(dev, "nll_loss", "target", cols);
+}
+
+void CudaBackend::nll_loss_backward(const float* gout, const int64_t* target, float* glogp,
+                                    int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(glogp, "nll_loss_backward");
+  CUDA_CHECK(cuda::launch_nll_loss_backward(gout, target, glogp, rows, cols, dev.err_flag,
+                                            dev.stream));
+  check_indices(dev, "nll_loss_backward", "target", cols);
+}
+
+void CudaBackend::index_rows(DType t, const void* src, int64_t src_rows, const int64_t* idx,
+                             int64_t n_idx, int64_t row_elems, void* out) {
+  if (n_idx <= 0 || row_elems <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "index_rows");
+  CUDA_CHECK(cuda::launch_index_rows(static_cast<int>(element_size(t)), src, src_rows, idx, n_idx,
+                                     row_elems, out, dev.err_flag, dev.stream));
+  check_indices(dev, "index_rows", "index", src_rows);
+}
+
+void CudaBackend::index_add_rows(const float* g, const int64_t* idx, int64_t n_idx,
+                                 int64_t row_elems, float* out) {
+  if (n_idx <= 0 || row_elems <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "index_add_rows");
+  CUDA_CHECK(cuda::launch_index_add_rows(g, idx, n_idx, row_elems, out, dev.err_flag,
+                                         dev.stream));
+  check_indices(dev, "index_add_rows", "index", -1);
+}
+
+void CudaBackend::gather_rows(const float* src, int64_t src_rows, const int64_t* idx,
+                              int64_t rows, int64_t cols, float* out) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "gather_rows");
+  CUDA_CHECK(cuda::launch_gather_rows(src, src_rows, idx, rows, cols, out, dev.err_flag,
+                                      dev.stream));
+  check_indices(dev, "gather_rows", "index", src_rows);
+}
+
+void CudaBackend::scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
+                                   float* out) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(out, "scatter_add_rows");
+  CUDA_CHECK(cuda::launch_scatter_add_rows(g, idx, rows, cols, out, dev.err_flag, dev.stream));
+  check_indices(dev, "scatter_add_rows", "index", -1);
+}
+
+void CudaBackend::im2col(const float* x, const Window2d& w, float* cols) {
+  check_window(w, "im2col");
+  if (w.N * w.C * w.out_h * w.out_w == 0) return;
+  LogicalDevice& dev = bind_owner(cols, "im2col");
+  CUDA_CHECK(cuda::launch_im2col(x, to_kernel(w), cols, dev.stream));
+}
+
+void CudaBackend::col2im(const float* cols, const Window2d& w, float* gx) {
+  check_window(w, "col2im");
+  if (w.N * w.C * w.H * w.W == 0) return;
+  LogicalDevice& dev = bind_owner(gx, "col2im");
+  CUDA_CHECK(cuda::launch_col2im(cols, to_kernel(w), gx, dev.stream));
+}
+
+void CudaBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
+  check_window(w, "max_pool2d");
+  if (w.N * w.C * w.out_h * w.out_w == 0) return;
+  LogicalDevice& dev = bind_owner(y, "max_pool2d");
+  CUDA_CHECK(cuda::launch_max_pool2d(x, to_kernel(w), y, argmax, dev.stream));
+}
+
+void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
+                                      float* gx) {
+  check_window(w, "max_pool2d_backward");
+  if (w.N * w.C * w.H * w.W == 0) return;
+  LogicalDevice& dev = bind_owner(gx, "max_pool2d_backward");
+  CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.stream));
+}
+
+void CudaBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
+  check_window(w, "avg_pool2d");
+  if (w.N * w.C * w.out_h * w.out_w == 0) return;
+  LogicalDevice& dev = bind_owner(y, "avg_pool2d");
+  CUDA_CHECK(cuda::launch_avg_pool2d(x, to_kernel(w), y, dev.stream));
+}
+
+void CudaBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) {
+  check_window(w, "avg_pool2d_backward");
+  if (w.N * w.C * w.H * w.W == 0) return;
+  LogicalDevice& dev = bind_owner(gx, "avg_pool2d_backward");
+  CUDA_CHECK(cuda::launch_avg_pool2d_backward(gy, to_kernel(w), gx, dev.stream));
+}
+
+void CudaBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                           int64_t n) {
+  DPLAB_CHECK(a.momentum == 0.0f || momentum_buf != nullptr,
+              "sgd_step: momentum {} needs a momentum buffer, got none", a.momentum);
+  DPLAB_CHECK(!a.nesterov || (a.momentum != 0.0f && a.dampening == 0.0f),
+              "sgd_step: nesterov needs momentum > 0 and dampening 0, got momentum {} dampening {}",
+              a.momentum, a.dampening);
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(param, "sgd_step");
+  const cuda::KSgd k{a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first_step};
+  CUDA_CHECK(cuda::launch_sgd_step(k, param, grad, momentum_buf, n, dev.stream));
+}
+
+void CudaBackend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m,
+                            float* v, int64_t n) {
+  DPLAB_CHECK(a.step >= 1, "adam_step: expected a 1-based step, got {}", a.step);
+  if (n <= 0) return;
+  LogicalDevice& dev = bind_owner(param, "adam_step");
+  // Bias corrections in double on the host: beta2^t for t ~ 1e4 needs the precision.
+  const double t = static_cast<double>(a.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), t);
+  const cuda::KAdam k{a.lr,
+                      a.beta1,
+                      a.beta2,
+                      a.eps,
+                      a.weight_decay,
+                      a.decoupled,
+                      static_cast<float>(a.lr / bc1),
+                      static_cast<float>(1.0 / std::sqrt(bc2))};
+  CUDA_CHECK(cuda::launch_adam_step(k, param, grad, m, v, n, dev.stream));
+}
+
+}  // namespace dplab

@@ -1,0 +1,146 @@
+// cuda_devices.cpp: the table of logical CUDA devices and the virtual-GPU switch.
+// Creating a device costs a stream, a cuBLAS handle (~ a few MiB of workspace on the GPU)
+// and 16 bytes for the error flag; it happens once, under a mutex, on first use, and the
+// LogicalDevice then never moves (threads of DataParallel keep references to it).
+// Read next: cuda_allocator.cpp.
+#include "framework/backend/cuda/cuda_devices.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "framework/backend/cuda/cuda_backend.h"
+#include "framework/backend/cuda/cuda_check.h"
+#include "framework/backend/cuda/virtual_gpus.h"
+#include "framework/error.h"
+#include "framework/tensor/device.h"
+
+namespace dplab::cuda {
+namespace {
+
+std::mutex g_mu;
+// Streams and handles are never destroyed: at exit the CUDA runtime may already be gone,
+// and the driver releases everything with the process anyway.
+LogicalDevice* g_devices[kMaxDevicesPerKind] = {};
+int g_virtual = -1;        // -1: not decided yet; 0: off; N: N logical devices
+bool g_announced = false;  // the "N logical share M physical" line is printed once
+
+// Reads DPLAB_VIRTUAL_GPUS the first time (caller holds g_mu).
+int virtual_count_locked() {
+  if (g_virtual < 0) {
+    g_virtual = 0;
+    if (const char* env = std::getenv("DPLAB_VIRTUAL_GPUS"); env != nullptr && *env != '\0') {
+      char* end = nullptr;
+      long n = std::strtol(env, &end, 10);
+      DPLAB_CHECK(*end == '\0' && n >= 1 && n <= kMaxDevicesPerKind,
+                  "DPLAB_VIRTUAL_GPUS: expected an integer in [1, {}], got \"{}\"",
+                  kMaxDevicesPerKind, env);
+      g_virtual = static_cast<int>(n);
+    }
+  }
+  return g_virtual;
+}
+
+void announce_locked(int m) {
+  if (g_announced || g_virtual <= 0 || m == 0) return;
+  g_announced = true;
+  std::fprintf(stderr, "dplab: %d logical CUDA devices share %d physical GPU(s)\n", g_virtual, m);
+}
+
+}  // namespace
+
+int physical_count() {
+  // Asked once: the answer cannot change within a process, and each failing call is slow.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+LogicalDevice& logical_device(int k) {
+  // Every call takes the mutex (tens of ns per kernel launch, next to ~5 us for the launch);
+  // a created device never moves, so the returned reference stays valid without it.
+  std::lock_guard<std::mutex> lock(g_mu);
+  const int m = physical_count();
+  DPLAB_CHECK(m > 0, "cuda:{}: no CUDA GPU is visible (no driver or no device)", k);
+  const int v = virtual_count_locked();
+  const int n = std::min(v > 0 ? v : m, kMaxDevicesPerKind);  // Device indices stop there
+  DPLAB_CHECK(k >= 0 && k < n,
+              "cuda:{}: this machine has {} physical GPU(s) and {} logical CUDA device(s); set "
+              "DPLAB_VIRTUAL_GPUS=N (or set_virtual_gpus(N)) to share GPUs between more "
+              "logical devices", k, m, n);
+  announce_locked(m);
+  if (!g_devices[k]) {
+    auto dev = std::make_unique<LogicalDevice>();  // freed if a call below throws
+    dev->logical = k;
+    dev->physical = k % m;
+    set_current_logical_device(k);
+    CUDA_CHECK(cudaSetDevice(dev->physical));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&dev->cublas));
+    CUBLAS_CHECK(cublasSetStream(dev->cublas, dev->stream));
+    CUDA_CHECK(cudaMalloc(&dev->err_flag, 2 * sizeof(unsigned long long)));
+    CUDA_CHECK(cudaMemsetAsync(dev->err_flag, 0, 2 * sizeof(unsigned long long), dev->stream));
+    CUDA_CHECK(cudaStreamSynchronize(dev->stream));
+    g_devices[k] = dev.release();
+  }
+  return *g_devices[k];
+}
+
+LogicalDevice& bind(int k) {
+  LogicalDevice& dev = logical_device(k);
+  set_current_logical_device(k);
+  CUDA_CHECK(cudaSetDevice(dev.physical));
+  return dev;
+}
+
+unsigned long long take_index_errors(LogicalDevice& dev, int64_t* first) {
+  // 16 bytes back to the host; this synchronisation is the price of an exception that names
+  // the bad index (the alternative, copying all indices to the host first, costs more).
+  unsigned long long flag[2] = {0, 0};
+  CUDA_CHECK(cudaMemcpyAsync(flag, dev.err_flag, sizeof(flag), cudaMemcpyDeviceToHost,
+                             dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  if (flag[0] != 0) {
+    CUDA_CHECK(cudaMemsetAsync(dev.err_flag, 0, sizeof(flag), dev.stream));
+    CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  }
+  *first = static_cast<int64_t>(flag[1]);
+  return flag[0];
+}
+
+}  // namespace dplab::cuda
+
+namespace dplab {
+
+void set_virtual_gpus(int n) {
+  DPLAB_CHECK(n >= 1 && n <= kMaxDevicesPerKind, "set_virtual_gpus: expected n in [1, {}], got {}",
+              kMaxDevicesPerKind, n);
+  std::lock_guard<std::mutex> lock(cuda::g_mu);
+  cuda::virtual_count_locked();  // an invalid env var still reports, even when overridden
+  // Shrinking below a device already in use would strand its memory and stream.
+  for (int k = n; k < kMaxDevicesPerKind; ++k) {
+    DPLAB_CHECK(!cuda::g_devices[k], "set_virtual_gpus({}): cuda:{} is already in use", n, k);
+  }
+  if (cuda::g_virtual != n) cuda::g_announced = false;
+  cuda::g_virtual = n;
+}
+
+int cuda_logical_device_count() {
+  std::lock_guard<std::mutex> lock(cuda::g_mu);
+  const int m = cuda::physical_count();
+  if (m == 0) return 0;
+  const int v = cuda::virtual_count_locked();
+  return v > 0 ? v : m;
+}
+
+int cuda_physical_device_count() { return cuda::physical_count(); }
+
+}  // namespace dplab
