@@ -1,0 +1,50 @@
+// traffic.h: what DataParallel's copies cost, per device pair and per phase.
+// Every byte the parameter server moves goes through counted_copy(), so the report and
+// the tests read the textbook volumes straight off these counters:
+//   replicate  master -> each other device: P parameter bytes each, (N-1)·P per step
+//   reduce     each other device -> master: P gradient bytes each, (N-1)·P per step
+//   scatter / gather / grad_scatter / input_grad: the batch and its gradient, split N ways
+// Read next: data_parallel.h.
+#pragma once
+#include <array>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+
+namespace dplab::parallel {
+
+enum class DpPhase { Scatter, Replicate, ReplicateBuffers, Gather, GradScatter, Reduce, InputGrad, kCount };
+inline constexpr int kDpPhases = static_cast<int>(DpPhase::kCount);
+const char* dp_phase_name(DpPhase p);
+
+class TrafficMatrix {
+ public:
+  explicit TrafficMatrix(std::vector<Device> devices);
+
+  // Copies t to device `to` (a plain copy, no autograd) and counts its bytes, unless
+  // `to` is t's own device, in which case t itself is returned and nothing is counted.
+  Tensor counted_copy(const Tensor& t, Device to, DpPhase phase);
+  // Counts a copy made elsewhere (Tensor::copy_ into an existing replica tensor).
+  void count(Device from, Device to, int64_t bytes, double seconds, DpPhase phase);
+
+  int64_t bytes(DpPhase phase, int from_index, int to_index) const;
+  int64_t bytes_out(int device_index) const;                  // all phases
+  int64_t bytes_in(int device_index) const;
+  int64_t phase_bytes_out(DpPhase phase, int device_index) const;
+  int64_t phase_bytes_in(DpPhase phase, int device_index) const;
+  double copy_seconds(int device_index) const;                // time spent in its copies
+  void reset();
+  const std::vector<Device>& devices() const { return devices_; }
+  int index_of(Device d) const;                                // -1 when not one of ours
+
+ private:
+  std::vector<Device> devices_;
+  // bytes_[phase][from * N + to]
+  std::array<std::vector<int64_t>, kDpPhases> bytes_;
+  std::vector<double> seconds_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace dplab::parallel
