@@ -1,0 +1,112 @@
+// adam.cpp: Adam's step is one fused kernel per parameter on its device (backend adam_step):
+//   AdamW: p *= 1 - lr * wd          Adam: g = grad + wd * p
+//   m = b1 m + (1 - b1) g            v = b2 v + (1 - b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// This file owns the state (m, v, t) and its state-dict round trip.
+// Read next: lr_scheduler.cpp.
+#include "framework/optim/adam.h"
+
+#include "framework/backend/backend.h"
+#include "framework/optim/optim_state.h"
+
+namespace dplab::optim {
+namespace {
+
+void check_options(const char* type, const AdamOptions& o) {
+  detail::check_non_negative(type, "lr", o.lr);
+  detail::check_non_negative(type, "eps", o.eps);
+  detail::check_non_negative(type, "weight_decay", o.weight_decay);
+  DPLAB_CHECK(o.betas.first >= 0.0 && o.betas.first < 1.0,
+              "{}: invalid beta1: expected in [0, 1), got {}", type, o.betas.first);
+  DPLAB_CHECK(o.betas.second >= 0.0 && o.betas.second < 1.0,
+              "{}: invalid beta2: expected in [0, 1), got {}", type, o.betas.second);
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled)
+    : Optimizer(std::move(params)),
+      options_(options),
+      decoupled_(decoupled),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()),
+      steps_(params_.size(), 0) {
+  check_options(type_name(), options_);
+  lr_ = options_.lr;
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : Adam(std::move(params),
+           AdamOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay},
+           true) {}
+
+void Adam::step() {
+  DPLAB_CHECK(lr_ >= 0.0, "{}: invalid lr: expected >= 0, got {} (set by set_lr?)", type_name(), lr_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor grad = detail::checked_grad(type_name(), params_, i);
+    if (!grad.defined()) continue;  // no gradient: no update and no step count (PyTorch)
+    Tensor& p = params_[i];
+    if (!exp_avg_[i].defined()) {
+      // m and v start at zero; the bias corrections 1 - b^t undo that start.
+      exp_avg_[i] = detail::zeros_like_param(p);
+      exp_avg_sq_[i] = detail::zeros_like_param(p);
+    }
+    ++steps_[i];
+    AdamArgs args{.lr = static_cast<float>(lr_),
+                  .beta1 = static_cast<float>(options_.betas.first),
+                  .beta2 = static_cast<float>(options_.betas.second),
+                  .eps = static_cast<float>(options_.eps),
+                  .weight_decay = static_cast<float>(options_.weight_decay),
+                  .decoupled = decoupled_,
+                  .step = steps_[i]};
+    backend_for(p.device()).adam_step(args, p.data<float>(), grad.data<float>(),
+                                      exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
+                                      p.numel());
+  }
+}
+
+void Adam::state_dict(StateDict& tensors, Metadata& meta) const {
+  meta["optim.type"] = type_name();
+  meta["optim.num_params"] = std::to_string(params_.size());
+  meta["optim.lr"] = detail::format_double(lr_);
+  meta["optim.beta1"] = detail::format_double(options_.betas.first);
+  meta["optim.beta2"] = detail::format_double(options_.betas.second);
+  meta["optim.eps"] = detail::format_double(options_.eps);
+  meta["optim.weight_decay"] = detail::format_double(options_.weight_decay);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    tensors.insert(detail::state_key(i, "exp_avg"), exp_avg_[i]);
+    tensors.insert(detail::state_key(i, "exp_avg_sq"), exp_avg_sq_[i]);
+    meta[detail::state_key(i, "step")] = std::to_string(steps_[i]);
+  }
+}
+
+void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
+  detail::check_header(meta, type_name(), params_.size());
+  AdamOptions o{.lr = detail::meta_double(meta, "optim.lr"),
+                .betas = {detail::meta_double(meta, "optim.beta1"),
+                          detail::meta_double(meta, "optim.beta2")},
+                .eps = detail::meta_double(meta, "optim.eps"),
+                .weight_decay = detail::meta_double(meta, "optim.weight_decay")};
+  check_options(type_name(), o);
+  // Build everything first, then commit: a bad entry leaves the optimizer untouched.
+  std::vector<Tensor> m(params_.size()), v(params_.size());
+  std::vector<int64_t> steps(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::string step_key = detail::state_key(i, "step");
+    if (!meta.contains(step_key)) continue;  // this parameter never stepped
+    steps[i] = detail::meta_int(meta, step_key);
+    DPLAB_CHECK(steps[i] >= 1, "load_state_dict: \"{}\" should be >= 1, got {}", step_key, steps[i]);
+    m[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg"), params_[i]);
+    v[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg_sq"), params_[i]);
+  }
+  options_ = o;
+  lr_ = o.lr;
+  exp_avg_ = std::move(m);
+  exp_avg_sq_ = std::move(v);
+  steps_ = std::move(steps);
+}
+
+}  // namespace dplab::optim
