@@ -1,0 +1,82 @@
+// reducer.h: DDP's gradient buckets, the part that makes communication overlap compute.
+//
+// Parameters are grouped into buckets in REVERSE registration order (backward produces the
+// last layer's gradients first), each bucket one flat tensor of at most bucket_cap_mb.
+// As backward runs, each parameter's "gradient is final" hook copies its gradient into its
+// bucket slot; when a bucket's last slot is filled the bucket is all-reduced asynchronously
+// while backward goes on computing earlier layers. Buckets are launched strictly in index
+// order on every rank (a collective must be called in the same order everywhere, or the
+// ring pairs bucket 1 on one rank with bucket 2 on another). At the end of backward the
+// reducer waits for every bucket and writes the averaged gradients back into .grad.
+// Cost per step: one all-reduce per bucket; a ring moves 2(N-1)/N of the bucket's bytes.
+// Read next: distributed_data_parallel.h.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+
+namespace dplab::parallel {
+
+// A communication hook: start reducing `bucket` (a flat float32 tensor) and return the work;
+// when it completes, bucket must hold the AVERAGE over ranks. Default: all_reduce(Avg).
+using CommHook = std::function<WorkPtr(ProcessGroup& pg, Tensor& bucket)>;
+
+struct BucketSlot {
+  size_t param;      // index into the parameter list
+  int64_t offset;    // in elements, into the bucket
+  int64_t numel;
+};
+
+struct Bucket {
+  Tensor flat;                   // [total elements] on the parameters' device
+  std::vector<BucketSlot> slots;
+  int pending = 0;               // slots not yet ready in this backward
+  WorkPtr work;                  // the in-flight reduction
+};
+
+// Groups parameters (in the given order) into buckets of at most cap_bytes; a parameter
+// larger than the cap gets a bucket of its own. Returns, per bucket, parameter indices.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, int64_t cap_bytes);
+
+class Reducer {
+ public:
+  Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> pg,
+          int64_t bucket_cap_bytes, bool find_unused_parameters, bool gradient_as_bucket_view, CommHook hook);
+  // Parameters outlive their DDP wrapper: the hooks they keep become no-ops then.
+  ~Reducer() { *self_ = nullptr; }
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void prepare_for_backward();        // called by every forward
+  void set_require_sync(bool on) { require_sync_ = on; }
+  bool require_sync() const { return require_sync_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  int64_t reductions_launched() const { return reductions_launched_; }  // since construction
+
+ private:
+  void mark_ready(size_t param);      // the post-accumulate hook
+  void launch_ready_buckets();        // in index order, as far as they are complete
+  void finalize();                    // end of backward: unused params, wait, write back
+
+  std::vector<Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<ProcessGroup> pg_;
+  bool find_unused_;
+  bool grad_as_view_;
+  CommHook hook_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;     // param -> bucket
+  std::vector<size_t> slot_of_;       // param -> slot within its bucket
+  std::vector<bool> ready_;
+  size_t next_bucket_ = 0;            // the next bucket to launch
+  bool require_sync_ = true;
+  bool backward_active_ = false;      // a finalize callback is queued for this backward
+  int64_t reductions_launched_ = 0;
+  std::shared_ptr<Reducer*> self_ = std::make_shared<Reducer*>(this);  // what the hooks hold
+};
+
+}  // namespace dplab::parallel

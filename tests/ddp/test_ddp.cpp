@@ -1,0 +1,209 @@
+// DistributedDataParallel: equals single-process training on the concatenated batches,
+// no_sync equals accumulation, bucket sizes do not change results, one all-reduce per
+// bucket, unused parameters, and a failing rank. Ranks are threads (fast) and, once,
+// forked processes over shared memory.
+#include <doctest/doctest.h>
+
+#include "framework/autograd/grad_mode.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/random.h"
+#include "models/toy.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/parallel/rank_harness.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+using dplab::parallel::testing::run_processes;
+using dplab::parallel::testing::run_threads;
+
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int64_t kPerRank = 4;
+
+std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
+  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+}
+
+// The global batch of step s: world * kPerRank rows; rank r trains on rows [r*k, (r+1)*k).
+Tensor batch_x(int s, int world) {
+  Generator g(100 + s);
+  return randn({world * kPerRank, 10}, {}, &g);
+}
+Tensor batch_y(int s, int world) {
+  Generator g(200 + s);
+  return randn({world * kPerRank, 5}, {}, &g);
+}
+
+std::vector<std::vector<float>> params_of(nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+// Reference: one process, the whole global batch, same model init as rank 0 (seed 0).
+std::vector<std::vector<float>> single_process(int world, int accumulate = 1) {
+  manual_seed(0);
+  auto model = std::make_shared<models::ToyModel>();
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int a = 0; a < accumulate; ++a) {
+      Tensor loss = mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world));
+      loss.backward();
+    }
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+// DDP: each rank starts from a different seed (the broadcast must fix that), trains on its rows.
+std::vector<std::vector<float>> ddp_run(ProcessGroup& pg, DDPOptions opts, int accumulate = 1,
+                                        std::vector<int64_t>* calls_per_step = nullptr) {
+  int r = pg.rank(), world = pg.size();
+  manual_seed(static_cast<uint64_t>(r));
+  auto model = std::make_shared<models::ToyModel>();
+  opts.process_group = borrow(pg);
+  DistributedDataParallel ddp(model, opts);
+  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    pg.reset_comm_stats();
+    for (int a = 0; a < accumulate; ++a) {
+      int b = s * accumulate + a;
+      Tensor x = batch_x(b, world).narrow(r * kPerRank, kPerRank);
+      Tensor y = batch_y(b, world).narrow(r * kPerRank, kPerRank);
+      if (a + 1 < accumulate) {
+        auto guard = ddp.no_sync();
+        mse_loss(ddp.forward(x), y).backward();
+      } else {
+        mse_loss(ddp.forward(x), y).backward();
+      }
+    }
+    if (calls_per_step) {
+      auto stats = pg.comm_stats().per_collective;
+      calls_per_step->push_back(stats.count("all_reduce") ? stats["all_reduce"].calls : 0);
+    }
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+void check_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    REQUIRE(a[k].size() == b[k].size());
+    for (size_t i = 0; i < a[k].size(); ++i) CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(1e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("DDP on 1-4 ranks equals one process on the concatenated batches, ring and star") {
+  for (int world = 1; world <= 4; ++world) {
+    CAPTURE(world);
+    auto expected = single_process(world);
+    for (Algorithm algo : {Algorithm::Ring, Algorithm::Star}) {
+      run_threads(world, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {.algorithm = algo}), expected); });
+    }
+  }
+}
+
+TEST_CASE("no_sync accumulation over K micro-batches equals single-process accumulation K*N") {
+  for (int world : {2, 3}) {
+    CAPTURE(world);
+    // mean over K micro-batches of the rank-average: one process sums K grads of full batches
+    auto expected = single_process(world, /*accumulate=*/3);
+    run_threads(world, [&](ProcessGroup& pg) {
+      std::vector<int64_t> calls;
+      check_close(ddp_run(pg, {}, 3, &calls), expected);
+      for (int64_t c : calls) CHECK(c == 1);  // one bucket, one all-reduce per step, none inside no_sync
+    });
+  }
+}
+
+TEST_CASE("bucket sizes from one parameter per bucket to one bucket give identical results") {
+  auto expected = single_process(3);
+  run_threads(3, [&](ProcessGroup& pg) {
+    std::vector<int64_t> tiny_calls, huge_calls;
+    auto tiny = ddp_run(pg, {.bucket_cap_mb = 1e-6}, 1, &tiny_calls);
+    auto huge = ddp_run(pg, {.bucket_cap_mb = 1000}, 1, &huge_calls);
+    check_close(tiny, expected);
+    check_close(huge, expected);
+    for (int64_t c : tiny_calls) CHECK(c == 4);  // net1.weight, net1.bias, net2.weight, net2.bias
+    for (int64_t c : huge_calls) CHECK(c == 1);
+  });
+}
+
+TEST_CASE("buckets are filled in reverse registration order up to the cap") {
+  std::vector<Tensor> ps{zeros({100}), zeros({100}), zeros({300}), zeros({50})};
+  auto b = assign_buckets(ps, 800);  // 200 floats per bucket
+  CHECK(b == std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}});
+}
+
+TEST_CASE("gradient_as_bucket_view leaves .grad as views of the buckets, same values") {
+  auto expected = single_process(2);
+  run_threads(2, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {.gradient_as_bucket_view = true}), expected); });
+}
+
+namespace {
+// Uses net2 only when told to: net1 is unused in some steps.
+struct Partly : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = false;
+  Partly() {
+    a = register_module("a", std::make_shared<nn::Linear>(3, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(3, 3));
+  }
+  Tensor forward(const Tensor& x) override { return use_b ? b->forward(a->forward(x)) : a->forward(x); }
+};
+}  // namespace
+
+TEST_CASE("an unused parameter is an error naming it, unless find_unused_parameters") {
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto model = std::make_shared<Partly>();
+    DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
+    CHECK_THROWS_WITH_AS(ddp.forward(ones({2, 3})).sum().backward(),
+                         doctest::Contains("received no gradient in this backward: b.weight, b.bias"), Error);
+  });
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto model = std::make_shared<Partly>();
+    DistributedDataParallel ddp(model, {.find_unused_parameters = true, .process_group = borrow(pg)});
+    ddp.forward(ones({2, 3}) * static_cast<float>(pg.rank() + 1)).sum().backward();
+    CHECK(model->b->weight.grad().defined());
+    CHECK(model->b->weight.grad().sum().item() == 0.0f);
+    // a's gradient is the average over ranks: d sum(x W^T)/dW = column sums of x = 2 * (r+1)
+    CHECK(model->a->weight.grad().at({0, 0}) == doctest::Approx((2.0f + 4.0f) / 2));
+  });
+}
+
+TEST_CASE("ranks that wrap different models are told so at construction") {
+  CHECK_THROWS_WITH_AS(run_threads(2, [&](ProcessGroup& pg) {
+                         std::shared_ptr<nn::Module> m = pg.rank() == 0 ? std::shared_ptr<nn::Module>(std::make_shared<models::ToyModel>())
+                                                                        : std::make_shared<Partly>();
+                         DistributedDataParallel ddp(m, {.process_group = borrow(pg)});
+                       }),
+                       doctest::Contains("ranks wrap different models"), Error);
+}
+
+TEST_CASE("DDP over forked processes and shared memory, and a rank that fails mid-step") {
+  auto expected = single_process(3);
+  auto outcomes = run_processes(3, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {}), expected); });
+  for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
+
+  ProcessGroupOptions short_timeout{.timeout = Seconds(3.0)};
+  auto failed = run_processes(3, [&](ProcessGroup& pg) {
+    manual_seed(0);
+    auto model = std::make_shared<models::ToyModel>();
+    DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
+    if (pg.rank() == 1) throw Error("rank 1 fails on purpose before its backward");
+    mse_loss(ddp.forward(ones({2, 10})), zeros({2, 5})).backward();
+  }, short_timeout);
+  CHECK_FALSE(failed[1].ok);
+  for (int r : {0, 2}) {
+    CAPTURE(failed[r].message);
+    CHECK_FALSE(failed[r].ok);
+    CHECK(failed[r].message.find("rank 1") != std::string::npos);
+  }
+}
