@@ -60,12 +60,14 @@ void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
             std::fill_n(dst, w.out_w, 0.0f);
             continue;
           }
-          const float* src = img + ih * w.W + (j - w.pad);
+          // input column of output o is o*stride + off, inside [0, W) for o in [lo, hi)
+          const float* src = img + ih * w.W;
+          const int64_t off = j - w.pad;
           std::fill_n(dst, lo, 0.0f);
           if (w.stride == 1) {
-            std::copy(src + lo, src + hi, dst + lo);
+            std::copy(src + lo + off, src + hi + off, dst + lo);
           } else {
-            for (int64_t o = lo; o < hi; ++o) dst[o] = src[o * w.stride];
+            for (int64_t o = lo; o < hi; ++o) dst[o] = src[o * w.stride + off];
           }
           std::fill(dst + hi, dst + w.out_w, 0.0f);
         }
@@ -90,11 +92,12 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
           const int64_t ih = oh * w.stride - w.pad + i;
           if (ih < 0 || ih >= w.H) continue;  // padding: its gradient goes nowhere
           const float* src = row + oh * w.out_w;
-          float* dst = img + ih * w.W + (j - w.pad);
+          float* dst = img + ih * w.W;
+          const int64_t off = j - w.pad;
           if (w.stride == 1) {  // the common case, kept apart so it vectorises
-            for (int64_t o = lo; o < hi; ++o) dst[o] += src[o];
+            for (int64_t o = lo; o < hi; ++o) dst[o + off] += src[o];
           } else {
-            for (int64_t o = lo; o < hi; ++o) dst[o * w.stride] += src[o];
+            for (int64_t o = lo; o < hi; ++o) dst[o * w.stride + off] += src[o];
           }
         }
       }
