@@ -52,10 +52,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   auto named = module_->named_parameters();
   DPLAB_CHECK(!named.empty(), "DDP: the module has no parameters to synchronise");
-  Device device = opts_.device.value_or(named[0].second.device());
-  for (const auto& [n, p] : named)
-    DPLAB_CHECK(p.device() == device, "DDP: expected every parameter on {}, but {} is on {} (move the module "
-                "to its rank's device before wrapping it)", device, n, p.device());
+  // With .device set every parameter must be there; without it a module may span several
+  // devices (model parallelism) and the reducer forms buckets per device.
+  if (opts_.device)
+    for (const auto& [n, p] : named)
+      DPLAB_CHECK(p.device() == *opts_.device, "DDP: expected every parameter on {}, but {} is on {} (move "
+                  "the module to its rank's device before wrapping it)", *opts_.device, n, p.device());
   DPLAB_CHECK(opts_.bucket_cap_mb > 0, "DDP: bucket_cap_mb must be positive, got {}", opts_.bucket_cap_mb);
   register_module("module", module_);
 

@@ -12,7 +12,9 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
   int64_t filled = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     int64_t bytes = params[i].nbytes();
-    if (buckets.empty() || (filled > 0 && filled + bytes > cap_bytes)) {
+    // A bucket is one flat tensor, so it never mixes devices (model parallelism: ToyMpModel).
+    bool new_device = i > 0 && params[i].device() != params[i - 1].device();
+    if (buckets.empty() || new_device || (filled > 0 && filled + bytes > cap_bytes)) {
       buckets.emplace_back();
       filled = 0;
     }
@@ -46,7 +48,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   }
   for (size_t p = 0; p < params_.size(); ++p) {
     DPLAB_CHECK(params_[p].device() == buckets_[bucket_of_[p]].flat.device(),
-                "DDP: all parameters must be on one device; {} is on {}", names_[p], params_[p].device());
+                "DDP: each bucket must lie on one device; {} is on {}, its bucket on {}", names_[p],
+                params_[p].device(), buckets_[bucket_of_[p]].flat.device());
     std::weak_ptr<Reducer*> self = self_;
     params_[p].register_post_accumulate_grad_hook([self, p](Tensor&) {
       if (auto r = self.lock(); r && *r) (*r)->mark_ready(p);

@@ -1,0 +1,224 @@
+// allreduce.cpp (bench_allreduce): ring vs star (parameter server) all-reduce over the shm
+// transport, N forked processes of one thread each, float32 sizes 4 KiB .. 64 MiB, and,
+// when OpenMPI is there, MPI_Allreduce on the same sizes (allreduce_mpi.cpp via mpirun).
+// Per size: time per call (slowest rank), algbw = S / t, busbw = 2(N-1)/N * S / t (the
+// nccl-tests definition: the bytes a ring must move per rank; equal to link speed when the
+// algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
+// Usage: bench_allreduce [--ranks 2,4] [--max-bytes 67108864] [--csv out.csv] [--no-mpi]
+// Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+#include "parallel/comm/file_store.h"
+#include "parallel/comm/process_group.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+
+namespace {
+
+struct Row {
+  int n;
+  std::string algo;  // ring, star, mpi
+  int64_t bytes;
+  double seconds;
+};
+
+int iterations_for(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 3, 200));
+}
+
+// Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
+// into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
+std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes) {
+  std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
+  std::filesystem::remove(store_path);
+  int fds[2];
+  if (pipe(fds) != 0) DPLAB_FAIL("bench: pipe failed");
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) DPLAB_FAIL("bench: fork failed");
+    if (pid == 0) {
+      close(fds[0]);
+      int code = 0;
+      try {
+        auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
+        auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0)});
+        std::string out;
+        for (int64_t bytes : sizes)
+          for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+            Tensor t = Tensor::empty({bytes / 4});
+            t.fill_(1.0);
+            pg->all_reduce(t, ReduceOp::Sum, a);  // warm-up: page faults, caches
+            const int iters = iterations_for(bytes);
+            pg->barrier();
+            auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
+            double secs =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                iters;
+            Tensor slowest = Tensor::empty({1});
+            slowest.fill_(secs);
+            pg->all_reduce(slowest, ReduceOp::Max, Algorithm::Star);
+            out += fmt::format("{} {} {:.9f}\n", algorithm_name(a), bytes, slowest.item());
+          }
+        if (r == 0 && ::write(fds[1], out.data(), out.size()) < 0) code = 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t got;
+  while ((got = read(fds[0], buf, sizeof(buf))) > 0) text.append(buf, got);
+  close(fds[0]);
+  bool ok = true;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  std::filesystem::remove(store_path);
+  DPLAB_CHECK(ok, "bench: a rank of the N = {} run failed (see stderr)", n);
+  std::vector<Row> rows;
+  char algo[16];
+  long long bytes;
+  double secs;
+  int used = 0;
+  for (const char* p = text.c_str(); std::sscanf(p, "%15s %lld %lf%n", algo, &bytes, &secs, &used) == 3;
+       p += used)
+    rows.push_back({n, algo, bytes, secs});
+  return rows;
+}
+
+bool on_path(const std::string& prog) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string p = path;
+  for (std::size_t start = 0; start <= p.size();) {
+    std::size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    if (access((p.substr(start, end - start) + "/" + prog).c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+  std::string prog = self + "/allreduce_mpi";
+  if (!on_path("mpirun") || access(prog.c_str(), X_OK) != 0) return {};
+  std::string cmd = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} --mca btl "
+                                "self,vader {}", n, prog);
+  for (int64_t b : sizes) cmd += " " + std::to_string(b);
+  std::vector<Row> rows;
+  if (FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r")) {
+    long long bytes;
+    double secs;
+    while (std::fscanf(f, "%lld %lf", &bytes, &secs) == 2) rows.push_back({n, "mpi", bytes, secs});
+    pclose(f);
+  }
+  return rows;
+}
+
+std::string human(int64_t bytes) {
+  if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
+  return fmt::format("{} KiB", bytes >> 10);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> ranks = {2, 4};
+  int64_t max_bytes = int64_t{64} << 20;
+  std::string csv;
+  bool mpi = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--csv" && i + 1 < argc) csv = argv[++i];
+    else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
+    else if (a == "--no-mpi") mpi = false;
+    else if (a == "--ranks" && i + 1 < argc) {
+      ranks.clear();
+      for (std::string s = argv[++i]; !s.empty();) {
+        ranks.push_back(std::atoi(s.c_str()));
+        auto c = s.find(',');
+        s = c == std::string::npos ? "" : s.substr(c + 1);
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--max-bytes N] [--csv FILE] [--no-mpi]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
+
+  std::vector<Row> rows;
+  try {
+    for (int n : ranks) {
+      auto ours = run_ours(n, sizes);
+      rows.insert(rows.end(), ours.begin(), ours.end());
+      if (mpi) {
+        auto theirs = run_mpi(n, sizes);
+        rows.insert(rows.end(), theirs.begin(), theirs.end());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    return 1;
+  }
+
+  std::map<std::tuple<int, std::string, int64_t>, double> secs;
+  for (const Row& r : rows) secs[{r.n, r.algo, r.bytes}] = r.seconds;
+  auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
+  std::printf("all-reduce of float32 over shm, 1 thread per rank (GB/s = 1e9 bytes/s)\n");
+  std::printf("%2s %8s | %10s %7s %7s | %10s %7s %7s | %7s %9s\n", "N", "size", "ring us",
+              "algbw", "busbw", "star us", "algbw", "busbw", "mpi bus", "ring/mpi");
+  for (int n : ranks)
+    for (int64_t b : sizes) {
+      double ring = secs[{n, "ring", b}], star = secs[{n, "star", b}];
+      auto it = secs.find({n, "mpi", b});
+      std::string mpi_col = "-", ratio = "-";
+      if (it != secs.end() && it->second > 0) {
+        mpi_col = fmt::format("{:.2f}", busbw(n, b, it->second));
+        ratio = fmt::format("{:.2f}", it->second / ring);  // >1: ours is faster
+      }
+      std::printf("%2d %8s | %10.1f %7.2f %7.2f | %10.1f %7.2f %7.2f | %7s %9s\n", n,
+                  human(b).c_str(), ring * 1e6, b / ring / 1e9, busbw(n, b, ring), star * 1e6,
+                  b / star / 1e9, busbw(n, b, star), mpi_col.c_str(), ratio.c_str());
+    }
+  std::printf("busbw = 2(N-1)/N * bytes / time; ring/mpi = MPI time / ring time (> 1: ring faster)\n");
+  if (!csv.empty()) {
+    FILE* f = std::fopen(csv.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_allreduce: cannot write %s\n", csv.c_str());
+      return 1;
+    }
+    std::fprintf(f, "ranks,algorithm,bytes,seconds,algbw_gbs,busbw_gbs\n");
+    for (const Row& r : rows)
+      std::fprintf(f, "%d,%s,%lld,%.9f,%.4f,%.4f\n", r.n, r.algo.c_str(),
+                   static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
+                   busbw(r.n, r.bytes, r.seconds));
+    std::fclose(f);
+  }
+  return 0;
+}

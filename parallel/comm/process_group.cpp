@@ -1,0 +1,413 @@
+// process_group.cpp: tensors in, algorithms out. Checks arguments, stages CUDA tensors
+// through host memory (no cuda_ipc transport yet), picks ring or star, times each call and
+// adds its Traffic to the counters, and runs async calls on one worker thread in order.
+// A rank whose collective throws marks itself failed in the transport, so its peers stop
+// waiting and name it; so does a group destroyed while an exception unwinds the stack.
+// Read next: ring.cpp, star.cpp.
+#include "parallel/comm/process_group.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "framework/backend/backend.h"
+#include "framework/error.h"
+#include "parallel/comm/collectives.h"
+#include "parallel/comm/hash_store.h"
+#include "parallel/transport/shm_transport.h"
+#include "parallel/transport/thread_transport.h"
+
+namespace dplab::parallel {
+
+std::string reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+std::string algorithm_name(Algorithm a) { return a == Algorithm::Ring ? "ring" : "star"; }
+
+namespace {
+
+dplab::ReduceOp kernel_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return dplab::ReduceOp::Max;
+    case ReduceOp::Min: return dplab::ReduceOp::Min;
+    default: return dplab::ReduceOp::Sum;  // Avg = Sum, then scale by 1/N
+  }
+}
+
+Block block_of(const Tensor& t) { return {static_cast<std::byte*>(t.raw_data()), t.numel()}; }
+
+// CUDA tensors go through a host copy; CPU tensors are used in place.
+Tensor to_host(const Tensor& t) {
+  return t.device().is_cpu() ? t : t.contiguous_copy_on(Device(DeviceKind::CPU));
+}
+void write_back(Tensor& user, const Tensor& host) {
+  if (!user.is_same(host)) user.copy_(host);
+}
+
+void scale_for_avg(const Tensor& host, ReduceOp op, int n) {
+  if (op != ReduceOp::Avg || host.numel() == 0) return;
+  auto* x = static_cast<float*>(host.raw_data());
+  backend_for(Device(DeviceKind::CPU)).unary(UnaryOp::MulScalar, x, x, host.numel(), 1.0f / n);
+}
+
+void check_op(ReduceOp op, const Tensor& t, const char* what) {
+  DPLAB_CHECK(t.defined(), "{}: the tensor is undefined", what);
+  DPLAB_CHECK(op != ReduceOp::Avg || t.dtype() == DType::Float32,
+              "{}: avg needs float32, got {} (use sum and divide)", what,
+              dtype_name(t.dtype()));
+}
+
+void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* what,
+                const char* name) {
+  DPLAB_CHECK(static_cast<int>(list.size()) == n, "{}: {} must hold {} tensors (one per rank), "
+              "got {}", what, name, n, list.size());
+  for (std::size_t i = 0; i < list.size(); ++i)
+    DPLAB_CHECK(list[i].defined() && list[i].numel() == like.numel() &&
+                    list[i].dtype() == like.dtype(),
+                "{}: {}[{}] must have {} {} elements like the input, got {}", what, name, i,
+                like.numel(), dtype_name(like.dtype()),
+                list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
+}
+
+struct WorkState : Work {
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    if (error) std::rethrow_exception(error);
+  }
+  bool is_completed() const override {
+    std::lock_guard<std::mutex> lock(mu);
+    return done;
+  }
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = e;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  std::unique_ptr<Transport> transport;
+  std::string broken;  // set by a failed collective: the links' state is unknown after it
+  mutable std::mutex stats_mu;
+  CommStats stats;
+
+  // async queue: one worker, call order preserved
+  std::mutex q_mu;
+  std::condition_variable q_cv;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<WorkState>>> queue;
+  bool busy = false, stopping = false;
+  std::thread worker;
+
+  void worker_loop() {
+    std::unique_lock<std::mutex> lock(q_mu);
+    for (;;) {
+      q_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping and drained
+      auto [fn, work] = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        fn();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      work->finish(err);
+      lock.lock();
+      busy = false;
+      q_cv.notify_all();
+    }
+  }
+
+  WorkPtr enqueue(std::function<void()> fn) {
+    auto work = std::make_shared<WorkState>();
+    std::lock_guard<std::mutex> lock(q_mu);
+    if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+    queue.emplace_back(std::move(fn), work);
+    q_cv.notify_all();
+    return work;
+  }
+
+  // A blocking call first lets queued async calls finish, so every rank sees one order.
+  void drain() {
+    std::unique_lock<std::mutex> lock(q_mu);
+    if (worker.joinable() && std::this_thread::get_id() == worker.get_id()) return;
+    q_cv.wait(lock, [&] { return queue.empty() && !busy; });
+  }
+
+  template <typename Fn>
+  void run(const std::string& name, const std::string& context, DType dtype,
+           dplab::ReduceOp op, Fn fn) {
+    drain();
+    if (!broken.empty())
+      throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
+                                  "make a new one", transport->rank(), context, broken));
+    transport->set_context(context);
+    Traffic traffic;
+    Ctx ctx{*transport, dtype, op, traffic};
+    auto start = std::chrono::steady_clock::now();
+    try {
+      fn(ctx);
+    } catch (const std::exception& e) {
+      broken = e.what();
+      transport->mark_failed(fmt::format("{} on rank {}: {}", context, transport->rank(),
+                                         e.what()));
+      throw;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::lock_guard<std::mutex> lock(stats_mu);
+    for (CollectiveStats* s : {&stats.per_collective[name], &stats.total}) {
+      s->calls += 1;
+      s->bytes_sent += traffic.sent;
+      s->bytes_received += traffic.received;
+      s->seconds += secs;
+    }
+  }
+};
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGroupOptions& opts)
+    : impl_(std::make_unique<Impl>()) {
+  DPLAB_CHECK(transport != nullptr, "ProcessGroup: no transport");
+  DPLAB_CHECK(opts.backend == "ring" || opts.backend == "star",
+              "ProcessGroup: backend must be \"ring\" or \"star\", got \"{}\"", opts.backend);
+  rank_ = transport->rank();
+  size_ = transport->size();
+  algorithm_ = opts.backend == "star" ? Algorithm::Star : Algorithm::Ring;
+  impl_->transport = std::move(transport);
+}
+
+ProcessGroup::~ProcessGroup() {
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->q_mu);
+    impl_->stopping = true;
+    impl_->q_cv.notify_all();
+  }
+  if (impl_->worker.joinable()) impl_->worker.join();  // queued async calls finish first
+  if (unwinding)
+    impl_->transport->mark_failed(fmt::format(
+        "rank {} left its process group while an exception was propagating", rank_));
+  else
+    impl_->transport->mark_left();
+}
+
+const std::string& ProcessGroup::transport_name() const { return impl_->transport->name(); }
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) {
+  check_op(op, t, "all_reduce");
+  Algorithm a = algo.value_or(algorithm_);
+  Tensor host = to_host(t);
+  impl_->run("all_reduce", fmt::format("all_reduce({}, {})", algorithm_name(a), reduce_op_name(op)),
+             host.dtype(), kernel_op(op), [&](Ctx& c) {
+               if (a == Algorithm::Ring) ring_all_reduce(c, block_of(host));
+               else star_all_reduce(c, block_of(host));
+             });
+  scale_for_avg(host, op, size_);
+  write_back(t, host);
+}
+
+void ProcessGroup::broadcast(Tensor& t, int root) {
+  DPLAB_CHECK(t.defined(), "broadcast: the tensor is undefined");
+  DPLAB_CHECK(root >= 0 && root < size_, "broadcast: root must be in [0, {}), got {}", size_, root);
+  Tensor host = to_host(t);
+  impl_->run("broadcast", fmt::format("broadcast(root {})", root), host.dtype(),
+             dplab::ReduceOp::Sum, [&](Ctx& c) { chain_broadcast(c, block_of(host), root); });
+  write_back(t, host);
+}
+
+void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) {
+  check_op(op, t, "reduce");
+  DPLAB_CHECK(root >= 0 && root < size_, "reduce: root must be in [0, {}), got {}", size_, root);
+  Tensor host = to_host(t);
+  impl_->run("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
+             host.dtype(), kernel_op(op), [&](Ctx& c) { star_reduce(c, block_of(host), root); });
+  if (rank_ == root) {
+    scale_for_avg(host, op, size_);
+    write_back(t, host);
+  }
+}
+
+void ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input) {
+  DPLAB_CHECK(input.defined(), "all_gather: the input is undefined");
+  check_list(outputs, input, size_, "all_gather", "outputs");
+  std::vector<Tensor> host(size_);
+  std::vector<Block> blocks(size_);
+  for (int i = 0; i < size_; ++i) {
+    host[i] = to_host(outputs[i]);
+    blocks[i] = block_of(host[i]);
+  }
+  Tensor in = to_host(input);
+  if (in.numel()) std::memcpy(blocks[rank_].data, in.raw_data(), in.nbytes());
+  impl_->run("all_gather", "all_gather", input.dtype(), dplab::ReduceOp::Sum, [&](Ctx& c) {
+    if (input.numel()) ring_all_gather(c, blocks, -1);  // rank r starts holding block r
+  });
+  for (int i = 0; i < size_; ++i) write_back(outputs[i], host[i]);
+}
+
+void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                                  ReduceOp op) {
+  check_op(op, output, "reduce_scatter");
+  check_list(inputs, output, size_, "reduce_scatter", "inputs");
+  // the ring reduces in place, so it runs on a scratch copy and the inputs stay as they were
+  const std::size_t bytes = static_cast<std::size_t>(output.nbytes());
+  std::vector<std::byte> scratch(bytes * size_);
+  std::vector<Block> blocks(size_);
+  for (int i = 0; i < size_; ++i) {
+    Tensor h = to_host(inputs[i]);
+    blocks[i] = {scratch.data() + i * bytes, output.numel()};
+    if (bytes) std::memcpy(blocks[i].data, h.raw_data(), bytes);
+  }
+  impl_->run("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
+             output.dtype(), kernel_op(op), [&](Ctx& c) {
+               if (bytes) ring_reduce_scatter(c, blocks, -1);  // rank r ends with block r
+             });
+  Tensor host = to_host(output);
+  if (bytes) std::memcpy(host.raw_data(), blocks[rank_].data, bytes);
+  scale_for_avg(host, op, size_);
+  write_back(output, host);
+}
+
+void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root) {
+  DPLAB_CHECK(input.defined(), "gather: the input is undefined");
+  DPLAB_CHECK(root >= 0 && root < size_, "gather: root must be in [0, {}), got {}", size_, root);
+  Tensor in = to_host(input);
+  std::vector<Tensor> host(size_);
+  std::vector<Block> blocks(size_);
+  if (rank_ == root) {
+    check_list(outputs, input, size_, "gather", "outputs");
+    for (int i = 0; i < size_; ++i) {
+      host[i] = to_host(outputs[i]);
+      blocks[i] = block_of(host[i]);
+    }
+    if (in.numel()) std::memcpy(blocks[root].data, in.raw_data(), in.nbytes());
+  } else {
+    blocks[rank_] = block_of(in);
+  }
+  impl_->run("gather", fmt::format("gather(root {})", root), input.dtype(),
+             dplab::ReduceOp::Sum, [&](Ctx& c) { star_gather(c, blocks, root); });
+  if (rank_ == root)
+    for (int i = 0; i < size_; ++i) write_back(outputs[i], host[i]);
+}
+
+void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) {
+  DPLAB_CHECK(output.defined(), "scatter: the output is undefined");
+  DPLAB_CHECK(root >= 0 && root < size_, "scatter: root must be in [0, {}), got {}", size_, root);
+  std::vector<Tensor> host(size_);
+  std::vector<Block> blocks(size_);
+  if (rank_ == root) {
+    check_list(inputs, output, size_, "scatter", "inputs");
+    for (int i = 0; i < size_; ++i) {
+      host[i] = to_host(inputs[i]);
+      blocks[i] = block_of(host[i]);
+    }
+  }
+  Tensor out = to_host(output);
+  impl_->run("scatter", fmt::format("scatter(root {})", root), output.dtype(),
+             dplab::ReduceOp::Sum, [&](Ctx& c) { star_scatter(c, blocks, block_of(out), root); });
+  write_back(output, out);
+}
+
+void ProcessGroup::barrier() {
+  impl_->run("barrier", "barrier", DType::Float32, dplab::ReduceOp::Sum, [&](Ctx& c) {
+    if (size_ > 1) star_barrier(c);
+  });
+}
+
+void ProcessGroup::send(const Tensor& t, int dst) {
+  DPLAB_CHECK(t.defined(), "send: the tensor is undefined");
+  DPLAB_CHECK(dst >= 0 && dst < size_ && dst != rank_,
+              "send: dst must be another rank in [0, {}), got {} (I am rank {})", size_, dst, rank_);
+  Tensor host = to_host(t);
+  impl_->run("send", fmt::format("send(to {})", dst), t.dtype(), dplab::ReduceOp::Sum,
+             [&](Ctx& c) { send_block(c, dst, block_of(host)); });
+}
+
+void ProcessGroup::recv(Tensor& t, int src) {
+  DPLAB_CHECK(t.defined(), "recv: the tensor is undefined");
+  DPLAB_CHECK(src >= 0 && src < size_ && src != rank_,
+              "recv: src must be another rank in [0, {}), got {} (I am rank {})", size_, src, rank_);
+  Tensor host = to_host(t);
+  impl_->run("recv", fmt::format("recv(from {})", src), t.dtype(), dplab::ReduceOp::Sum,
+             [&](Ctx& c) { recv_copy(c, src, block_of(host)); });
+  write_back(t, host);
+}
+
+WorkPtr ProcessGroup::all_reduce_async(Tensor t, ReduceOp op, std::optional<Algorithm> algo) {
+  return impl_->enqueue([this, t, op, algo]() mutable { all_reduce(t, op, algo); });
+}
+WorkPtr ProcessGroup::broadcast_async(Tensor t, int root) {
+  return impl_->enqueue([this, t, root]() mutable { broadcast(t, root); });
+}
+WorkPtr ProcessGroup::all_gather_async(std::vector<Tensor> outputs, Tensor input) {
+  return impl_->enqueue([this, outputs, input]() mutable { all_gather(outputs, input); });
+}
+WorkPtr ProcessGroup::reduce_scatter_async(Tensor output, std::vector<Tensor> inputs,
+                                           ReduceOp op) {
+  return impl_->enqueue(
+      [this, output, inputs, op]() mutable { reduce_scatter(output, inputs, op); });
+}
+WorkPtr ProcessGroup::barrier_async() {
+  return impl_->enqueue([this] { barrier(); });
+}
+
+CommStats ProcessGroup::comm_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mu);
+  return impl_->stats;
+}
+void ProcessGroup::reset_comm_stats() {
+  std::lock_guard<std::mutex> lock(impl_->stats_mu);
+  impl_->stats = {};
+}
+
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
+                                                   int world_size,
+                                                   const ProcessGroupOptions& opts) {
+  DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
+  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}",
+              world_size);
+  DPLAB_CHECK(rank >= 0 && rank < world_size,
+              "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
+  // Groups made on one store are numbered in creation order, which every rank shares; the
+  // count lives in the store itself (one key per rank), so keys never collide between
+  // groups ("dplab/pg0/...", "dplab/pg1/...").
+  const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
+  const std::string prefix = fmt::format("dplab/pg{}", generation);
+  Seconds saved = store->timeout();
+  store->set_timeout(opts.timeout);
+  std::unique_ptr<Transport> transport;
+  try {
+    if (dynamic_cast<HashStore*>(store.get()))
+      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout);
+    else
+      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout);
+  } catch (...) {
+    store->set_timeout(saved);
+    throw;
+  }
+  store->set_timeout(saved);
+  return std::make_shared<ProcessGroup>(std::move(transport), opts);
+}
+
+}  // namespace dplab::parallel

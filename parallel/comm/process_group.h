@@ -1,0 +1,120 @@
+// process_group.h: the collectives API (torch.distributed's ProcessGroup) and its counters.
+// A ProcessGroup is N ranks that call the same collectives in the same order. It owns a
+// transport (shm between processes, heap between threads; see transport/transport.h) and
+// runs one of two all-reduce patterns over it: the ring (comm/ring.cpp) or the star, a
+// parameter server (comm/star.cpp). Every collective counts the bytes this rank sent and
+// received, so the textbook volumes can be checked, not just quoted.
+// Read next: transport/transport.h, then comm/ring.cpp.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+#include "parallel/comm/store.h"
+
+namespace dplab::parallel {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+enum class Algorithm { Ring, Star };  // star = parameter server: all to rank 0, rank 0 reduces, sends back
+
+struct ProcessGroupOptions {
+  std::string backend = "ring";  // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star)
+  Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
+};
+
+// Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
+// or consumed from a slot a peer filled (received); seconds are wall time inside calls.
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  double seconds = 0.0;
+};
+struct CommStats {
+  std::map<std::string, CollectiveStats> per_collective;  // "all_reduce", "broadcast", ...
+  CollectiveStats total;
+};
+
+// The handle an async collective returns. wait() blocks until done and rethrows its error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Transport;
+
+class ProcessGroup {
+ public:
+  ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGroupOptions& opts);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Algorithm default_algorithm() const { return algorithm_; }
+  const std::string& transport_name() const;
+
+  // In place: every rank ends with op over all ranks' tensors. algo overrides the group's.
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
+  // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).
+  void broadcast(Tensor& t, int root = 0);
+  // root's t becomes op over all ranks' t; other ranks' t is left unchanged.
+  void reduce(Tensor& t, int root = 0, ReduceOp op = ReduceOp::Sum);
+  // outputs[i] <- rank i's input; outputs has size() tensors shaped like input.
+  void all_gather(std::vector<Tensor>& outputs, const Tensor& input);
+  // output <- op over ranks of inputs[rank()]; inputs has size() tensors shaped like output.
+  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
+                      ReduceOp op = ReduceOp::Sum);
+  // On root, outputs[i] <- rank i's input (outputs is ignored elsewhere).
+  void gather(std::vector<Tensor>& outputs, const Tensor& input, int root = 0);
+  // output <- root's inputs[rank()] (inputs is ignored off root).
+  void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root = 0);
+  void barrier();
+  void send(const Tensor& t, int dst);
+  void recv(Tensor& t, int src);
+
+  // Async forms: queued on one worker thread per group, run in call order. The tensors
+  // must stay alive and untouched until wait() returns.
+  WorkPtr all_reduce_async(Tensor t, ReduceOp op = ReduceOp::Sum,
+                           std::optional<Algorithm> algo = {});
+  WorkPtr broadcast_async(Tensor t, int root = 0);
+  WorkPtr all_gather_async(std::vector<Tensor> outputs, Tensor input);
+  WorkPtr reduce_scatter_async(Tensor output, std::vector<Tensor> inputs,
+                               ReduceOp op = ReduceOp::Sum);
+  WorkPtr barrier_async();
+
+  CommStats comm_stats() const;
+  void reset_comm_stats();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int size_ = 1;
+  Algorithm algorithm_ = Algorithm::Ring;
+};
+
+// The thread transport when store is a HashStore (ranks are threads of one process),
+// else shm between processes. CUDA tensors are staged through host memory: the cuda_ipc
+// transport is not built yet.
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
+                                                   int world_size,
+                                                   const ProcessGroupOptions& opts = {});
+
+// How a buffer of n elements is cut into `parts` chunks: the first n % parts chunks get
+// one element more than the others (n = 10, parts = 4 -> 3, 3, 2, 2). Ring and
+// reduce_scatter use it; the counters' exact values follow from it.
+int64_t chunk_elems(int64_t n, int parts, int index);
+int64_t chunk_offset(int64_t n, int parts, int index);
+
+std::string reduce_op_name(ReduceOp op);
+std::string algorithm_name(Algorithm a);
+
+}  // namespace dplab::parallel

@@ -1,0 +1,124 @@
+/*
+ * ring.cpp: the ring all-reduce, written once over the Transport interface.
+ *
+ * N ranks sit on a ring: rank r sends to right = r+1 and receives from left = r-1 (mod N).
+ * The buffer of S elements is cut into N *chunks* (chunk_elems: the first S mod N chunks
+ * are one element longer). A chunk is moved in *segments* of at most one transport slot
+ * (128 KiB); each link has 4 slots, so while rank r reduces segment k from its left, the
+ * left rank is already copying segment k+1 in: copying and reducing overlap.
+ *
+ * Reduce-scatter, N-1 steps: at step s rank r sends chunk r-s and receives chunk r-s-1,
+ * reducing it into its own copy. After N-1 steps rank r holds chunk r+1 reduced over all.
+ * All-gather, N-1 steps: at step s rank r sends chunk r+1-s (reduced) and receives chunk
+ * r-s, overwriting its copy. After them every rank holds every reduced chunk.
+ *
+ * Cost: 2(N-1) steps; rank r sends every chunk except r+1 (in reduce-scatter) and except
+ * r+2 (in all-gather): 2S - |c(r+1)| - |c(r+2)| elements, which is 2(N-1)/N * S when N
+ * divides S. It receives 2S - |c(r)| - |c(r+1)|. No rank moves more than any other.
+ * Read next: star.cpp, the same collective as a parameter server.
+ */
+#include <algorithm>
+#include <cstring>
+
+#include "framework/error.h"
+#include "parallel/comm/collectives.h"
+#include "parallel/comm/process_group.h"
+
+namespace dplab::parallel {
+
+int64_t chunk_elems(int64_t n, int parts, int index) {
+  return n / parts + (index < n % parts ? 1 : 0);
+}
+int64_t chunk_offset(int64_t n, int parts, int index) {
+  // the first n % parts chunks are one longer, so they end at index * (base + 1)
+  int64_t base = n / parts, extra = n % parts;
+  return index * base + std::min<int64_t>(index, extra);
+}
+
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// One ring step: stream `out` to the right while `in` streams in from the left, segment by
+// segment, interleaved so neither side waits for a whole chunk. reduce: add into `in`
+// (reduce-scatter) instead of overwriting it (all-gather).
+void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
+  const int n = c.tr.size(), r = c.tr.rank();
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  const int64_t seg = c.segment_elems();
+  const int64_t out_segs = (out.elems + seg - 1) / seg, in_segs = (in.elems + seg - 1) / seg;
+  const std::size_t es = c.elem();
+  Backend& cpu = backend_for(Device(DeviceKind::CPU));
+  for (int64_t k = 0; k < std::max(out_segs, in_segs); ++k) {
+    if (k < out_segs) {
+      // copy segment k of my outgoing chunk into a slot of the link to the right
+      int64_t len = std::min(seg, out.elems - k * seg);
+      c.tr.send_segment(right, out.data + k * seg * es, len * es);
+      c.traffic.sent += len * static_cast<int64_t>(es);
+    }
+    if (k < in_segs) {
+      // wait for segment k from the left, then reduce (or copy) it out of the slot
+      std::byte* dst = in.data + k * seg * es;
+      c.tr.recv_segment(left, [&](const void* data, std::size_t bytes) {
+        int64_t expect = std::min(seg, in.elems - k * seg) * static_cast<int64_t>(es);
+        if (static_cast<int64_t>(bytes) != expect)
+          throw CommError(fmt::format("rank {}: ring got a {}-byte segment from rank {}, "
+                                      "expected {}: do all ranks pass tensors of one size?",
+                                      r, bytes, left, expect));
+        if (reduce) cpu.reduce_into(c.op, c.dtype, dst, data, bytes / es);
+        else std::memcpy(dst, data, bytes);
+        c.traffic.received += static_cast<int64_t>(bytes);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void ring_reduce_scatter(Ctx& c, std::vector<Block>& blocks, int shift) {
+  const int n = c.tr.size(), r = c.tr.rank();
+  for (int s = 0; s < n - 1; ++s) {
+    // step s: send chunk r-s (+shift) right, reduce chunk r-s-1 (+shift) from the left
+    ring_step(c, blocks[mod(r - s + shift, n)], blocks[mod(r - s - 1 + shift, n)], true);
+  }
+}
+
+void ring_all_gather(Ctx& c, std::vector<Block>& blocks, int shift) {
+  const int n = c.tr.size(), r = c.tr.rank();
+  const int owned = r + 1 + shift;
+  for (int s = 0; s < n - 1; ++s) {
+    // step s: pass on the chunk received last step (my own at s = 0), take the next one
+    ring_step(c, blocks[mod(owned - s, n)], blocks[mod(owned - s - 1, n)], false);
+  }
+}
+
+void ring_all_reduce(Ctx& c, Block buffer) {
+  const int n = c.tr.size();
+  if (n == 1 || buffer.elems == 0) return;
+  std::vector<Block> chunks(n);
+  for (int i = 0; i < n; ++i)
+    chunks[i] = {buffer.data + chunk_offset(buffer.elems, n, i) * c.elem(),
+                 chunk_elems(buffer.elems, n, i)};
+  ring_reduce_scatter(c, chunks, 0);  // rank r now holds reduced chunk r+1
+  ring_all_gather(c, chunks, 0);      // ... and now every reduced chunk
+}
+
+// Broadcast as a pipelined chain root -> root+1 -> ... -> root-1: each rank forwards
+// segment k while its right neighbour is still receiving segment k-1. Every rank but the
+// last of the chain sends S bytes; every rank but the root receives S.
+void chain_broadcast(Ctx& c, Block buffer, int root) {
+  const int n = c.tr.size(), r = c.tr.rank();
+  const int pos = mod(r - root, n);  // my place in the chain
+  const int left = mod(r - 1, n), right = mod(r + 1, n);
+  const int64_t seg = c.segment_elems();
+  const std::size_t es = c.elem();
+  const int64_t segs = (buffer.elems + seg - 1) / seg;
+  for (int64_t k = 0; k < segs && n > 1; ++k) {
+    std::byte* p = buffer.data + k * seg * es;
+    int64_t len = std::min(seg, buffer.elems - k * seg);
+    if (pos > 0) recv_copy(c, left, {p, len});  // segment k from the previous in the chain
+    if (pos < n - 1) send_block(c, right, {p, len});
+  }
+}
+
+}  // namespace dplab::parallel

@@ -1,0 +1,107 @@
+// dplab_run.cpp: the dplab-run launcher (torchrun for one node).
+//   dplab-run --nproc-per-node 4 [--master-addr A --master-port P] [--tee] PROGRAM ARGS...
+// starts PROGRAM 4 times with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT set, forwards Ctrl-C/SIGTERM, and if a rank fails stops the others and exits 1
+// naming it. Bad arguments exit 2. The process handling lives in supervisor.cpp; this file
+// only parses arguments (CLI11 is slow to compile: keep it to this one file).
+// Read next: parallel/launch/supervisor.h.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "framework/error.h"
+#include "parallel/comm/tcp_store.h"
+#include "parallel/launch/supervisor.h"
+
+namespace {
+
+constexpr int kUsageError = 2;    // bad arguments, like argparse and torchrun
+constexpr int kRankFailed = 1;
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "dplab-run: error: %s\nRun with --help for more information.\n", msg.c_str());
+  return kUsageError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace par = dplab::parallel;
+  CLI::App app{"dplab-run: start N ranks of PROGRAM on this node (torchrun's conventions)",
+               "dplab-run"};
+  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
+  std::string master_addr = "127.0.0.1";
+  bool tee = false;
+  double grace = 5.0;
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc, "ranks to start on this node")
+      ->default_val(1);
+  app.add_option("--nnodes", nnodes, "nodes in the job (only 1 is supported yet)")->default_val(1);
+  app.add_option("--node-rank,--node_rank", node_rank, "this node's index")->default_val(0);
+  app.add_option("--master-addr,--master_addr", master_addr, "address of rank 0's store")
+      ->default_val("127.0.0.1");
+  app.add_option("--master-port,--master_port", master_port,
+                 "port of rank 0's store (default: a free port)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            bool digits = !s.empty() && s.size() <= 5 &&
+                          s.find_first_not_of("0123456789") == std::string::npos;
+            if (digits && std::stoi(s) <= 65535) return "";
+            return "expected a port number in 0..65535 (0 = pick a free one), got '" + s + "'";
+          },
+          "PORT"));
+  app.add_flag("--tee", tee, "prefix each output line with \"[rank r] \"");
+  app.add_option("--grace-period", grace, "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->check(CLI::NonNegativeNumber)->default_val(5.0);
+  // Everything from PROGRAM on belongs to the program, options included.
+  app.prefix_command();
+  app.footer("\nPROGRAM [ARGS...] follow the options: everything from PROGRAM on is passed to it.\n"
+             "Example: dplab-run --nproc-per-node 4 --tee ./train --epochs 2\n");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help (code 0) or the message
+    return code == 0 ? 0 : kUsageError;
+  }
+  std::vector<std::string> program = app.remaining();
+  if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  if (program.empty()) return usage_error("missing PROGRAM to run (dplab-run [options] PROGRAM ARGS...)");
+  if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
+  if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
+  if (nnodes > 1) {
+    return usage_error("--nnodes " + std::to_string(nnodes) +
+                       ": launching on more than one node is not supported yet (a later issue); "
+                       "use mpirun or srun with the mpi backend, or --nnodes 1");
+  }
+  if (node_rank != 0) {
+    return usage_error("--node-rank must be 0 when --nnodes is 1, got " + std::to_string(node_rank));
+  }
+
+  try {
+    if (master_port == 0) master_port = par::find_free_port(master_addr);
+    std::vector<par::RankProcess> procs(static_cast<size_t>(nproc));
+    for (int r = 0; r < nproc; ++r) {
+      procs[r].argv = program;
+      procs[r].env = par::rank_env(r, nproc, master_addr, master_port);
+    }
+    par::SuperviseResult res =
+        par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});
+    if (res.failed_rank >= 0) {
+      int stopped = 0;
+      for (const auto& r : res.ranks) stopped += r.stopped_by_us ? 1 : 0;
+      std::fprintf(stderr, "dplab-run: %s; stopped the other %d running rank(s)\n",
+                   res.failure.c_str(), stopped);
+      return kRankFailed;
+    }
+    if (res.interrupted_by != 0) {
+      std::fprintf(stderr, "dplab-run: interrupted by signal %d; forwarded it to every rank\n",
+                   res.interrupted_by);
+      return 128 + res.interrupted_by;  // the shell convention for "killed by signal"
+    }
+    return 0;
+  } catch (const dplab::Error& e) {
+    std::fprintf(stderr, "dplab-run: %s\n", e.what());
+    return kRankFailed;
+  }
+}

@@ -1,0 +1,286 @@
+// supervisor.cpp: fork/exec of rank processes and the watch loop.
+// The loop wakes every 50 ms at most (or when output arrives, or a signal interrupts poll):
+// it relays tee'd output line by line, reaps exited ranks with waitpid(pid, WNOHANG) (only
+// our own pids: spawn() runs inside a user's program that may have other children), and
+// escalates SIGTERM -> SIGKILL once the grace period is over.
+// Read next: spawn.cpp, exe/dplab_run.cpp.
+#include "parallel/launch/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "framework/error.h"
+
+extern char** environ;
+
+namespace dplab::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_pending_signal = 0;
+void on_signal(int sig) { g_pending_signal = sig; }
+
+// Installs the forwarding handlers for one supervise() call and restores the old ones.
+class SignalForwarding {
+ public:
+  explicit SignalForwarding(bool on) : on_(on) {
+    if (!on_) return;
+    g_pending_signal = 0;
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR at once
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalForwarding() {
+    if (!on_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  bool on_;
+  struct sigaction old_int_{}, old_term_{};
+};
+
+struct Child {
+  int rank;
+  int pid = -1;
+  bool alive = false;
+  int pipe_fd[2] = {-1, -1};    // tee: read ends of the child's stdout and stderr
+  std::string partial[2];       // tee: bytes after the last newline
+};
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own stdout is gone; nothing sensible to do
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads what is available on one tee pipe and prints complete lines with the rank prefix.
+// Returns false at EOF (the pipe is then closed).
+bool relay(Child& c, int which) {
+  char buf[8192];
+  ssize_t n = ::read(c.pipe_fd[which], buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  std::string& part = c.partial[which];
+  std::string out;
+  std::string prefix = fmt::format("[rank {}] ", c.rank);
+  if (n > 0) {
+    part.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = part.find('\n', start)) != std::string::npos) {
+      out += prefix + part.substr(start, nl - start + 1);
+      start = nl + 1;
+    }
+    part.erase(0, start);
+  } else {
+    if (!part.empty()) out += prefix + part + "\n";  // last line without a newline
+    part.clear();
+    ::close(c.pipe_fd[which]);
+    c.pipe_fd[which] = -1;
+  }
+  write_all(which == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
+  return n > 0;
+}
+
+std::vector<std::string> merged_env(const std::map<std::string, std::string>& extra) {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos && extra.count(kv.substr(0, eq))) continue;
+    out.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+void signal_group(const Child& c, int sig) {
+  if (c.pid > 0) ::kill(-c.pid, sig);  // the rank's whole process group
+}
+
+// fork + exec one rank. Returns the pid; throws Error if exec fails (reported by the child
+// through a close-on-exec pipe: EOF means exec succeeded).
+int start_one(const RankProcess& p, Child& c, bool tee) {
+  DPLAB_CHECK(!p.argv.empty(), "supervise: rank {} has no program to run", c.rank);
+  std::vector<std::string> argv_s = p.argv, env_s = merged_env(p.env);
+  std::vector<char*> argv = c_strings(argv_s), envp = c_strings(env_s);
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2];
+  DPLAB_CHECK(::pipe2(exec_pipe, O_CLOEXEC) == 0, "supervise: pipe2 failed: {}", std::strerror(errno));
+  if (tee) {
+    DPLAB_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
+                "supervise: pipe2 failed: {}", std::strerror(errno));
+  }
+  int pid = ::fork();
+  DPLAB_CHECK(pid >= 0, "supervise: fork failed for rank {}: {}", c.rank, std::strerror(errno));
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    ::setpgid(0, 0);
+    if (tee) {
+      ::dup2(out_pipe[1], STDOUT_FILENO);
+      ::dup2(err_pipe[1], STDERR_FILENO);
+    }
+    ::execvpe(argv[0], argv.data(), envp.data());
+    int err = errno;
+    [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: whichever of parent and child runs first wins the race
+  ::close(exec_pipe[1]);
+  if (tee) {
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    c.pipe_fd[0] = out_pipe[0];
+    c.pipe_fd[1] = err_pipe[0];
+  }
+  c.pid = pid;
+  c.alive = true;
+  int err = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_pipe[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  if (n == sizeof(err)) {
+    ::waitpid(pid, nullptr, 0);
+    c.alive = false;
+    for (int& fd : c.pipe_fd) {
+      if (fd >= 0) ::close(fd);
+      fd = -1;
+    }
+    DPLAB_FAIL("cannot start rank {}: '{}': {}", c.rank, p.argv[0], std::strerror(err));
+  }
+  return pid;
+}
+
+}  // namespace
+
+std::string describe_wait_status(int st) {
+  if (WIFEXITED(st)) return fmt::format("exited with status {}", WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) {
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  }
+  return fmt::format("ended with wait status {:#x}", st);
+}
+
+std::map<std::string, std::string> rank_env(int rank, int nprocs, const std::string& master_addr,
+                                            int master_port) {
+  std::map<std::string, std::string> env{
+      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(nprocs)}, {"LOCAL_WORLD_SIZE", std::to_string(nprocs)},
+      {"MASTER_ADDR", master_addr},          {"MASTER_PORT", std::to_string(master_port)}};
+  // N ranks on few cores: one thread each, unless the user chose otherwise.
+  for (const char* var : {"OMP_NUM_THREADS", "DPLAB_NUM_THREADS"})
+    if (std::getenv(var) == nullptr) env.emplace(var, std::string(1, '1'));
+  return env;
+}
+
+SuperviseResult supervise(const std::vector<RankProcess>& procs, const SuperviseOptions& opts) {
+  DPLAB_CHECK(!procs.empty(), "supervise: no processes to start");
+  SignalForwarding forwarding(opts.forward_signals);
+  std::fflush(nullptr);  // the parent's earlier output comes before the ranks' output
+  std::vector<Child> kids(procs.size());
+  SuperviseResult res;
+  res.ranks.resize(procs.size());
+  for (size_t r = 0; r < procs.size(); ++r) {
+    kids[r].rank = static_cast<int>(r);
+    try {
+      res.ranks[r].pid = start_one(procs[r], kids[r], opts.tee);
+    } catch (const Error&) {
+      for (size_t q = 0; q < r; ++q) {
+        signal_group(kids[q], SIGKILL);
+        ::waitpid(kids[q].pid, nullptr, 0);
+        for (int fd : kids[q].pipe_fd)
+          if (fd >= 0) ::close(fd);
+      }
+      throw;
+    }
+  }
+
+  bool stopping = false;
+  Clock::time_point kill_at{};
+  auto stop_all = [&](int sig) {
+    for (size_t r = 0; r < kids.size(); ++r) {
+      if (!kids[r].alive) continue;
+      signal_group(kids[r], sig);
+      res.ranks[r].stopped_by_us = true;
+    }
+    if (!stopping) kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(opts.grace);
+    stopping = true;
+  };
+
+  size_t alive = kids.size();
+  std::optional<Clock::time_point> drain_until;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Child*, int>> owners;
+    for (auto& c : kids)
+      for (int w = 0; w < 2; ++w)
+        if (c.pipe_fd[w] >= 0) {
+          fds.push_back({c.pipe_fd[w], POLLIN, 0});
+          owners.emplace_back(&c, w);
+        }
+    if (alive == 0 && (fds.empty() || Clock::now() >= *drain_until)) break;
+    int rc = ::poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; rc > 0 && i < fds.size(); ++i)
+      if (fds[i].revents != 0) relay(*owners[i].first, owners[i].second);
+
+    if (int sig = g_pending_signal; sig != 0) {
+      g_pending_signal = 0;
+      res.interrupted_by = sig;
+      stop_all(sig);  // forward the user's signal; SIGKILL follows after the grace period
+    }
+    for (size_t r = 0; r < kids.size(); ++r) {
+      if (!kids[r].alive) continue;
+      int st = 0;
+      if (::waitpid(kids[r].pid, &st, WNOHANG) != kids[r].pid) continue;
+      kids[r].alive = false;
+      --alive;
+      res.ranks[r].wait_status = st;
+      bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+      if (failed && !res.ranks[r].stopped_by_us && res.failed_rank < 0 && res.interrupted_by == 0) {
+        res.failed_rank = static_cast<int>(r);
+        res.failure = fmt::format("rank {} (pid {}) {}", r, kids[r].pid, describe_wait_status(st));
+        stop_all(SIGTERM);
+      }
+    }
+    if (stopping && alive > 0 && Clock::now() >= kill_at) {
+      for (auto& c : kids)
+        if (c.alive) signal_group(c, SIGKILL);
+    }
+    // After the last rank ends, give its output (and any grandchild still holding the pipe)
+    // a moment to drain, then stop reading.
+    if (alive == 0 && !drain_until) drain_until = Clock::now() + std::chrono::seconds(2);
+  }
+  for (auto& c : kids)
+    for (int fd : c.pipe_fd)
+      if (fd >= 0) ::close(fd);
+  return res;
+}
+
+}  // namespace dplab::parallel

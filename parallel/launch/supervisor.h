@@ -1,0 +1,55 @@
+// supervisor.h: start N rank processes and watch them, the engine under dplab-run and spawn().
+// Each rank is fork + execve'd into its own process group (so stopping a rank also stops any
+// processes it started). The supervisor forwards SIGINT/SIGTERM to every rank, optionally
+// prefixes each output line with "[rank r] ", and when one rank fails it stops the others:
+// SIGTERM, then SIGKILL after a grace period. Failure = non-zero exit status or a signal.
+// Ranks do not get the terminal's Ctrl-C directly (their own process groups): the
+// supervisor forwards it. A rank that reads the terminal's stdin would be stopped (SIGTTIN).
+// Read next: supervisor.cpp; spawn.h and exe/dplab_run.cpp use it.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/store.h"
+
+namespace dplab::parallel {
+
+struct RankProcess {
+  std::vector<std::string> argv;            // argv[0] is the program (searched in PATH)
+  std::map<std::string, std::string> env;   // added to (or replacing in) the parent's env
+};
+
+struct SuperviseOptions {
+  bool tee = false;           // prefix each line of stdout/stderr with "[rank r] "
+  Seconds grace{5.0};         // between SIGTERM and SIGKILL when stopping the other ranks
+  bool forward_signals = true;
+};
+
+struct RankOutcome {
+  int pid = -1;
+  int wait_status = 0;        // as from waitpid
+  bool stopped_by_us = false;  // killed because another rank failed (or on a forwarded signal)
+};
+
+struct SuperviseResult {
+  std::vector<RankOutcome> ranks;
+  int failed_rank = -1;       // the first rank that failed on its own, -1 if none
+  std::string failure;        // "rank 1 (pid 123) exited with status 3"; empty if all ok
+  int interrupted_by = 0;     // a forwarded SIGINT/SIGTERM, 0 if none
+  bool ok() const { return failed_rank < 0 && interrupted_by == 0; }
+};
+
+// Starts every process, waits for all of them, returns how each ended. Throws Error only if
+// a process cannot be started at all (the ones already started are stopped first).
+SuperviseResult supervise(const std::vector<RankProcess>& procs, const SuperviseOptions& opts = {});
+
+// The rendezvous variables of torchrun for rank r of n on one node, plus one thread per rank
+// for OpenMP and dplab unless the caller's environment already says otherwise.
+std::map<std::string, std::string> rank_env(int rank, int nprocs, const std::string& master_addr,
+                                            int master_port);
+
+// "exited with status 3", "was killed by signal 9 (Killed)".
+std::string describe_wait_status(int wait_status);
+
+}  // namespace dplab::parallel

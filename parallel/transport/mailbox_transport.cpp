@@ -1,0 +1,195 @@
+// mailbox_transport.cpp: slots, counters and waits. The only code here that touches other
+// ranks' memory; no arithmetic, only memcpy and atomics.
+// Cost per segment: one memcpy by the sender, one read (reduce or copy) by the receiver,
+// one FUTEX_WAKE syscall per counter bump (cheap when nobody sleeps).
+// Read next: shm_transport.cpp.
+#include "parallel/transport/mailbox_transport.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "framework/error.h"
+
+namespace dplab::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kSpins = 2000;                         // ~10-50 us of polling before sleeping
+constexpr auto kSleepSlice = std::chrono::milliseconds(5);
+constexpr auto kPidCheckEvery = std::chrono::milliseconds(50);
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t seen) {
+  timespec ts{0, std::chrono::duration_cast<std::chrono::nanoseconds>(kSleepSlice).count()};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+void futex_wake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so also read its state.
+bool pid_alive(int32_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;  // no /proc: trust kill()
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return true;
+  char state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace
+
+std::size_t mailbox_bytes(int size) {
+  std::size_t n = static_cast<std::size_t>(size);
+  return round_up(n * sizeof(RankStatus), 64) + round_up(n * n * sizeof(LinkHeader), 64) +
+         n * n * kSlots * kSegmentBytes;
+}
+
+MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank,
+                                   int size, Seconds timeout, std::string name)
+    : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout),
+      name_(std::move(name)) {
+  auto* base = static_cast<std::byte*>(memory);
+  std::size_t n = static_cast<std::size_t>(size);
+  statuses_ = reinterpret_cast<RankStatus*>(base);
+  links_ = reinterpret_cast<LinkHeader*>(base + round_up(n * sizeof(RankStatus), 64));
+  slots_ = base + round_up(n * sizeof(RankStatus), 64) + round_up(n * n * sizeof(LinkHeader), 64);
+}
+
+MailboxTransport::~MailboxTransport() = default;
+
+std::byte* MailboxTransport::slot(int from, int to, uint32_t index) const {
+  std::size_t link_index = static_cast<std::size_t>(from) * size_ + to;
+  return slots_ + (link_index * kSlots + index % kSlots) * kSegmentBytes;
+}
+
+std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
+  // Only the awaited peer's departure matters: another rank may have finished and exited
+  // cleanly, and a dead rank elsewhere in the pattern is found by the rank waiting on it,
+  // whose failure then reaches us through its flag.
+  std::optional<std::string> gone;
+  RankStatus& p = statuses_[peer];
+  if (p.left.load(std::memory_order_acquire))
+    gone = fmt::format("rank {}: {} failed: rank {} left the group (destroyed its "
+                       "ProcessGroup) while rank {} still waits on it", rank_, context_, peer,
+                       rank_);
+  else if (check_pid && p.pid != 0 && !pid_alive(p.pid))
+    gone = fmt::format("rank {}: {} failed: rank {} (pid {}) died while rank {} waits on it",
+                       rank_, context_, peer, p.pid, rank_);
+  // Failed flags are read after that, so a rank that failed and then exited is reported
+  // with its reason rather than as merely dead.
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    RankStatus& s = statuses_[r];
+    if (s.failed.load(std::memory_order_acquire)) {
+      std::string why(s.why, strnlen(s.why, sizeof(s.why)));
+      return fmt::format("rank {}: {} failed because rank {} failed ({}) while waiting on "
+                         "rank {}", rank_, context_, r, why, peer);
+    }
+  }
+  return gone;
+}
+
+template <typename Ready>
+void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int peer,
+                                const char* waiting_for) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  auto start = Clock::now();
+  auto next_pid_check = start;
+  for (;;) {
+    uint32_t seen = word.load(std::memory_order_acquire);
+    if (ready()) return;
+    auto now = Clock::now();
+    bool check_pid = now >= next_pid_check;
+    if (check_pid) next_pid_check = now + kPidCheckEvery;
+    if (auto why = problem(peer, check_pid)) {
+      // a peer that sent its last segment and then left (or died) is no failure: look again
+      if (ready()) return;
+      throw CommError(*why);
+    }
+    if (now - start > timeout_)
+      throw CommError(fmt::format("rank {}: {} timed out after {:.1f} s waiting for {} "
+                                  "rank {}", rank_, context_, timeout_.count(), waiting_for,
+                                  peer));
+    futex_wait(&word, seen);
+  }
+}
+
+void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) {
+  DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
+              "send_segment: peer must be another rank in [0, {}), got {} (I am rank {})",
+              size_, peer, rank_);
+  DPLAB_CHECK(len <= kSegmentBytes, "send_segment: {} bytes exceed the {}-byte slot", len,
+              kSegmentBytes);
+  LinkHeader& l = link(rank_, peer);
+  uint32_t w = l.written.load(std::memory_order_relaxed);  // only this rank writes it
+  // wait until the receiver has freed the slot we are about to fill
+  wait_for(l.consumed, [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; },
+           peer, "a free slot towards");
+  if (len) std::memcpy(slot(rank_, peer, w), src, len);
+  l.lens[w % kSlots] = static_cast<uint32_t>(len);
+  l.written.store(w + 1, std::memory_order_release);  // publishes the bytes and the length
+  futex_wake(&l.written);
+}
+
+void MailboxTransport::recv_segment(
+    int peer, const std::function<void(const void* data, std::size_t len)>& use) {
+  DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
+              "recv_segment: peer must be another rank in [0, {}), got {} (I am rank {})",
+              size_, peer, rank_);
+  LinkHeader& l = link(peer, rank_);
+  uint32_t c = l.consumed.load(std::memory_order_relaxed);  // only this rank writes it
+  // wait for the write from the peer
+  wait_for(l.written, [&] { return l.written.load(std::memory_order_acquire) != c; }, peer,
+           "data from");
+  use(slot(peer, rank_, c), l.lens[c % kSlots]);
+  l.consumed.store(c + 1, std::memory_order_release);  // the slot may be refilled now
+  futex_wake(&l.consumed);
+}
+
+void MailboxTransport::mark_left() {
+  statuses_[rank_].left.store(1, std::memory_order_release);
+  for (int a = 0; a < size_; ++a) {
+    futex_wake(&link(rank_, a).consumed);  // waiters for a slot towards me
+    futex_wake(&link(rank_, a).written);   // waiters for data from me
+  }
+}
+
+void MailboxTransport::mark_failed(const std::string& why) {
+  RankStatus& s = statuses_[rank_];
+  if (s.failed.load()) return;
+  std::size_t n = std::min(why.size(), sizeof(s.why) - 1);
+  std::memcpy(s.why, why.data(), n);
+  s.why[n] = '\0';
+  s.failed.store(1, std::memory_order_release);
+  // wake every sleeper so they see the flag now, not at their next slice
+  for (int a = 0; a < size_; ++a)
+    for (int b = 0; b < size_; ++b) {
+      futex_wake(&link(a, b).written);
+      futex_wake(&link(a, b).consumed);
+    }
+}
+
+}  // namespace dplab::parallel

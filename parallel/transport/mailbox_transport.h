@@ -1,0 +1,81 @@
+// mailbox_transport.h: the Transport protocol both CPU transports share, over one block of
+// memory that every rank maps (a POSIX shm segment between processes, the heap between
+// threads). The block holds, for each rank, a status (pid, failed flag, reason) and, for
+// each ordered pair s -> r, a link: kSlots slots of kSegmentBytes plus two counters,
+// `written` (bumped by s) and `consumed` (bumped by r). A slot is free while
+// written - consumed < kSlots. Waits spin briefly, then sleep in futex(FUTEX_WAIT) on the
+// counter (not the _PRIVATE variant, so a write in another process wakes us), waking every
+// few ms to check the deadline, the peers' failed flags, and whether the awaited peer
+// still lives (pid) and has not left the group: nothing more can come from it then.
+// Read next: mailbox_transport.cpp, shm_transport.h, thread_transport.h.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "parallel/transport/transport.h"
+
+namespace dplab::parallel {
+
+inline constexpr std::size_t kSegmentBytes = 256 * 1024;  // one slot; a multiple of 8
+inline constexpr uint32_t kSlots = 8;                      // slots per link: the pipeline depth
+
+struct alignas(64) RankStatus {
+  std::atomic<uint32_t> failed;  // 0 ok, 1 failed (why holds the reason)
+  std::atomic<uint32_t> left;    // 1 once its ProcessGroup was destroyed normally
+  int32_t pid;                   // 0: do not check liveness (threads of one process)
+  char why[240];
+};
+
+struct alignas(64) LinkHeader {
+  alignas(64) std::atomic<uint32_t> written;   // segments the sender has filled
+  alignas(64) std::atomic<uint32_t> consumed;  // segments the receiver has freed
+  uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
+};
+
+// Bytes a world of `size` ranks needs; zero-filled memory of this size is a valid state.
+std::size_t mailbox_bytes(int size);
+
+class MailboxTransport : public Transport {
+ public:
+  // memory: mailbox_bytes(size) bytes, kept alive by `owner` (munmap or free in its deleter).
+  MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank, int size,
+                   Seconds timeout, std::string name);
+  ~MailboxTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::size_t segment_bytes() const override { return kSegmentBytes; }
+  void set_context(const std::string& collective) override { context_ = collective; }
+  void send_segment(int peer, const void* src, std::size_t len) override;
+  void recv_segment(int peer,
+                    const std::function<void(const void* data, std::size_t len)>& use) override;
+  void mark_failed(const std::string& why) override;
+  void mark_left() override;
+
+  RankStatus& status(int r) const { return statuses_[r]; }
+
+ private:
+  LinkHeader& link(int from, int to) const { return links_[from * size_ + to]; }
+  std::byte* slot(int from, int to, uint32_t index) const;
+  // Returns once ready() holds; throws CommError on timeout, a failed peer or a dead pid.
+  template <typename Ready>
+  void wait_for(std::atomic<uint32_t>& word, Ready ready, int peer, const char* waiting_for);
+  // Why waiting on `peer` is hopeless (it left, died, or some rank failed), if it is.
+  std::optional<std::string> problem(int peer, bool check_pid);
+
+  std::shared_ptr<void> owner_;
+  int rank_, size_;
+  Seconds timeout_;
+  std::string name_;
+  std::string context_ = "(no collective)";
+  RankStatus* statuses_;
+  LinkHeader* links_;
+  std::byte* slots_;
+};
+
+}  // namespace dplab::parallel

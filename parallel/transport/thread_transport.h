@@ -1,0 +1,16 @@
+// thread_transport.h: the mailbox protocol on the heap, for ranks that are threads of one
+// process (fast protocol tests over a HashStore). Same slots, counters and futex waits as
+// shm; only where the memory comes from differs, and no pid checks (one process).
+// Read next: thread_transport.cpp, mailbox_transport.h.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "parallel/transport/transport.h"
+
+namespace dplab::parallel {
+
+std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
+                                                 int rank, int size, Seconds timeout);
+
+}  // namespace dplab::parallel

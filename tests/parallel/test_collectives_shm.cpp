@@ -1,0 +1,176 @@
+// test_collectives_shm.cpp: the shm transport with real forked processes, N = 1..4:
+// all_reduce ring and star, broadcast, all_gather, reduce_scatter, barrier, send/recv
+// against a serial reference; a rank that throws and a rank that is SIGKILLed make the
+// others fail with a CommError naming it well within the timeout; nothing is left in
+// /dev/shm afterwards. The thread tests cover the protocol in depth; these cover processes.
+// Read next: benchmarks/allreduce.cpp.
+#include <doctest/doctest.h>
+#include <dirent.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "framework/tensor/tensor.h"
+#include "parallel/comm/process_group.h"
+#include "tests/parallel/rank_harness.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+using dplab::parallel::testing::Outcome;
+using dplab::parallel::testing::run_processes;
+
+namespace {
+
+float value(int rank, int64_t i) { return static_cast<float>((rank * 5 + i * 7) % 13 - 6); }
+
+Tensor make(int rank, int64_t n) {
+  Tensor t = Tensor::empty({n});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = value(rank, i);
+  return t;
+}
+
+// In a child a failed DPLAB check would be lost; throw instead, the harness reports it.
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error("check failed in child: " + what);
+}
+
+void check_all_ok(const std::vector<Outcome>& out) {
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    CAPTURE(r);
+    CAPTURE(out[r].message);
+    CHECK(out[r].ok);
+  }
+}
+
+int dplab_segments_in_dev_shm() {
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "dplab-", 6) == 0) ++count;
+    closedir(d);
+  }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero sizes") {
+  const int before = dplab_segments_in_dev_shm();
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    check_all_ok(run_processes(n, [n](ProcessGroup& pg) {
+      expect(pg.transport_name() == "shm", "transport is " + pg.transport_name());
+      for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{100003}}) {
+        for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+          Tensor t = make(pg.rank(), size);
+          pg.all_reduce(t, ReduceOp::Sum, a);
+          const float* p = t.data<float>();
+          for (int64_t i = 0; i < size; ++i) {
+            float ref = 0;
+            for (int r = 0; r < n; ++r) ref += value(r, i);
+            expect(p[i] == ref, fmt::format("{} size {} element {}: {} != {}",
+                                            algorithm_name(a), size, i, p[i], ref));
+          }
+        }
+      }
+      // a tensor of 4 segments per chunk, and the exact ring volume for divisible sizes
+      pg.reset_comm_stats();
+      Tensor big = make(pg.rank(), 12 * 32768);
+      pg.all_reduce(big, ReduceOp::Max, Algorithm::Ring);
+      int64_t S = big.nbytes();
+      expect(pg.comm_stats().total.bytes_sent == 2 * (n - 1) * S / n, "ring volume");
+    }));
+  }
+  CHECK(dplab_segments_in_dev_shm() == before);  // unlinked as soon as all ranks mapped it
+}
+
+TEST_CASE("shm: broadcast, all_gather, reduce_scatter, barrier, send/recv") {
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    check_all_ok(run_processes(n, [n](ProcessGroup& pg) {
+      const int r = pg.rank();
+      const int64_t size = 40001;
+      Tensor b = make(r, size);
+      pg.broadcast(b, n - 1);
+      expect(b.to_vector<float>() == make(n - 1, size).to_vector<float>(), "broadcast");
+
+      std::vector<Tensor> outs, ins;
+      for (int i = 0; i < n; ++i) {
+        outs.push_back(Tensor::empty({size}));
+        ins.push_back(make(r + i, size));
+      }
+      pg.all_gather(outs, make(r, size));
+      for (int i = 0; i < n; ++i)
+        expect(outs[i].to_vector<float>() == make(i, size).to_vector<float>(), "all_gather");
+
+      Tensor block = Tensor::empty({size});
+      pg.reduce_scatter(block, ins, ReduceOp::Sum);
+      const float* p = block.data<float>();
+      for (int64_t i = 0; i < size; ++i) {
+        float ref = 0;
+        for (int q = 0; q < n; ++q) ref += value(q + r, i);  // rank q's ins[r]
+        expect(p[i] == ref, "reduce_scatter");
+      }
+
+      pg.barrier();
+      if (n > 1) {
+        Tensor got = Tensor::empty({size});
+        if (r == 0) {
+          pg.send(make(0, size), 1);
+          if (n > 2) pg.recv(got, n - 1);
+        } else {
+          pg.recv(got, r - 1);
+          expect(got.to_vector<float>() == make(r - 1, size).to_vector<float>(), "recv");
+          if (r + 1 < n || n > 2) pg.send(make(r, size), (r + 1) % n);
+        }
+      }
+      pg.barrier();
+    }));
+  }
+}
+
+TEST_CASE("shm: a rank that throws makes the others fail fast with a message naming it") {
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+    auto start = std::chrono::steady_clock::now();
+    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
+    auto out = run_processes(4, [](ProcessGroup& pg) {
+      if (pg.rank() == 2) throw std::runtime_error("rank 2 failed on purpose");
+      Tensor t = make(pg.rank(), 300000);
+      pg.all_reduce(t);
+    }, opts);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(secs < 2.5);
+    CHECK(out[2].message == "rank 2 failed on purpose");
+    for (int r : {0, 1, 3}) {
+      CAPTURE(r);
+      CAPTURE(out[r].message);
+      CHECK_FALSE(out[r].ok);
+      CHECK(out[r].message.find("rank 2") != std::string::npos);
+      CHECK(out[r].message.find("all_reduce") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
+  const int before = dplab_segments_in_dev_shm();
+  auto start = std::chrono::steady_clock::now();
+  ProcessGroupOptions opts{.backend = "ring", .timeout = Seconds(3.0)};
+  auto out = run_processes(4, [](ProcessGroup& pg) {
+    Tensor t = make(pg.rank(), 300000);
+    pg.all_reduce(t);  // one that works, so the kill lands mid-run
+    if (pg.rank() == 3) raise(SIGKILL);
+    pg.all_reduce(t);
+  }, opts);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(secs < 3.0);
+  CHECK(out[3].signal == SIGKILL);
+  for (int r : {0, 1, 2}) {
+    CAPTURE(r);
+    CAPTURE(out[r].message);
+    CHECK_FALSE(out[r].ok);
+    CHECK(out[r].message.find("rank 3") != std::string::npos);
+  }
+  CHECK(dplab_segments_in_dev_shm() == before);
+}

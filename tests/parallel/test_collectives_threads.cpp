@@ -1,0 +1,295 @@
+// test_collectives_threads.cpp: every collective, ranks as threads (thread transport),
+// against a serial reference computed in the test: N = 1..4, sizes that do not divide by N,
+// zero size, several transport segments, float32 and int64, async handles, the exact
+// traffic counters of ring and star, and a failing rank. Fast: the protocol, not the memory.
+// Read next: test_collectives_shm.cpp (the same over real processes).
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "framework/tensor/tensor.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/transport/mailbox_transport.h"
+#include "tests/parallel/rank_harness.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+using dplab::parallel::testing::run_threads;
+
+namespace {
+
+// Small integers, so float sums are exact and a reference compares with ==.
+template <typename T> T value(int rank, int64_t i, int salt = 0) {
+  return static_cast<T>((rank * 7 + i * 3 + salt) % 11 - 5);
+}
+
+template <typename T> Tensor make(int rank, int64_t n, int salt = 0) {
+  Tensor t = Tensor::empty({n}, {.dtype = dtype_of<T>()});
+  T* p = t.data<T>();
+  for (int64_t i = 0; i < n; ++i) p[i] = value<T>(rank, i, salt);
+  return t;
+}
+
+template <typename T> std::vector<T> reference(ReduceOp op, int n_ranks, int64_t n, int salt = 0) {
+  std::vector<T> ref(n);
+  for (int64_t i = 0; i < n; ++i) {
+    T acc = value<T>(0, i, salt);
+    for (int r = 1; r < n_ranks; ++r) {
+      T v = value<T>(r, i, salt);
+      if (op == ReduceOp::Max) acc = std::max(acc, v);
+      else if (op == ReduceOp::Min) acc = std::min(acc, v);
+      else acc += v;
+    }
+    if (op == ReduceOp::Avg) acc = static_cast<T>(acc * (1.0f / n_ranks));
+    ref[i] = acc;
+  }
+  return ref;
+}
+
+// Sizes: empty, one element, fewer elements than ranks, odd, and > 2 segments per chunk.
+const int64_t kSizes[] = {0, 1, 3, 1001, 3 * static_cast<int64_t>(kSegmentBytes / 4) + 17};
+
+template <typename T> void check_all_reduce(int n, Algorithm algo, ReduceOp op) {
+  for (int64_t size : kSizes) {
+    CAPTURE(n); CAPTURE(size); CAPTURE(algorithm_name(algo)); CAPTURE(reduce_op_name(op));
+    std::vector<std::vector<T>> got(n);
+    run_threads(n, [&](ProcessGroup& pg) {
+      Tensor t = make<T>(pg.rank(), size);
+      pg.all_reduce(t, op, algo);
+      got[pg.rank()] = t.to_vector<T>();
+    });
+    auto ref = reference<T>(op, n, size);
+    for (int r = 0; r < n; ++r) CHECK(got[r] == ref);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("chunk split: the first n % parts chunks are one element longer") {
+  CHECK(chunk_elems(10, 4, 0) == 3);
+  CHECK(chunk_elems(10, 4, 1) == 3);
+  CHECK(chunk_elems(10, 4, 2) == 2);
+  CHECK(chunk_elems(10, 4, 3) == 2);
+  CHECK(chunk_offset(10, 4, 2) == 6);
+  CHECK(chunk_offset(10, 4, 3) == 8);
+  CHECK(chunk_offset(2, 4, 3) == 2);
+  CHECK(chunk_elems(2, 4, 3) == 0);
+}
+
+TEST_CASE("all_reduce ring and star, sum/avg/max/min, float32, N = 1..4") {
+  for (int n = 1; n <= 4; ++n)
+    for (Algorithm a : {Algorithm::Ring, Algorithm::Star})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+        check_all_reduce<float>(n, a, op);
+}
+
+TEST_CASE("all_reduce ring and star on int64; avg on int64 is refused") {
+  for (int n = 1; n <= 4; ++n)
+    for (Algorithm a : {Algorithm::Ring, Algorithm::Star})
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min})
+        check_all_reduce<int64_t>(n, a, op);
+  run_threads(1, [](ProcessGroup& pg) {
+    Tensor t = make<int64_t>(0, 4);
+    CHECK_THROWS_WITH_AS(pg.all_reduce(t, ReduceOp::Avg), doctest::Contains("avg needs float32"),
+                         Error);
+  });
+}
+
+TEST_CASE("broadcast from every root, and reduce to every root") {
+  for (int n = 1; n <= 4; ++n)
+    for (int root = 0; root < n; ++root)
+      for (int64_t size : kSizes) {
+        CAPTURE(n); CAPTURE(root); CAPTURE(size);
+        std::vector<std::vector<float>> bcast(n), red(n);
+        run_threads(n, [&](ProcessGroup& pg) {
+          Tensor t = make<float>(pg.rank(), size);
+          pg.broadcast(t, root);
+          bcast[pg.rank()] = t.to_vector<float>();
+          Tensor u = make<float>(pg.rank(), size, 1);
+          pg.reduce(u, root, ReduceOp::Sum);
+          red[pg.rank()] = u.to_vector<float>();
+        });
+        for (int r = 0; r < n; ++r) {
+          CHECK(bcast[r] == make<float>(root, size).to_vector<float>());
+          if (r == root) CHECK(red[r] == reference<float>(ReduceOp::Sum, n, size, 1));
+          else CHECK(red[r] == make<float>(r, size, 1).to_vector<float>());  // untouched
+        }
+      }
+}
+
+TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
+  for (int n = 1; n <= 4; ++n)
+    for (int64_t size : {int64_t{0}, int64_t{5}, int64_t{40000}}) {
+      CAPTURE(n); CAPTURE(size);
+      std::vector<std::vector<std::vector<int64_t>>> gathered(n), root_gather(n);
+      std::vector<std::vector<int64_t>> scattered(n);
+      std::vector<std::vector<float>> rs(n);
+      run_threads(n, [&](ProcessGroup& pg) {
+        const int r = pg.rank();
+        std::vector<Tensor> outs, gouts, ins, rs_ins;
+        for (int i = 0; i < n; ++i) {
+          outs.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
+          gouts.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
+          ins.push_back(make<int64_t>(100 + i, size));      // root's piece for rank i
+          rs_ins.push_back(make<float>(r, size, i));          // my contribution to block i
+        }
+        pg.all_gather(outs, make<int64_t>(r, size));
+        pg.gather(gouts, make<int64_t>(r, size), n - 1);
+        Tensor piece = Tensor::empty({size}, {.dtype = DType::Int64});
+        pg.scatter(piece, ins, 0);
+        Tensor block = Tensor::empty({size});
+        pg.reduce_scatter(block, rs_ins, ReduceOp::Sum);
+        for (auto& t : outs) gathered[r].push_back(t.to_vector<int64_t>());
+        if (r == n - 1)
+          for (auto& t : gouts) root_gather[r].push_back(t.to_vector<int64_t>());
+        scattered[r] = piece.to_vector<int64_t>();
+        rs[r] = block.to_vector<float>();
+        CHECK(rs_ins[0].to_vector<float>() == make<float>(r, size, 0).to_vector<float>());
+      });
+      for (int r = 0; r < n; ++r) {
+        for (int i = 0; i < n; ++i) {
+          CHECK(gathered[r][i] == make<int64_t>(i, size).to_vector<int64_t>());
+          if (r == n - 1) CHECK(root_gather[r][i] == make<int64_t>(i, size).to_vector<int64_t>());
+        }
+        CHECK(scattered[r] == make<int64_t>(100 + r, size).to_vector<int64_t>());
+        CHECK(rs[r] == reference<float>(ReduceOp::Sum, n, size, r));
+      }
+    }
+}
+
+TEST_CASE("send/recv around a ring, and barrier holds everyone until all arrive") {
+  for (int n = 2; n <= 4; ++n) {
+    std::vector<std::vector<float>> got(n);
+    std::atomic<int> arrived{0};
+    std::vector<int> seen(n);
+    run_threads(n, [&](ProcessGroup& pg) {
+      const int r = pg.rank();
+      Tensor mine = make<float>(r, 70001);
+      Tensor theirs = Tensor::empty({70001});
+      if (r % 2 == 0) {  // even ranks send first, so the pattern cannot deadlock
+        pg.send(mine, (r + 1) % n);
+        pg.recv(theirs, (r + n - 1) % n);
+      } else {
+        pg.recv(theirs, (r + n - 1) % n);
+        pg.send(mine, (r + 1) % n);
+      }
+      got[r] = theirs.to_vector<float>();
+      std::this_thread::sleep_for(std::chrono::milliseconds(15 * r));
+      arrived++;
+      pg.barrier();
+      seen[r] = arrived.load();
+    });
+    for (int r = 0; r < n; ++r) {
+      CHECK(got[r] == make<float>((r + n - 1) % n, 70001).to_vector<float>());
+      CHECK(seen[r] == n);
+    }
+  }
+}
+
+TEST_CASE("async handles complete in call order and rethrow errors on wait()") {
+  const int n = 3;
+  std::vector<std::vector<float>> a(n), b(n);
+  run_threads(n, [&](ProcessGroup& pg) {
+    Tensor x = make<float>(pg.rank(), 50000), y = make<float>(pg.rank(), 777, 2);
+    WorkPtr wx = pg.all_reduce_async(x, ReduceOp::Sum, Algorithm::Ring);
+    WorkPtr wy = pg.all_reduce_async(y, ReduceOp::Max, Algorithm::Star);
+    WorkPtr wb = pg.barrier_async();
+    wb->wait();
+    CHECK(wx->is_completed());
+    CHECK(wy->is_completed());
+    wy->wait();
+    a[pg.rank()] = x.to_vector<float>();
+    b[pg.rank()] = y.to_vector<float>();
+    Tensor bad = make<int64_t>(pg.rank(), 3);
+    WorkPtr wbad = pg.all_reduce_async(bad, ReduceOp::Avg);
+    CHECK_THROWS_AS(wbad->wait(), Error);
+  });
+  for (int r = 0; r < n; ++r) {
+    CHECK(a[r] == reference<float>(ReduceOp::Sum, n, 50000));
+    CHECK(b[r] == reference<float>(ReduceOp::Max, n, 777, 2));
+  }
+}
+
+TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
+  for (int n = 2; n <= 4; ++n)
+    for (int64_t elems : {int64_t{12000}, int64_t{12001}, int64_t{5}, int64_t{2}}) {
+      CAPTURE(n); CAPTURE(elems);
+      const int64_t S = elems * 4;  // float32 bytes
+      std::vector<CommStats> ring(n), star(n);
+      run_threads(n, [&](ProcessGroup& pg) {
+        Tensor t = make<float>(pg.rank(), elems);
+        pg.all_reduce(t, ReduceOp::Sum, Algorithm::Ring);
+        ring[pg.rank()] = pg.comm_stats();
+        pg.reset_comm_stats();
+        pg.all_reduce(t, ReduceOp::Sum, Algorithm::Star);
+        star[pg.rank()] = pg.comm_stats();
+      });
+      auto c = [&](int i) { return chunk_elems(elems, n, ((i % n) + n) % n) * 4; };
+      for (int r = 0; r < n; ++r) {
+        const CollectiveStats& s = ring[r].per_collective.at("all_reduce");
+        CHECK(s.calls == 1);
+        // rank r sends every chunk but r+1 (reduce-scatter) and but r+2 (all-gather)
+        CHECK(s.bytes_sent == 2 * S - c(r + 1) - c(r + 2));
+        CHECK(s.bytes_received == 2 * S - c(r) - c(r + 1));
+        if (elems % n == 0) CHECK(s.bytes_sent == 2 * (n - 1) * S / n);
+        CHECK(ring[r].total.bytes_sent == s.bytes_sent);
+        const CollectiveStats& p = star[r].per_collective.at("all_reduce");
+        CHECK(p.bytes_sent == (r == 0 ? (n - 1) * S : S));
+        CHECK(p.bytes_received == (r == 0 ? (n - 1) * S : S));
+      }
+    }
+}
+
+TEST_CASE("a rank that throws makes the others fail fast, naming it") {
+  ProcessGroupOptions opts{.backend = "ring", .timeout = Seconds(3.0)};
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::string> messages(3);
+    try {
+      run_threads(3, [&](ProcessGroup& pg) {
+        if (pg.rank() == 1) throw std::runtime_error("rank 1 gives up");
+        Tensor t = make<float>(pg.rank(), 100000);
+        try {
+          pg.all_reduce(t, ReduceOp::Sum, a);
+        } catch (const CommError& e) {
+          messages[pg.rank()] = e.what();
+        }
+        // the links' state is unknown after a failure: the group refuses further work
+        CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("failed earlier"), CommError);
+      }, opts);
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "rank 1 gives up");
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(secs < 2.0);  // failed fast, not at the 3 s timeout
+    for (int r : {0, 2}) {
+      CAPTURE(messages[r]);
+      CHECK(messages[r].find("rank 1") != std::string::npos);
+      CHECK(messages[r].find("all_reduce") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("a rank that never comes times out with a CommError naming rank, peer, collective") {
+  ProcessGroupOptions opts{.backend = "star", .timeout = Seconds(0.5)};
+  std::string message;
+  std::atomic<bool> done{false};
+  run_threads(2, [&](ProcessGroup& pg) {
+    if (pg.rank() == 1) {  // alive, but never joins the collective
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    Tensor t = make<float>(0, 10);
+    try {
+      pg.all_reduce(t);
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+    done = true;
+  }, opts);
+  CAPTURE(message);
+  CHECK(message.find("rank 0") != std::string::npos);
+  CHECK(message.find("timed out") != std::string::npos);
+  CHECK(message.find("all_reduce(star") != std::string::npos);
+  CHECK(message.find("rank 1") != std::string::npos);
+}

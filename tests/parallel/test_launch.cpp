@@ -1,0 +1,287 @@
+// test_launch.cpp: rank discovery from launcher variables, the dplab-run launcher and spawn().
+// dplab-run and the helper programs are real executables; Meson passes their paths in the
+// environment (DPLAB_RUN, LAUNCH_CHILD, SPAWN_CHILD), and each test runs them as a child
+// process with stdout/stderr captured to files, then checks exit code, output and timing.
+// Read next: launch_child.cpp, spawn_child.cpp (what the launched programs do).
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "framework/error.h"
+#include "parallel/comm/init.h"
+
+namespace par = dplab::parallel;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Ran {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+  double seconds = 0;
+};
+
+std::string program(const char* var) {
+  const char* p = std::getenv(var);
+  REQUIRE_MESSAGE(p != nullptr, var << " is not set: run this test through `meson test`");
+  return p;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs argv with stdout/stderr captured; a stray run is killed after 60 s. With sig != 0,
+// sends sig to the process after `after_s` seconds (a user pressing Ctrl-C).
+Ran run(const std::vector<std::string>& args, int sig = 0, double after_s = 0) {
+  fs::path dir = fs::temp_directory_path() / ("dplab_run_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::path out = dir / "out", err = dir / "err";
+  auto t0 = Clock::now();
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    alarm(60);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  if (sig != 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(after_s));
+    kill(pid, sig);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  Ran r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove_all(dir);
+  return r;
+}
+
+bool has(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+// --- rank_info_from_env ---
+
+TEST_CASE("rank_info_from_env: torchrun / dplab-run variables") {
+  auto info = par::rank_info_from_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
+                                       {"MASTER_PORT", "1234"}});
+  CHECK(info.rank == 3);
+  CHECK(info.world_size == 8);
+  CHECK(info.local_rank == 1);
+  CHECK(info.local_world_size == 2);
+  CHECK(info.master_addr == "10.0.0.1");
+  CHECK(info.master_port == 1234);
+  // Single node defaults, and torch's default address and port.
+  auto one = par::rank_info_from_env({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  CHECK(one.local_world_size == 1);
+  CHECK(one.master_addr == "127.0.0.1");
+  CHECK(one.master_port == 29500);
+}
+
+TEST_CASE("rank_info_from_env: OpenMPI and Slurm variables") {
+  auto mpi = par::rank_info_from_env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "6"},
+                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}});
+  CHECK(mpi.rank == 5);
+  CHECK(mpi.world_size == 6);
+  CHECK(mpi.local_rank == 2);
+  CHECK(mpi.local_world_size == 3);
+  // Nodes 0-2 run 2 tasks, node 3 runs 1: this is the lone task on node 3.
+  auto slurm = par::rank_info_from_env({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"},
+                                        {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "3"},
+                                        {"SLURM_TASKS_PER_NODE", "2(x3),1"}});
+  CHECK(slurm.rank == 6);
+  CHECK(slurm.world_size == 7);
+  CHECK(slurm.local_rank == 0);
+  CHECK(slurm.local_world_size == 1);
+  // torchrun variables win over the others when both exist (torchrun under srun).
+  auto both = par::rank_info_from_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"},
+                                       {"SLURM_NTASKS", "1"}});
+  CHECK(both.rank == 1);
+}
+
+TEST_CASE("rank_info_from_env: missing and malformed values") {
+  using Env = std::map<std::string, std::string>;
+  auto fails_with = [](const Env& env, const char* text) {
+    CHECK_THROWS_WITH_AS(par::rank_info_from_env(env), doctest::Contains(text), dplab::Error);
+  };
+  fails_with({}, "no rank information in the environment");
+  fails_with({{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "RANK='x' is not an integer");
+  fails_with({{"RANK", "1"}, {"WORLD_SIZE", "2x"}}, "WORLD_SIZE='2x' is not an integer");
+  fails_with({{"RANK", "1"}}, "WORLD_SIZE is not set");
+  fails_with({{"WORLD_SIZE", "4"}}, "RANK is not set");
+  fails_with({{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "rank 4 is not in [0, 4)");
+  fails_with({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "world size must be >= 1");
+  fails_with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "http"}},
+             "MASTER_PORT='http' is not an integer");
+  fails_with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
+             "MASTER_PORT=70000 is not a port");
+  fails_with({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not set");
+  fails_with({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_TASKS_PER_NODE", "2"},
+              {"SLURM_NODEID", "1"}}, "lists 1 nodes, but SLURM_NODEID is 1");
+}
+
+// --- dplab-run ---
+
+TEST_CASE("dplab-run: bad arguments exit 2 with a message") {
+  std::string run_bin = program("DPLAB_RUN"), child = program("LAUNCH_CHILD");
+  Ran r = run({run_bin, "--nproc-per-node", "0", child});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--nproc-per-node must be >= 1, got 0"));
+  r = run({run_bin, "--nproc-per-node", "2"});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "missing PROGRAM"));
+  r = run({run_bin, "--nproc-per-node", "2", "--master-port", "abc", child});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--master-port: expected a port number in 0..65535 (0 = pick a free one), got 'abc'"));
+  r = run({run_bin, "--nproc-per-node", "two", child});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "--nproc-per-node"));
+  r = run({run_bin, "--nnodes", "2", "--node-rank", "0", child});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "not supported yet"));
+  r = run({run_bin, "--nproc-per-node", "1", "/nonexistent/program"});
+  CHECK(r.status == 1);
+  CHECK(has(r.err, "cannot start rank 0"));
+}
+
+TEST_CASE("dplab-run: N = 3 ranks each see their rendezvous variables") {
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", "--nnodes", "1", "--node-rank", "0",
+               program("LAUNCH_CHILD"), "print"});
+  REQUIRE(r.status == 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string want = "RANK=" + std::to_string(rank) + " WORLD_SIZE=3 LOCAL_RANK=" +
+                       std::to_string(rank) + " LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=";
+    CHECK_MESSAGE(has(r.out, want), r.out);
+  }
+  CHECK(has(r.out, "OMP_NUM_THREADS=1"));
+  CHECK_FALSE(has(r.out, "MASTER_PORT=0 "));  // a free port was picked, not 0
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3);
+}
+
+TEST_CASE("dplab-run: ranks rendezvous through the TCPStore; a world-size lie is reported") {
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "rendezvous"});
+  CHECK_MESSAGE(r.status == 0, r.err);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK(has(r.out, "rank " + std::to_string(rank) + " sum 60"));
+  r = run({program("DPLAB_RUN"), "--nproc-per-node", "2", "--grace-period", "1",
+           program("LAUNCH_CHILD"), "wrong-world"});
+  CHECK(r.status == 1);
+  CHECK_MESSAGE(has(r.err, "ranks disagree on the world size"), r.err);
+  CHECK(r.seconds < 10.0);
+}
+
+TEST_CASE("dplab-run + init_process_group: env:// and file:// both give a working group") {
+  fs::path file = fs::temp_directory_path() / ("dplab_init_" + std::to_string(getpid()));
+  fs::remove(file);
+  for (std::string method : {std::string("env://"), "file://" + file.string()}) {
+    Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "init",
+                 method});
+    CHECK_MESSAGE(r.status == 0, method << ": " << r.err);
+    for (int rank = 0; rank < 3; ++rank)  // 1 + 2 + 3
+      CHECK_MESSAGE(has(r.out, "rank " + std::to_string(rank) + " of 3 all_reduce 6"), r.out);
+  }
+  CHECK_FALSE(fs::exists(file));  // the last FileStore removed its file
+}
+
+TEST_CASE("dplab-run: a failing rank stops the others and is named") {
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", "--grace-period", "1",
+               program("LAUNCH_CHILD"), "fail", "1", "3"});
+  CHECK(r.status == 1);
+  CHECK_MESSAGE(has(r.err, "rank 1 (pid "), r.err);
+  CHECK(has(r.err, "exited with status 3"));
+  CHECK(has(r.err, "stopped the other 2 running rank(s)"));
+  // The other ranks sleep 60 s; they must be gone about 0.3 s after rank 1 fails.
+  CHECK(r.seconds < 5.0);
+}
+
+TEST_CASE("dplab-run: ranks that ignore SIGTERM get SIGKILL after the grace period") {
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", "--grace-period", "1",
+               program("LAUNCH_CHILD"), "stubborn", "0", "4"});
+  CHECK(r.status == 1);
+  CHECK_MESSAGE(has(r.err, "rank 0 (pid "), r.err);
+  CHECK(has(r.err, "exited with status 4"));
+  CHECK(r.seconds >= 1.2);  // 0.3 s until rank 0 fails + 1 s of grace
+  CHECK(r.seconds < 5.0);
+}
+
+TEST_CASE("dplab-run: SIGINT is forwarded to every rank") {
+  // No rank 99: all three ranks sleep 60 s until the forwarded SIGINT ends them.
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "fail",
+               "99", "1"}, SIGINT, 0.5);
+  CHECK(r.status == 128 + SIGINT);
+  CHECK_MESSAGE(has(r.err, "interrupted by signal 2"), r.err);
+  CHECK(r.seconds < 5.0);
+}
+
+TEST_CASE("dplab-run: --tee prefixes every line with its rank") {
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "2", "--tee", program("LAUNCH_CHILD"),
+               "lines"});
+  REQUIRE(r.status == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string p = "[rank " + std::to_string(rank) + "] ";
+    CHECK(has(r.out, p + "hello from " + std::to_string(rank) + "\n"));
+    CHECK(has(r.out, p + "no newline at the end\n"));
+    CHECK(has(r.err, p + "warning from " + std::to_string(rank) + "\n"));
+  }
+  // Without --tee the output is passed through untouched.
+  r = run({program("DPLAB_RUN"), "--nproc-per-node", "1", program("LAUNCH_CHILD"), "lines"});
+  CHECK(r.out == "hello from 0\nno newline at the end");
+}
+
+// --- spawn ---
+
+TEST_CASE("spawn: fn runs once on each of N ranks") {
+  fs::path dir = fs::temp_directory_path() / ("dplab_spawn_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Ran r = run({program("SPAWN_CHILD"), "ok", "3", dir.string()});
+  CHECK_MESSAGE(r.status == 0, r.err);
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string text = slurp(dir / ("rank" + std::to_string(rank) + ".txt"));
+    CHECK(has(text, "rank " + std::to_string(rank) + " RANK " + std::to_string(rank) +
+                        " WORLD_SIZE 3 MASTER_PORT "));
+  }
+  // Only the parent gets past spawn(): the children ended inside it.
+  CHECK(slurp(dir / "parent.txt") == "parent done\n");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("spawn: a failing rank becomes an Error in the parent naming it") {
+  fs::path dir = fs::temp_directory_path();
+  Ran r = run({program("SPAWN_CHILD"), "fail", "3", dir.string()});
+  CHECK(r.status == 3);
+  CHECK_MESSAGE(has(r.out, "spawn failed: spawn: rank 1 (pid "), r.out);
+  CHECK(has(r.out, "exited with status 1"));
+  CHECK(has(r.err, "rank 1 gives up"));  // the child printed its exception
+  CHECK(r.seconds < 8.0);
+}

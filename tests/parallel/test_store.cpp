@@ -1,0 +1,303 @@
+// test_store.cpp: TCPStore and FileStore (set/get/add/wait/check across threads and forked
+// processes, timeouts, port in use, a dead server), and the rendezvous on top of them.
+// Timeouts are 1 s, and each test checks the error came within about that time.
+// Read next: test_launch.cpp (rank variables, dplab-run, spawn).
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "framework/error.h"
+#include "parallel/comm/file_store.h"
+#include "parallel/comm/init.h"
+#include "parallel/comm/tcp_store.h"
+
+namespace par = dplab::parallel;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Runs fn in n forked children; returns how many exited with status 0.
+int run_forked(int n, const std::function<bool(int)>& fn) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      bool ok = false;
+      try {
+        ok = fn(i);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", i, e.what());
+      }
+      _exit(ok ? 0 : 1);  // never return into doctest in a child
+    }
+    pids.push_back(pid);
+  }
+  int good = 0;
+  for (pid_t pid : pids) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    good += (WIFEXITED(st) && WEXITSTATUS(st) == 0) ? 1 : 0;
+  }
+  return good;
+}
+
+std::string temp_path(const char* tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("dplab_" + std::string(tag) + "_" + std::to_string(getpid())))
+      .string();
+}
+
+}  // namespace
+
+TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  const int port = server.port();
+  REQUIRE(port > 0);
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+      client.set("key/" + std::to_string(t), "value" + std::to_string(t));
+      client.add("counter", t + 1);
+      std::vector<std::string> keys;
+      for (int u = 0; u < kThreads; ++u) keys.push_back("key/" + std::to_string(u));
+      client.wait(keys);
+      bool good = client.check(keys) && client.get("key/" + std::to_string((t + 1) % kThreads)) ==
+                                            "value" + std::to_string((t + 1) % kThreads);
+      ok += good ? 1 : 0;
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(ok == kThreads);
+  CHECK(server.add("counter", 0) == 1 + 2 + 3 + 4);
+  CHECK_FALSE(server.check({"key/0", "nope"}));
+  server.set("key/0", "overwritten");
+  CHECK(server.get("key/0") == "overwritten");
+  server.set("binary", std::string("a\0b\n", 4));
+  CHECK(server.get("binary") == std::string("a\0b\n", 4));
+}
+
+TEST_CASE("TCPStore: get waits for a key another client sets later") {
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  std::thread setter([port = server.port()] {
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    client.set("late", "here");
+  });
+  auto t0 = Clock::now();
+  CHECK(server.get("late") == "here");
+  CHECK(seconds_since(t0) >= 0.15);
+  setter.join();
+}
+
+TEST_CASE("TCPStore: forked processes share one server") {
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  const int port = server.port();
+  constexpr int kProcs = 3;
+  int good = run_forked(kProcs, [port](int i) {
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    client.set("proc/" + std::to_string(i), std::to_string(i * i));
+    client.add("arrived", 1);
+    std::vector<std::string> keys;
+    for (int j = 0; j < kProcs; ++j) keys.push_back("proc/" + std::to_string(j));
+    client.wait(keys);
+    int64_t sum = 0;
+    for (int j = 0; j < kProcs; ++j) sum += std::stoll(client.get("proc/" + std::to_string(j)));
+    return sum == 0 + 1 + 4;
+  });
+  CHECK(good == kProcs);
+  CHECK(server.add("arrived", 0) == kProcs);
+}
+
+TEST_CASE("TCPStore: waits end in CommError within about the timeout") {
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH_AS(store.get("missing"), doctest::Contains("still missing: 'missing'"),
+                       dplab::CommError);
+  double got = seconds_since(t0);
+  CHECK(got >= 0.9);
+  CHECK(got < 3.0);
+  store.set("present", "1");
+  t0 = Clock::now();
+  CHECK_THROWS_WITH_AS(store.wait({"present", "absent"}), doctest::Contains("'absent'"),
+                       dplab::CommError);
+  CHECK(seconds_since(t0) < 3.0);
+  // The connection is still usable after a timeout.
+  CHECK(store.get("present") == "1");
+}
+
+TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
+  int port = par::find_free_port();
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", port, false, par::Seconds(1.0)),
+                       doctest::Contains("could not reach the store server"), dplab::CommError);
+  double got = seconds_since(t0);
+  CHECK(got >= 0.9);
+  CHECK(got < 3.0);
+}
+
+TEST_CASE("TCPStore: port in use") {
+  par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0));
+  std::string expected = "port " + std::to_string(first.port()) +
+                         " on 127.0.0.1 is in use; pick another MASTER_PORT";
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0)),
+                       doctest::Contains(expected.c_str()), dplab::CommError);
+}
+
+TEST_CASE("TCPStore: a server that dies fails the waiting client, not hangs it") {
+  auto server = std::make_unique<par::TCPStore>("127.0.0.1", 0, true, par::Seconds(30.0));
+  par::TCPStore client("127.0.0.1", server->port(), false, par::Seconds(30.0));
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    server.reset();
+  });
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH_AS(client.get("never"), doctest::Contains("closed the connection"),
+                       dplab::CommError);
+  CHECK(seconds_since(t0) < 5.0);
+  killer.join();
+}
+
+TEST_CASE("TCPStore: add on a non-integer value is an error") {
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  store.set("word", "hello");
+  CHECK_THROWS_WITH_AS(store.add("word", 1), doctest::Contains("not an integer"), dplab::CommError);
+  CHECK(store.add("fresh", -5) == -5);
+}
+
+TEST_CASE("FileStore: set/get/add/wait between stores and processes, then cleanup") {
+  std::string path = temp_path("filestore");
+  std::filesystem::remove(path);
+  {
+    par::FileStore a(path, 2, par::Seconds(2.0));
+    par::FileStore b(path, 2, par::Seconds(2.0));
+    a.set("x", "1");
+    CHECK(b.get("x") == "1");
+    CHECK(a.add("n", 2) == 2);
+    CHECK(b.add("n", 3) == 5);
+    b.set("x", "2");
+    CHECK(a.get("x") == "2");
+    CHECK(a.check({"x", "n"}));
+    CHECK_FALSE(a.check({"x", "y"}));
+    int good = run_forked(3, [&path](int i) {
+      par::FileStore s(path, -1, par::Seconds(5.0));
+      s.add("forked", 1);
+      s.set("child/" + std::to_string(i), "ok");
+      s.wait({"child/0", "child/1", "child/2"});
+      return true;
+    });
+    CHECK(good == 3);
+    CHECK(a.add("forked", 0) == 3);
+    CHECK(std::filesystem::exists(path));
+  }
+  // Both of the world_size = 2 stores were destroyed: the file is gone.
+  CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("FileStore: waits end in CommError within about the timeout") {
+  std::string path = temp_path("filestore_timeout");
+  std::filesystem::remove(path);
+  par::FileStore s(path, 1, par::Seconds(1.0));
+  auto t0 = Clock::now();
+  CHECK_THROWS_WITH_AS(s.get("absent"), doctest::Contains("still missing: 'absent'"),
+                       dplab::CommError);
+  double got = seconds_since(t0);
+  CHECK(got >= 0.9);
+  CHECK(got < 3.0);
+}
+
+// --- rendezvous: ranks as threads, each with its own TCPStore connection ---
+
+namespace {
+// Runs rendezvous for the given (rank, world_size) pairs; returns each rank's error ("" = ok).
+std::vector<std::string> rendezvous_threads(const std::vector<std::pair<int, int>>& ranks,
+                                            double timeout_s) {
+  int port = par::find_free_port();
+  std::vector<std::string> errors(ranks.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> others_done{0};
+  int others = 0;
+  for (const auto& rw : ranks) others += rw.first != 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto [rank, world] = ranks[i];
+      std::shared_ptr<par::Store> store;
+      try {
+        store = par::make_store("tcp://127.0.0.1:" + std::to_string(port), rank, world,
+                                par::Seconds(timeout_s));
+        par::rendezvous(*store, rank, world, par::Seconds(timeout_s));
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+      // Rank 0 hosts the server: keep it up until every other thread is done with it.
+      if (rank != 0) {
+        ++others_done;
+      } else {
+        while (others_done < others) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+}  // namespace
+
+TEST_CASE("rendezvous: three ranks meet") {
+  auto errors = rendezvous_threads({{2, 3}, {0, 3}, {1, 3}}, 5.0);
+  for (const auto& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("rendezvous: a rank that never shows up is named") {
+  auto t0 = Clock::now();
+  auto errors = rendezvous_threads({{0, 3}, {1, 3}}, 1.0);
+  CHECK(seconds_since(t0) < 4.0);
+  for (const auto& e : errors) {
+    CHECK_MESSAGE(e.find("rank(s) 2 never checked in") != std::string::npos, e);
+  }
+}
+
+TEST_CASE("rendezvous: ranks that disagree on the world size are told so") {
+  auto errors = rendezvous_threads({{0, 2}, {1, 3}}, 2.0);
+  for (const auto& e : errors) {
+    CHECK(e.find("ranks disagree on the world size: rank 0 has WORLD_SIZE=2, rank 1 has "
+                 "WORLD_SIZE=3") != std::string::npos);
+  }
+}
+
+TEST_CASE("rendezvous: a rank claimed twice is an error") {
+  auto errors = rendezvous_threads({{0, 2}, {1, 2}, {1, 2}}, 1.0);
+  int claimed_twice = 0;
+  for (const auto& e : errors) claimed_twice += e.find("two processes claim rank 1") != std::string::npos;
+  CHECK(claimed_twice >= 1);
+}
+
+TEST_CASE("make_store / init_process_group: bad arguments") {
+  CHECK_THROWS_WITH_AS(par::make_store("udp://x", 0, 1, par::Seconds(1.0)),
+                       doctest::Contains("expected env://, tcp://host:port or file:///path"),
+                       dplab::Error);
+  CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:http", 0, 1, par::Seconds(1.0)),
+                       doctest::Contains("is not an integer"), dplab::Error);
+  for (const char* b : {"mpi", "nccl"}) {
+    CHECK_THROWS_WITH_AS(par::init_process_group({.backend = b}),
+                         doctest::Contains("is not built yet"), dplab::Error);
+  }
+  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "gloo"}),
+                       doctest::Contains("unknown backend 'gloo'"), dplab::Error);
+  CHECK_FALSE(par::is_initialized());
+  CHECK_THROWS_WITH_AS(par::default_process_group(), doctest::Contains("init_process_group"),
+                       dplab::Error);
+}
