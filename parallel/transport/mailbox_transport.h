@@ -20,8 +20,8 @@
 
 namespace dplab::parallel {
 
-inline constexpr std::size_t kSegmentBytes = 256 * 1024;  // one slot; a multiple of 8
-inline constexpr uint32_t kSlots = 8;                      // slots per link: the pipeline depth
+inline constexpr std::size_t kSegmentBytes = 128 * 1024;  // one slot; a multiple of 8
+inline constexpr uint32_t kSlots = 4;                      // slots per link: the pipeline depth
 
 struct alignas(64) RankStatus {
   std::atomic<uint32_t> failed;  // 0 ok, 1 failed (why holds the reason)

@@ -155,22 +155,25 @@ TEST_CASE("shm: a rank that throws makes the others fail fast with a message nam
 
 TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
   const int before = dplab_segments_in_dev_shm();
-  auto start = std::chrono::steady_clock::now();
-  ProcessGroupOptions opts{.backend = "ring", .timeout = Seconds(3.0)};
-  auto out = run_processes(4, [](ProcessGroup& pg) {
-    Tensor t = make(pg.rank(), 300000);
-    pg.all_reduce(t);  // one that works, so the kill lands mid-run
-    if (pg.rank() == 3) raise(SIGKILL);
-    pg.all_reduce(t);
-  }, opts);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(secs < 3.0);
-  CHECK(out[3].signal == SIGKILL);
-  for (int r : {0, 1, 2}) {
-    CAPTURE(r);
-    CAPTURE(out[r].message);
-    CHECK_FALSE(out[r].ok);
-    CHECK(out[r].message.find("rank 3") != std::string::npos);
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+    CAPTURE(algorithm_name(a));
+    auto start = std::chrono::steady_clock::now();
+    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
+    auto out = run_processes(4, [](ProcessGroup& pg) {
+      Tensor t = make(pg.rank(), 300000);
+      pg.all_reduce(t);  // one that works, so the kill lands mid-run
+      if (pg.rank() == 3) raise(SIGKILL);
+      pg.all_reduce(t);
+    }, opts);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(secs < 3.0);
+    CHECK(out[3].signal == SIGKILL);
+    for (int r : {0, 1, 2}) {
+      CAPTURE(r);
+      CAPTURE(out[r].message);
+      CHECK_FALSE(out[r].ok);
+      CHECK(out[r].message.find("rank 3") != std::string::npos);
+    }
   }
   CHECK(dplab_segments_in_dev_shm() == before);
 }
