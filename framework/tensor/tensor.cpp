@@ -79,9 +79,11 @@ std::vector<T> Tensor::to_vector() const {
 }
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<uint16_t> Tensor::to_vector<uint16_t>() const;  // float16 bits
 
 namespace {
 double read_element(const Tensor& t, int64_t flat) {
+  if (t.dtype() == DType::Float16) return read_element(t.to(DType::Float32), flat);  // the backend converts
   if (t.dtype() == DType::Float32) {
     float v;
     copy_bytes(Device("cpu"), &v, t.device(), t.data<float>() + flat, sizeof v);

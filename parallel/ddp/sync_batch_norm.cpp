@@ -6,6 +6,7 @@
 #include "parallel/ddp/sync_batch_norm.h"
 
 #include <cmath>
+#include <optional>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/make_result.h"
@@ -71,7 +72,9 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   const std::vector<int64_t> dims = channel_dims(x);
   const auto uC = static_cast<size_t>(C);
 
-  NoGradGuard no_grad;
+  // The forward is computed outside the graph (record() below attaches the explicit backward);
+  // the guard ends before record(), which only records while grad mode is on.
+  std::optional<NoGradGuard> no_grad(std::in_place);
   Tensor xd = x.detach();
   // One message: [S (C), Q (C), count]. A count as a float is exact below 2^24 rows.
   std::vector<float> packed(2 * uC + 1, 0.0f);
@@ -110,6 +113,7 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   if (weight.defined()) y = mul(y, w);
   if (bias.defined()) y = add(y, reshape(bias.detach(), bshape));
 
+  no_grad.reset();
   std::vector<Tensor> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
   if (bias.defined()) inputs.push_back(bias);
@@ -150,7 +154,8 @@ SyncBatchNorm::SyncBatchNorm(int64_t num_features, nn::BatchNormOptions options,
     : nn::BatchNorm("SyncBatchNorm", {2, 3, 4}, num_features, options), process_group(std::move(pg)) {}
 
 Tensor SyncBatchNorm::forward(const Tensor& x) {
-  // Eval (or no running stats kept and not training is impossible here): plain BatchNorm.
+  // Eval: plain BatchNorm, no communication (running statistics; this rank's batch statistics
+  // when none are kept, as torch.nn.SyncBatchNorm does).
   if (!is_training()) return nn::BatchNorm::forward(x);
   check_input(x);
   ProcessGroup* pg = process_group.get();
@@ -195,25 +200,35 @@ std::shared_ptr<SyncBatchNorm> convert_one(const std::shared_ptr<nn::BatchNorm>&
   return s;
 }
 
-std::shared_ptr<nn::Module> convert(std::shared_ptr<nn::Module> m, const std::shared_ptr<ProcessGroup>& pg,
-                                    const std::string& path) {
-  if (std::dynamic_pointer_cast<SyncBatchNorm>(m)) return m;
-  if (auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(m)) return convert_one(bn, pg);
-  for (auto& [name, child] : m->own_children()) {
+bool is_plain_batch_norm(const nn::Module* m) {
+  return dynamic_cast<const nn::BatchNorm*>(m) && !dynamic_cast<const SyncBatchNorm*>(m);
+}
+
+// Checked over the whole tree BEFORE anything is replaced, so an error leaves it untouched.
+// A child's only owner should be its parent's children list; another owner is a typed member
+// (or a handle the caller kept) that would still run the unsynchronised layer.
+void check_replaceable(nn::Module& m, const std::string& path) {
+  for (auto& [name, child] : m.own_children()) {
     std::string child_path = path.empty() ? name : path + "." + name;
-    auto converted = convert(child, pg, child_path);
-    if (converted == child) continue;
-    std::shared_ptr<nn::Module> old = std::move(child);
-    child = converted;
-    // Now only `old` should own the BatchNorm; another owner is a typed member (or a handle
-    // the caller kept) that would still run the unsynchronised layer.
-    DPLAB_CHECK(old.use_count() == 1,
-                "convert_sync_batchnorm: '{}' ({}) is also held outside the module tree ({} other "
-                "owners), e.g. by a typed member its parent's forward calls; that forward would keep "
-                "using plain BatchNorm. Register it through a Sequential (or drop the extra handle) "
-                "before converting", child_path, old->name(), old.use_count() - 1);
+    if (is_plain_batch_norm(child.get())) {
+      DPLAB_CHECK(child.use_count() == 1,
+                  "convert_sync_batchnorm: '{}' ({}) is also held outside the module tree ({} other "
+                  "owners), e.g. by a typed member its parent's forward calls; that forward would keep "
+                  "using plain BatchNorm. Register it through a Sequential (or drop the extra handle) "
+                  "before converting", child_path, child->name(), child.use_count() - 1);
+    } else {
+      check_replaceable(*child, child_path);
+    }
   }
-  return m;
+}
+
+void convert_children(nn::Module& m, const std::shared_ptr<ProcessGroup>& pg) {
+  for (auto& [name, child] : m.own_children()) {
+    if (is_plain_batch_norm(child.get()))
+      child = convert_one(std::static_pointer_cast<nn::BatchNorm>(child), pg);
+    else
+      convert_children(*child, pg);
+  }
 }
 
 }  // namespace
@@ -221,7 +236,11 @@ std::shared_ptr<nn::Module> convert(std::shared_ptr<nn::Module> m, const std::sh
 std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
                                                    std::shared_ptr<ProcessGroup> pg) {
   DPLAB_CHECK(module != nullptr, "convert_sync_batchnorm: the module is null");
-  return convert(std::move(module), pg, "");
+  if (is_plain_batch_norm(module.get()))
+    return convert_one(std::static_pointer_cast<nn::BatchNorm>(module), pg);
+  check_replaceable(*module, "");
+  convert_children(*module, pg);
+  return module;
 }
 
 }  // namespace dplab::parallel

@@ -58,12 +58,24 @@ std::vector<std::vector<float>> single_process(int world, int accumulate = 1) {
   return params_of(*model);
 }
 
-// DDP: each rank starts from a different seed (the broadcast must fix that), trains on its rows.
+// The reference's initial weights (seed 0), made once, outside the rank threads: the
+// default generator is shared by every thread, so seeding it per rank would race.
+const StateDict& initial_weights() {
+  static StateDict sd = [] {
+    manual_seed(0);
+    return models::ToyModel().state_dict();
+  }();
+  return sd;
+}
+
+// DDP: rank 0 starts from the reference's weights, the others from whatever their
+// (different) draws gave: the broadcast at construction must make them identical.
 std::vector<std::vector<float>> ddp_run(ProcessGroup& pg, DDPOptions opts, int accumulate = 1,
                                         std::vector<int64_t>* calls_per_step = nullptr) {
   int r = pg.rank(), world = pg.size();
-  manual_seed(static_cast<uint64_t>(r));
+  const StateDict& init = initial_weights();
   auto model = std::make_shared<models::ToyModel>();
+  if (r == 0) model->load_state_dict(init);
   opts.process_group = borrow(pg);
   DistributedDataParallel ddp(model, opts);
   optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_half.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -140,6 +141,7 @@ void reduce_into_typed(ReduceOp op, T* dst, const T* src, int64_t n) {
 }  // namespace
 
 void CpuBackend::fill(DType t, void* out, int64_t n, double value) {
+  if (t == DType::Float16) return cpu_fill_half(out, n, value);
   if (t == DType::Float32) {
     std::fill_n(static_cast<float*>(out), n, static_cast<float>(value));
   } else {
@@ -149,6 +151,7 @@ void CpuBackend::fill(DType t, void* out, int64_t n, double value) {
 
 void CpuBackend::strided_copy(DType t, const void* src, const Strided& layout, void* out) {
   if (layout.numel() == 0) return;
+  if (t == DType::Float16) return strided_copy_typed(static_cast<const uint16_t*>(src), layout, static_cast<uint16_t*>(out));
   if (t == DType::Float32) {
     strided_copy_typed(static_cast<const float*>(src), layout, static_cast<float*>(out));
   } else {
@@ -157,6 +160,7 @@ void CpuBackend::strided_copy(DType t, const void* src, const Strided& layout, v
 }
 
 void CpuBackend::cast(DType from, const void* src, DType to, void* dst, int64_t n) {
+  if (from == DType::Float16 || to == DType::Float16) return cpu_cast_half(from, src, to, dst, n);
   if (from == to) {
     if (n > 0 && src != dst) std::memmove(dst, src, static_cast<std::size_t>(n) * element_size(to));
   } else if (from == DType::Float32) {  // float -> int64 truncates toward zero, as .long() does
@@ -246,6 +250,7 @@ void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const fl
 }
 
 void CpuBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) {
+  if (t == DType::Float16) return cpu_reduce_into_half(op, dst, src, n);
   if (t == DType::Float32) {
     reduce_into_typed(op, static_cast<float*>(dst), static_cast<const float*>(src), n);
   } else {

@@ -11,6 +11,7 @@
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/cuda_devices.h"
+#include "framework/backend/cuda/cuda_half.h"
 #include "framework/backend/cuda/cuda_kernels.h"
 #include "framework/error.h"
 
@@ -69,6 +70,7 @@ void check_indices(LogicalDevice& dev, const char* what, const char* name, int64
 void CudaBackend::fill(DType t, void* out, int64_t n, double value) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(out, "fill");
+  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n, static_cast<float>(value), dev.stream));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_fill_f32(static_cast<float*>(out), n, static_cast<float>(value),
                                      dev.stream));
@@ -93,6 +95,10 @@ void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t
       CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * element_size(to),
                                  cudaMemcpyDeviceToDevice, dev.stream));
     }
+  } else if (from == DType::Float16 || to == DType::Float16) {  // float32 <-> float16 only (cuda_half.cu)
+    DPLAB_CHECK(from != DType::Int64 && to != DType::Int64, "cast: float16 converts to and from float32 only, got {} -> {}", dtype_name(from), dtype_name(to));
+    if (to == DType::Float16) CUDA_CHECK(cuda::launch_cast_f32_f16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n, dev.stream));
+    else CUDA_CHECK(cuda::launch_cast_f16_f32(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n, dev.stream));
   } else if (from == DType::Float32) {
     CUDA_CHECK(cuda::launch_cast_f32_i64(static_cast<const float*>(src),
                                          static_cast<int64_t*>(dst), n, dev.stream));
@@ -128,6 +134,7 @@ void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, 
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(dst, "reduce_into");
   const auto kop = static_cast<cuda::KReduce>(op);
+  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, dev.stream));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_reduce_into_f32(kop, static_cast<float*>(dst),
                                             static_cast<const float*>(src), n, dev.stream));

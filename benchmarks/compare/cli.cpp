@@ -1,0 +1,188 @@
+// cli.cpp: dplab-compare's main: the options, then every mode for every N, then the report.
+//   dplab-compare [--model mlp|cnn|resnet] [--ns 1,2,4] [--steps 100 | --epochs E] [--global-batch 256]
+//                 [--bucket-cap-mb 25] [--device cpu|cuda] [--trace] [--out results]
+// Single device and DataParallel run in this process; DDP star and ring start N processes
+// of this same program in its hidden --worker mode (run_ddp.cpp), which report back through
+// files under <out>/runs. The ping-pong for the alpha-beta model is one more worker run.
+// CLI11 lives in this file only (it is slow to compile).
+// Read next: compare.h, then run_local.cpp and run_ddp.cpp.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "benchmarks/compare/alpha_beta.h"
+#include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/report.h"
+#include "benchmarks/compare/trace.h"
+#include "benchmarks/compare/training.h"
+#include "framework/backend/cuda/virtual_gpus.h"
+#include "framework/error.h"
+
+using namespace dplab;
+using namespace dplab::compare;
+
+namespace {
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  DPLAB_CHECK(!ec, "cannot read /proc/self/exe: {}", ec.message());
+  return p.string();
+}
+
+// The projection's models: ours (measured) and two well-known sizes.
+std::vector<std::pair<std::string, double>> projection_models(const Config& cfg, double params) {
+  return {{cfg.model, params}, {"resnet50", 25.6e6}, {"gpt2-small", 124e6}};
+}
+
+int run_all(const Config& cfg, const std::vector<std::string>& worker_args, const std::string& plot_script) {
+  std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
+  if (cfg.device == "cuda") {
+    int max_n = 1;
+    for (int n : cfg.ns) max_n = std::max(max_n, n);
+    if (cuda_logical_device_count() < max_n) {
+      std::cout << fmt::format("--device cuda: {} GPU(s) seen, {} asked for: using {} logical GPUs on them\n",
+                               cuda_logical_device_count(), max_n, max_n);
+      set_virtual_gpus(max_n);
+    }
+  }
+  const std::string exe = self_exe();
+  std::vector<RunResult> runs;
+  std::vector<TraceRun> traces;
+  for (const std::string& mode : cfg.modes) {
+    for (int n : cfg.ns) {
+      if (mode == "single" && n != 1) continue;
+      if (cfg.global_batch % n != 0)
+        DPLAB_FAIL("--global-batch {} does not split evenly over N = {}: pick a multiple", cfg.global_batch, n);
+      TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
+      if (mode == "single") {
+        runs.push_back(run_single(cfg));
+      } else if (mode == "dp") {
+        runs.push_back(run_data_parallel(cfg, n));
+      } else {
+        runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
+      }
+      if (mode == "single" || mode == "dp") {
+        tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
+        tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())
+                                              : device_of(cfg, 0).str());
+      } else {
+        for (int r = 0; r < n; ++r) {
+          tr.fragments.push_back(run_file(cfg, mode, n, r, "trace"));
+          tr.track_names.push_back(fmt::format("rank {} ({}){}", r, device_of(cfg, r).str(),
+                                               mode == "star" && r == 0 && n > 1 ? " master" : ""));
+        }
+      }
+      traces.push_back(std::move(tr));
+    }
+  }
+
+  std::optional<AlphaBeta> ab;
+  if (cfg.projection && !runs.empty()) {
+    std::cout << "ping-pong between 2 processes over shm for the alpha-beta model...\n";
+    ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    add_predictions(runs, *ab, cfg, cores);
+    const RunResult& first = runs.front();
+    double base_compute = first.compute_s;
+    for (const RunResult& r : runs)
+      if (r.mode == "single") base_compute = r.compute_s;
+    write_projection_csv((std::filesystem::path(cfg.out) / "projection.csv").string(),
+                         project(*ab, projection_models(cfg, double(first.param_count)), double(first.param_count),
+                                 base_compute, cfg.bucket_cap_mb * (1 << 20)));
+  }
+
+  const std::filesystem::path out(cfg.out);
+  write_results_csv((out / "results.csv").string(), runs);
+  write_per_device_csv((out / "per_device.csv").string(), runs);
+  Agreement agreement = check_agreement(cfg, runs);
+  if (!initial_model(cfg)->buffers().empty())
+    agreement.lines.push_back(fmt::format(
+        "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same computation "
+        "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead", cfg.model));
+
+  std::cout << '\n' << format_table(runs) << '\n';
+  std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the single device:\n";
+  for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
+  std::cout << (agreement.ok ? "all modes agree: accuracy within 0.5 points of the single device\n"
+                             : "WARNING: some modes DISAGREE with the single device (see above)\n");
+  if (ab)
+    std::cout << fmt::format("alpha-beta fit: alpha = {:.2f} us, beta = {:.4f} ns/byte ({:.2f} GB/s); "
+                             "pred ms = the model's DDP step (overlap) for this machine's {} cores\n",
+                             1e6 * ab->alpha, 1e9 * ab->beta, ab->bandwidth_gbs(), std::thread::hardware_concurrency());
+  if (cfg.trace) {
+    const int64_t events = merge_traces(traces, (out / "trace.json").string());
+    std::cout << fmt::format("trace: {} events in {} (open in https://ui.perfetto.dev or chrome://tracing)\n",
+                             events, (out / "trace.json").string());
+  }
+  std::string plot_note = "plots not asked for (--no-plots)";
+  std::vector<std::string> plots;
+  if (cfg.plots) plots = make_plots(cfg, plot_script, plot_note);
+  std::cout << plot_note << '\n';
+  write_report_md((out / "report.md").string(), cfg, runs, agreement, ab, plots, plot_note);
+  std::cout << fmt::format("wrote {}, {}, {}\n", (out / "results.csv").string(), (out / "per_device.csv").string(),
+                           (out / "report.md").string());
+  return agreement.ok ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dplab-compare: the same training as a single device, DataParallel (parameter server), "
+               "DDP star and DDP ring, side by side"};
+  Config cfg;
+  std::string worker, plot_script;
+  int worker_n = 0;
+  app.add_option("--model", cfg.model, "mlp | cnn | resnet")->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy"}));
+  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',');
+  app.add_option("--modes", cfg.modes, "any of single,dp,star,ring")->delimiter(',')
+      ->check(CLI::IsMember({"single", "dp", "star", "ring"}));
+  app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(CLI::PositiveNumber);
+  int64_t epochs = 0;
+  app.add_option("--epochs", epochs,
+                 "passes over the training subset; sets --steps to epochs x (train-limit / global-batch)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", cfg.warmup, "steps left out of the timing")->check(CLI::NonNegativeNumber);
+  app.add_option("--global-batch", cfg.global_batch,
+                 "samples per step in all (GLOBAL): each of N devices gets global/N, so every mode sees the "
+                 "same samples per step")->check(CLI::PositiveNumber);
+  app.add_option("--train-limit", cfg.train_limit, "training subset of Fashion-MNIST")->check(CLI::PositiveNumber);
+  app.add_option("--test-limit", cfg.test_limit, "test subset")->check(CLI::PositiveNumber);
+  app.add_option("--lr", cfg.lr);
+  app.add_option("--momentum", cfg.momentum);
+  app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP bucket size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--device", cfg.device, "cpu (logical cpu:k devices) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--out", cfg.out, "output directory");
+  app.add_option("--data", cfg.data_root, "Fashion-MNIST directory (default: the usual search path)");
+  app.add_option("--seed", cfg.seed, "seed of the initial weights");
+  app.add_flag("--trace", cfg.trace, "write trace.json (Chrome trace: Perfetto, chrome://tracing)");
+  app.add_flag("!--no-projection", cfg.projection, "skip the ping-pong and the alpha-beta projection");
+  app.add_flag("!--no-plots", cfg.plots, "skip plot_results.py");
+  app.add_option("--plot-script", plot_script, "path of plot_results.py (default: next to the source)");
+  app.add_option("--worker", worker, "internal: ring | star | pingpong")->group("");
+  app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (epochs > 0) {
+    constexpr int64_t kTrainExamples = 60000;  // Fashion-MNIST's training split
+    cfg.steps = epochs * std::max<int64_t>(1, std::min(cfg.train_limit, kTrainExamples) / cfg.global_batch);
+  }
+
+  try {
+    if (!worker.empty()) {
+      if (worker == "pingpong") pingpong_worker_main(cfg);
+      else ddp_worker_main(cfg, worker, worker_n);
+      return 0;
+    }
+    if (plot_script.empty()) plot_script = DPLAB_COMPARE_PLOT_SCRIPT;
+    // The workers get exactly our options, so they build the same Config.
+    std::vector<std::string> worker_args(argv + 1, argv + argc);
+    return run_all(cfg, worker_args, plot_script);
+  } catch (const std::exception& e) {
+    std::cerr << "dplab-compare: " << e.what() << '\n';
+    return 1;
+  }
+}

@@ -1,0 +1,84 @@
+// compare.h: the shared vocabulary of dplab-compare, the PS-vs-ring comparison (issue 8).
+// One Config says what to train; each mode (single device, DataParallel, DDP star, DDP ring)
+// turns it into one RunResult per device count N; report.cpp prints and writes them, and
+// alpha_beta.h projects them to N = 1024. Every mode trains the same model from the same
+// initial weights on the same global batches, so parameters and accuracy must agree.
+// Read next: training.h (the loop every mode shares), then run_ddp.cpp (processes).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/device.h"
+
+namespace dplab::compare {
+
+struct Config {
+  std::string model = "mlp";             // mlp | cnn | resnet
+  std::vector<int> ns{1, 2, 4};          // device counts
+  std::vector<std::string> modes{"single", "dp", "star", "ring"};
+  int64_t steps = 100;                   // optimizer steps per run (same in every mode)
+  int64_t warmup = 3;                    // first steps left out of the timing (allocations)
+  int64_t global_batch = 256;            // samples per step in all; each of N devices gets global/N
+  int64_t train_limit = 12800;           // training subset of Fashion-MNIST
+  int64_t test_limit = 2000;             // test subset for the final accuracy and loss
+  double lr = 0.05;
+  double momentum = 0.9;
+  double bucket_cap_mb = 25.0;           // DDP bucket size
+  std::string device = "cpu";            // cpu | cuda
+  std::string out = "results";
+  std::string data_root = "";            // Fashion-MNIST directory; empty: the search path
+  bool trace = false;                    // write trace.json (Chrome trace)
+  bool projection = true;                // ping-pong, alpha-beta fit, projection to 1024
+  bool plots = true;                     // run plot_results.py
+  uint64_t seed = 0;                     // the initial weights
+};
+
+// One device (single, dp) or one rank (star, ring).
+struct DeviceFigures {
+  int64_t peak_bytes = 0;
+  int64_t bytes_sent = 0, bytes_received = 0;  // all traffic of this device / rank
+  int64_t weight_bytes_sent = 0, weight_bytes_received = 0;  // weights & gradients only
+};
+
+struct RunResult {
+  std::string mode;  // single | dp | star | ring
+  int n = 1;
+  int64_t steps = 0, timed_steps = 0, global_batch = 0;
+  double seconds = 0;                     // median step time x timed_steps (training.h: median)
+  double compute_s = 0, comm_s = 0, wait_s = 0;  // per step, see report.cpp for meanings
+  std::vector<DeviceFigures> devices{};     // index = device / rank; 0 = master for dp/star
+  double test_accuracy = 0, test_loss = 0;
+  int64_t param_count = 0;
+  double predicted_step_s = -1;           // alpha-beta prediction (DDP rows), -1: none
+  double samples_per_s() const { return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0; }
+  double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
+};
+
+// Device k of the configured kind ("cpu" -> cpu:k, "cuda" -> cuda:k).
+Device device_of(const Config& cfg, int k);
+// Where each run leaves its files: <out>/runs/<mode>_n<N>[_rank<r>].<ext>
+std::string run_file(const Config& cfg, const std::string& mode, int n, int rank, const std::string& ext);
+
+// The modes (run_single.cpp, run_dp.cpp, run_ddp.cpp). The DDP ones start N processes of
+// this program in its hidden --worker mode and read back each rank's result file.
+RunResult run_single(const Config& cfg);
+RunResult run_data_parallel(const Config& cfg, int n);
+RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::string& self_exe,
+                  const std::vector<std::string>& worker_args);
+// Runs `self_exe args...` in its own process group and waits (deadline 30 minutes); throws
+// Error naming `label` when it exits non-zero or is killed.
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label);
+// The body of `dplab-compare --worker ring|star --worker-n N`: spawns N ranks and trains.
+void ddp_worker_main(const Config& cfg, const std::string& algo, int n);
+
+// Rank files: "key value..." lines, written by a rank, read by the parent.
+void write_rank_file(const std::string& path, const RunResult& r, int rank);
+// Reads one rank's file into r (scalars from rank 0, devices[rank] from every rank).
+void read_rank_file(const std::string& path, RunResult& r, int rank);
+
+// Parameters as raw float32 (all parameters concatenated, registration order), and back.
+void write_params(const std::string& path, const std::vector<float>& values);
+std::vector<float> read_params(const std::string& path);
+
+}  // namespace dplab::compare

@@ -1,0 +1,41 @@
+// report.h: what dplab-compare prints and writes once every run is done: the table,
+// results.csv (one row per mode and N), per_device.csv (one row per device / rank),
+// report.md, the agreement checks (parameters and accuracy against the single device) and
+// the call to plot_results.py for the PNGs.
+// Read next: report.cpp (what each column means), plot_results.py.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "benchmarks/compare/alpha_beta.h"
+#include "benchmarks/compare/compare.h"
+
+namespace dplab::compare {
+
+// Every column of results.csv, in order (the test checks them all).
+const std::vector<std::string>& csv_columns();
+
+// Fills predicted_step_s of the star and ring rows: compute time per device is the single
+// device's compute time divided by min(N, cores) (N ranks share `cores` cores here).
+void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Config& cfg, int cores);
+
+struct Agreement {
+  std::vector<std::string> lines;  // one per run: max |param diff| and accuracy difference
+  bool ok = true;                  // false when a run's accuracy differs by > 0.5 points
+};
+// Compares every run with the single-device run (reading each run's parameter file).
+Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs);
+
+std::string format_table(const std::vector<RunResult>& runs);
+void write_results_csv(const std::string& path, const std::vector<RunResult>& runs);
+void write_per_device_csv(const std::string& path, const std::vector<RunResult>& runs);
+void write_report_md(const std::string& path, const Config& cfg, const std::vector<RunResult>& runs,
+                     const Agreement& agreement, const std::optional<AlphaBeta>& ab,
+                     const std::vector<std::string>& plots, const std::string& plot_note);
+
+// Finds a python3 with matplotlib ($DPLAB_PYTHON, python3, /usr/bin/python3) and runs
+// plot_results.py on the out dir. Returns the PNGs written; `note` says why none were.
+std::vector<std::string> make_plots(const Config& cfg, const std::string& script, std::string& note);
+
+}  // namespace dplab::compare

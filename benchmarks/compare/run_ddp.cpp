@@ -1,0 +1,279 @@
+// run_ddp.cpp: the two DDP modes, star (a parameter server over processes) and ring, both
+// DistributedDataParallel over the shm process group, one process per device.
+//   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
+//            one child in its own process group, waits (with a deadline), reads each
+//            rank's result file; a non-zero exit or a missing file is an Error naming the run.
+//   worker   ddp_worker_main(): spawn() re-executes the program N times; each rank trains
+//            its G/N rows of every global batch and writes runs/<algo>_n<N>_rank<r>.txt.
+// A failing rank makes spawn() stop the others and exit non-zero: the parent never hangs.
+// The comm hook is a timed one (comm_thread below): one thread per rank runs each bucket's
+// all_reduce(Avg) in launch order and stamps its start and end, and the Work it returns
+// stamps how long backward's end waited for it. That is where the trace's bucket events
+// and the table's communication and waiting columns come from.
+// Read next: report.cpp.
+#include <fmt/core.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/trace.h"
+#include "benchmarks/compare/training.h"
+#include "framework/backend/cuda/virtual_gpus.h"
+#include "framework/error.h"
+#include "framework/io/progress.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/allocator.h"
+#include "parallel/comm/init.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/launch/spawn.h"
+
+namespace dplab::compare {
+
+namespace {
+
+using parallel::Algorithm;
+using parallel::ProcessGroup;
+using parallel::WorkPtr;
+
+// Runs bucket all-reduces one at a time, in the order backward launched them (the order
+// every rank agrees on), on its own thread, and times them.
+class CommThread {
+ public:
+  CommThread(ProcessGroup& pg, Algorithm algo, TraceRecorder& trace)
+      : pg_(pg), algo_(algo), trace_(trace), thread_([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  parallel::CommHook hook() {
+    return [this](ProcessGroup&, Tensor& bucket) -> WorkPtr {
+      auto done = std::make_shared<std::promise<void>>();
+      auto work = std::make_shared<TimedWork>(this, done->get_future(), bucket_index_++);
+      {
+        std::lock_guard lock(mu_);
+        queue_.push_back({bucket, done, work->index});
+      }
+      cv_.notify_one();
+      return work;
+    };
+  }
+  void start_step() { bucket_index_ = 0; }
+  void reset_times() {
+    std::lock_guard lock(mu_);
+    comm_s_ = wait_s_ = 0;
+  }
+  double comm_seconds() const { std::lock_guard lock(mu_); return comm_s_; }
+  double wait_seconds() const { std::lock_guard lock(mu_); return wait_s_; }
+
+ private:
+  struct Task {
+    Tensor bucket;
+    std::shared_ptr<std::promise<void>> done;
+    int index;
+  };
+  struct TimedWork : parallel::Work {
+    TimedWork(CommThread* o, std::future<void> f, int i) : owner(o), done(f.share()), index(i) {}
+    void wait() override {
+      const double t0 = now_us();
+      done.get();  // rethrows the collective's error (a peer died, a timeout)
+      const double t1 = now_us();
+      owner->trace_.add(fmt::format("wait bucket {}", index), owner->pg_.rank(), t0, t1);
+      std::lock_guard lock(owner->mu_);
+      owner->wait_s_ += (t1 - t0) * 1e-6;
+    }
+    bool is_completed() const override {
+      return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
+    CommThread* owner;
+    std::shared_future<void> done;
+    int index;
+  };
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      const double t0 = now_us();
+      try {
+        pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
+        const double t1 = now_us();
+        trace_.add(fmt::format("allreduce bucket {} ({:.2f} MiB)", task.index, double(task.bucket.nbytes()) / (1 << 20)),
+                   pg_.rank(), t0, t1);
+        {
+          std::lock_guard lock(mu_);
+          comm_s_ += (t1 - t0) * 1e-6;
+        }
+        task.done->set_value();
+      } catch (...) {
+        task.done->set_exception(std::current_exception());
+      }
+    }
+  }
+
+  ProcessGroup& pg_;
+  Algorithm algo_;
+  TraceRecorder& trace_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  int bucket_index_ = 0;  // touched by the training thread only
+  double comm_s_ = 0, wait_s_ = 0;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) {
+  const Algorithm algo = algo_name == "star" ? Algorithm::Star : Algorithm::Ring;
+  if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
+  auto pg = parallel::init_process_group({.backend = algo_name});
+  const TrainData d = load_data(cfg);
+  const Device dev = device_of(cfg, rank);
+  auto model = initial_model(cfg);
+  model->to(dev);
+  TraceRecorder trace(cfg.trace);
+  CommThread comm(*pg, algo, trace);
+  parallel::DistributedDataParallel ddp(model, {.device = dev, .bucket_cap_mb = cfg.bucket_cap_mb, .algorithm = algo,
+                                                .process_group = pg, .comm_hook = comm.hook()});
+  optim::SGD opt(ddp.parameters(), {.lr = cfg.lr, .momentum = cfg.momentum});
+  const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
+  ProgressOptions bar_opts{.total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
+  if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
+  ProgressBar bar(bar_opts);
+  std::vector<double> step_times;
+  RunResult r{.mode = algo_name, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
+  for (int64_t step = 0; step < cfg.steps; ++step) {
+    if (step == timed_from) {
+      pg->reset_comm_stats();
+      comm.reset_times();
+      reset_peak_memory_stats(dev);
+    }
+    comm.start_step();
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev);
+    Tensor y = batch_rows(d.train_y, d, cfg, step, rank, n).to(dev);
+    Tensor loss = cross_entropy(ddp.forward(x), y);
+    const float loss_value = loss.item();
+    const auto t1 = Clock::now();
+    loss.backward();  // buckets all-reduce while it runs; it returns when all are averaged
+    const auto t2 = Clock::now();
+    opt.step();
+    const auto t3 = Clock::now();
+    trace.add("forward", rank, to_us(t0), to_us(t1));
+    trace.add("backward", rank, to_us(t1), to_us(t2));
+    trace.add("optimizer step", rank, to_us(t2), to_us(t3));
+    if (step >= timed_from) {
+      r.timed_steps += 1;
+      step_times.push_back(seconds_between(t0, t3));
+    }
+    bar.update(1, {{"loss", double(loss_value)}});
+  }
+  bar.close();
+  r.seconds = median(step_times) * double(r.timed_steps);
+  // communication: time the buckets' all-reduces ran (overlapped with backward, so it is
+  // not a slice of the step); waiting: time backward's end sat waiting for them; compute:
+  // the rest of the step.
+  const double steps = double(r.timed_steps);
+  r.comm_s = comm.comm_seconds() / steps;
+  r.wait_s = comm.wait_seconds() / steps;
+  r.compute_s = std::max(0.0, r.seconds / steps - r.wait_s);
+  const parallel::CommStats stats = pg->comm_stats();
+  const auto ar = stats.per_collective.find("all_reduce");
+  r.devices.assign(static_cast<size_t>(n), {});
+  DeviceFigures& mine = r.devices[static_cast<size_t>(rank)];
+  mine.peak_bytes = memory_stats(dev).peak_bytes;
+  mine.bytes_sent = stats.total.bytes_sent;
+  mine.bytes_received = stats.total.bytes_received;
+  if (ar != stats.per_collective.end()) {
+    mine.weight_bytes_sent = ar->second.bytes_sent;
+    mine.weight_bytes_received = ar->second.bytes_received;
+  }
+  const std::vector<float> params = flat_params(*model);
+  r.param_count = static_cast<int64_t>(params.size());
+  if (rank == 0) {
+    const Evaluation ev = evaluate(*model, d, dev);
+    r.test_accuracy = ev.accuracy;
+    r.test_loss = ev.loss;
+    write_params(run_file(cfg, algo_name, n, -1, "params"), params);
+  }
+  trace.write_fragment(run_file(cfg, algo_name, n, rank, "trace"));
+  write_rank_file(run_file(cfg, algo_name, n, rank, "txt"), r, rank);
+  parallel::destroy_process_group();
+}
+
+}  // namespace
+
+void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
+  DPLAB_CHECK(algo == "ring" || algo == "star", "--worker: expected ring or star, got '{}'", algo);
+  parallel::spawn([&](int rank) { ddp_rank(cfg, algo, n, rank); }, n);
+}
+
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label) {
+  args.insert(args.begin(), self_exe);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  DPLAB_CHECK(pid >= 0, "fork failed for the {} run", label);
+  if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so a deadline can stop the worker and all its ranks
+    ::execv(self_exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  // A deadline far beyond any sane run: collectives time out on their own long before.
+  const auto deadline = Clock::now() + std::chrono::seconds(1800);
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (Clock::now() > deadline) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      DPLAB_FAIL("{}: the worker processes ran past 30 minutes and were killed", label);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFSIGNALED(status))
+    DPLAB_FAIL("{}: the worker was killed by signal {} (its ranks' messages are above)", label, WTERMSIG(status));
+  if (WEXITSTATUS(status) != 0)
+    DPLAB_FAIL("{}: the worker exited with status {}{} (its ranks' messages are above)", label,
+               WEXITSTATUS(status), WEXITSTATUS(status) == 127 ? " (could not execute " + self_exe + ")" : "");
+}
+
+RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::string& self_exe,
+                  const std::vector<std::string>& worker_args) {
+  for (int r = 0; r < n; ++r) std::filesystem::remove(run_file(cfg, algo, n, r, "txt"));
+  std::vector<std::string> args = worker_args;
+  for (const char* a : {"--worker", algo.c_str(), "--worker-n"}) args.emplace_back(a);
+  args.push_back(std::to_string(n));
+  run_worker_process(self_exe, args, fmt::format("{} N={}", algo, n));
+
+  RunResult r{.mode = algo, .n = n, .global_batch = cfg.global_batch};
+  r.devices.resize(static_cast<size_t>(n));
+  for (int rank = 0; rank < n; ++rank) read_rank_file(run_file(cfg, algo, n, rank, "txt"), r, rank);
+  return r;
+}
+
+}  // namespace dplab::compare

@@ -1,0 +1,140 @@
+// run_local.cpp: the two modes that run in this one process: the single-device baseline and
+// DataParallel, the parameter server with a thread per device (parallel/dp/data_parallel.h).
+// Both are the same loop (zero_grad, forward on the whole global batch, cross-entropy,
+// backward, SGD step); DataParallel only wraps the model, scatters the batch N ways and
+// sums the gradients onto the master. Timing starts after cfg.warmup steps; memory peaks
+// and traffic counters are reset at that point, so they describe steady-state steps.
+// Read next: run_ddp.cpp, the same loop over N processes.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/trace.h"
+#include "benchmarks/compare/training.h"
+#include "framework/io/progress.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/allocator.h"
+#include "parallel/dp/data_parallel.h"
+
+namespace dplab::compare {
+
+namespace {
+
+struct LoopTimes {
+  double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;  // seconds: median step x steps
+  std::vector<double> step_times;
+  int64_t timed_steps = 0;
+};
+
+// The training loop both local modes share. `net` is the model or its DataParallel
+// wrapper; `on_timing_start` resets the counters when the timed steps begin.
+LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Device input_device,
+                     const std::string& label, TraceRecorder& trace, const std::function<void()>& on_timing_start) {
+  optim::SGD opt(net.parameters(), {.lr = cfg.lr, .momentum = cfg.momentum});
+  const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
+  ProgressBar bar({.total = cfg.steps, .desc = label, .unit = "steps"});
+  LoopTimes t;
+  for (int64_t step = 0; step < cfg.steps; ++step) {
+    if (step == timed_from) on_timing_start();
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device);
+    Tensor y = batch_rows(d.train_y, d, cfg, step, 0, 1).to(input_device);
+    Tensor loss = cross_entropy(net.forward(x), y);
+    const float loss_value = loss.item();  // waits for a GPU, so the split below is honest
+    const auto t1 = Clock::now();
+    loss.backward();
+    const auto t2 = Clock::now();
+    opt.step();
+    const auto t3 = Clock::now();
+    trace.add("forward", 0, to_us(t0), to_us(t1));
+    trace.add("backward", 0, to_us(t1), to_us(t2));
+    trace.add("optimizer step", 0, to_us(t2), to_us(t3));
+    if (step >= timed_from) {
+      t.timed_steps += 1;
+      t.step_times.push_back(seconds_between(t0, t3));
+      t.forward_s += seconds_between(t0, t1);
+      t.backward_s += seconds_between(t1, t2);
+      t.step_s += seconds_between(t2, t3);
+    }
+    bar.update(1, {{"loss", double(loss_value)}});
+  }
+  bar.close();
+  t.seconds = median(t.step_times) * double(t.timed_steps);
+  return t;
+}
+
+void finish(const Config& cfg, RunResult& r, nn::Module& model, const TrainData& d, Device dev,
+            const TraceRecorder& trace) {
+  const Evaluation ev = evaluate(model, d, dev);
+  r.test_accuracy = ev.accuracy;
+  r.test_loss = ev.loss;
+  const std::vector<float> params = flat_params(model);
+  r.param_count = static_cast<int64_t>(params.size());
+  write_params(run_file(cfg, r.mode, r.n, -1, "params"), params);
+  trace.write_fragment(run_file(cfg, r.mode, r.n, -1, "trace"));
+}
+
+}  // namespace
+
+RunResult run_single(const Config& cfg) {
+  const TrainData d = load_data(cfg);
+  const Device dev = device_of(cfg, 0);
+  auto model = initial_model(cfg);
+  model->to(dev);
+  TraceRecorder trace(cfg.trace);
+  LoopTimes t = train_loop(cfg, d, *model, dev, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
+  RunResult r{.mode = "single", .n = 1, .steps = cfg.steps, .timed_steps = t.timed_steps,
+              .global_batch = cfg.global_batch, .seconds = t.seconds};
+  // One device computes everything: no communication, nothing to wait for.
+  r.compute_s = t.seconds / double(t.timed_steps);
+  r.devices = {DeviceFigures{.peak_bytes = memory_stats(dev).peak_bytes}};
+  finish(cfg, r, *model, d, dev, trace);
+  return r;
+}
+
+RunResult run_data_parallel(const Config& cfg, int n) {
+  const TrainData d = load_data(cfg);
+  std::vector<Device> devices;
+  for (int k = 0; k < n; ++k) devices.push_back(device_of(cfg, k));
+  auto model = initial_model(cfg);
+  model->to(devices[0]);
+  parallel::DataParallel dp(model, devices);
+  TraceRecorder trace(cfg.trace);
+  LoopTimes t = train_loop(cfg, d, dp, devices[0], fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
+
+  RunResult r{.mode = "dp", .n = n, .steps = cfg.steps, .timed_steps = t.timed_steps,
+              .global_batch = cfg.global_batch, .seconds = t.seconds};
+  const std::vector<parallel::DeviceLoad> load = dp.load();
+  const parallel::TrafficMatrix& tm = dp.traffic();
+  using parallel::DpPhase;
+  double busy = 0, worker_idle = 0;
+  for (int i = 0; i < n; ++i) {
+    const parallel::DeviceLoad& l = load[static_cast<size_t>(i)];
+    busy += l.busy_seconds;
+    if (i > 0) worker_idle += l.idle_seconds;
+    // Weights: the master sends P to each replica (Replicate) and receives P back from each
+    // (Reduce); a worker receives P and sends P. Everything else is the batch and its outputs.
+    r.devices.push_back({.peak_bytes = l.peak_bytes,
+                         .bytes_sent = l.bytes_out,
+                         .bytes_received = l.bytes_in,
+                         .weight_bytes_sent = tm.phase_bytes_out(DpPhase::Replicate, i) +
+                                              tm.phase_bytes_out(DpPhase::Reduce, i),
+                         .weight_bytes_received = tm.phase_bytes_in(DpPhase::Replicate, i) +
+                                                  tm.phase_bytes_in(DpPhase::Reduce, i)});
+  }
+  // compute: a device's mean busy time; communication: the master's copies; waiting: the
+  // workers' mean idle time, i.e. how long the replicas stand still while the master
+  // gathers, reduces and steps alone (the parameter server's serialisation).
+  const double steps = double(t.timed_steps);
+  r.compute_s = busy / n / steps;
+  r.comm_s = tm.copy_seconds(0) / steps;
+  r.wait_s = n > 1 ? worker_idle / (n - 1) / steps : 0.0;
+  finish(cfg, r, dp.module(), d, devices[0], trace);
+  return r;
+}
+
+}  // namespace dplab::compare

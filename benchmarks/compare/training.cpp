@@ -1,0 +1,162 @@
+// training.cpp: the data, initial model, evaluation and files every mode of dplab-compare
+// shares (training.h, compare.h). Rank files are plain "key value..." lines: small, greppable,
+// and parsed here with no JSON library (framework/io/json.h has no floats).
+// Read next: run_single.cpp.
+#include "benchmarks/compare/training.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "datasets/fashion_mnist.h"
+#include "framework/autograd/grad_mode.h"
+#include "framework/error.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/random.h"
+#include "models/models.h"
+
+namespace dplab::compare {
+
+Device device_of(const Config& cfg, int k) {
+  if (cfg.device == "cpu") return Device(DeviceKind::CPU, k);
+  if (cfg.device == "cuda") return Device(DeviceKind::CUDA, k);
+  DPLAB_FAIL("--device: expected cpu or cuda, got '{}'", cfg.device);
+}
+
+std::string run_file(const Config& cfg, const std::string& mode, int n, int rank, const std::string& ext) {
+  std::string name = fmt::format("{}_n{}", mode, n);
+  if (rank >= 0) name += fmt::format("_rank{}", rank);
+  return (std::filesystem::path(cfg.out) / "runs" / (name + "." + ext)).string();
+}
+
+TrainData load_data(const Config& cfg) {
+  datasets::FashionMNIST train("train", {.root = cfg.data_root, .limit = cfg.train_limit});
+  datasets::FashionMNIST test("test", {.root = cfg.data_root, .limit = cfg.test_limit});
+  const Device host = cfg.device == "cpu" ? Device(DeviceKind::CPU, kDataDeviceIndex) : Device(DeviceKind::CPU, 0);
+  TrainData d{train.data().to(host), train.targets().to(host), test.data().to(host), test.targets().to(host), 0};
+  d.batches = d.train_x.size(0) / cfg.global_batch;
+  DPLAB_CHECK(d.batches >= 1, "the training subset has {} examples, fewer than one global batch of {}",
+              d.train_x.size(0), cfg.global_batch);
+  return d;
+}
+
+Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part, int parts) {
+  DPLAB_CHECK(cfg.global_batch % parts == 0, "global batch {} does not split evenly over {} devices",
+              cfg.global_batch, parts);
+  const int64_t per = cfg.global_batch / parts;
+  const int64_t start = (step % d.batches) * cfg.global_batch + part * per;
+  return all.narrow(start, per);
+}
+
+std::shared_ptr<nn::Module> initial_model(const Config& cfg) {
+  manual_seed(cfg.seed);
+  return models::make_model(cfg.model);
+}
+
+Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  const int64_t n = d.test_x.size(0);
+  double loss_sum = 0, correct = 0;
+  for (int64_t start = 0; start < n; start += 500) {
+    const int64_t len = std::min<int64_t>(500, n - start);
+    Tensor x = d.test_x.narrow(start, len).to(device);
+    Tensor y = d.test_y.narrow(start, len).to(device);
+    Tensor logits = model.forward(x);
+    loss_sum += double(cross_entropy(logits, y, Reduction::Sum).to(Device(DeviceKind::CPU, 0)).item());
+    const std::vector<int64_t> predicted = argmax(logits, 1).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
+    const std::vector<int64_t> truth = d.test_y.narrow(start, len).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
+    for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i] ? 1 : 0;
+  }
+  model.train(was_training);
+  return {100.0 * correct / double(n), loss_sum / double(n)};
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  return v[mid];
+}
+
+std::vector<float> flat_params(const nn::Module& model) {
+  std::vector<float> out;
+  for (const Tensor& p : model.parameters()) {
+    std::vector<float> v = p.to(Device(DeviceKind::CPU, 0)).to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+void write_params(const std::string& path, const std::vector<float>& values) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+  DPLAB_CHECK(f.good(), "could not write {}", path);
+}
+
+std::vector<float> read_params(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  DPLAB_CHECK(f.good(), "missing parameter file {}", path);
+  const auto bytes = static_cast<size_t>(f.tellg());
+  std::vector<float> v(bytes / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  return v;
+}
+
+// ---- rank files -------------------------------------------------------------------------
+
+void write_rank_file(const std::string& path, const RunResult& r, int rank) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const DeviceFigures& d = r.devices.at(static_cast<size_t>(rank));
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << fmt::format("steps {}\ntimed_steps {}\nseconds {:.9g}\n", r.steps, r.timed_steps, r.seconds);
+    f << fmt::format("compute_s {:.9g}\ncomm_s {:.9g}\nwait_s {:.9g}\n", r.compute_s, r.comm_s, r.wait_s);
+    f << fmt::format("test_accuracy {:.9g}\ntest_loss {:.9g}\nparam_count {}\n", r.test_accuracy, r.test_loss,
+                     r.param_count);
+    f << fmt::format("device {} {} {} {} {}\n", d.peak_bytes, d.bytes_sent, d.bytes_received,
+                     d.weight_bytes_sent, d.weight_bytes_received);
+    DPLAB_CHECK(f.good(), "could not write {}", tmp);
+  }
+  std::filesystem::rename(tmp, path);  // a reader never sees half a file
+}
+
+void read_rank_file(const std::string& path, RunResult& r, int rank) {
+  std::ifstream f(path);
+  DPLAB_CHECK(f.good(), "rank {} left no result file {} (did it fail before the end?)", rank, path);
+  std::map<std::string, std::string> kv;
+  for (std::string line; std::getline(f, line);) {
+    const auto sp = line.find(' ');
+    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  auto get = [&](const std::string& k) -> const std::string& {
+    auto it = kv.find(k);
+    DPLAB_CHECK(it != kv.end(), "{}: expected a line '{} ...', found none", path, k);
+    return it->second;
+  };
+  if (static_cast<size_t>(rank) >= r.devices.size()) r.devices.resize(static_cast<size_t>(rank) + 1);
+  std::istringstream dev(get("device"));
+  DeviceFigures& d = r.devices[static_cast<size_t>(rank)];
+  dev >> d.peak_bytes >> d.bytes_sent >> d.bytes_received >> d.weight_bytes_sent >> d.weight_bytes_received;
+  DPLAB_CHECK(!dev.fail(), "{}: malformed device line '{}'", path, get("device"));
+  if (rank != 0) return;
+  r.steps = std::stoll(get("steps"));
+  r.timed_steps = std::stoll(get("timed_steps"));
+  r.seconds = std::stod(get("seconds"));
+  r.compute_s = std::stod(get("compute_s"));
+  r.comm_s = std::stod(get("comm_s"));
+  r.wait_s = std::stod(get("wait_s"));
+  r.test_accuracy = std::stod(get("test_accuracy"));
+  r.test_loss = std::stod(get("test_loss"));
+  r.param_count = std::stoll(get("param_count"));
+}
+
+}  // namespace dplab::compare

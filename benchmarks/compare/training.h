@@ -1,0 +1,64 @@
+// training.h: what every mode of dplab-compare shares, so that only the parallel part differs:
+// the data (a Fashion-MNIST training subset cut into fixed global batches), the initial
+// model (one seed), the evaluation on the test subset, the flat parameter vector the test
+// compares, and a clock. Global batch k is rows [k*G, (k+1)*G) of the subset (cycled), so
+// step k sees the same samples in every mode; a device / rank of N gets rows
+// [k*G + r*G/N, k*G + (r+1)*G/N).
+// Read next: run_single.cpp (the baseline loop), trace.h.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmarks/compare/compare.h"
+#include "framework/nn/module.h"
+#include "framework/tensor/tensor.h"
+
+namespace dplab::compare {
+
+// With --device cpu the data sits on kDataDevice, a logical device no run trains on, so the
+// dataset's bytes are not counted as device 0's memory (they are the host's data loader's);
+// each device's peak then holds only what the mode itself puts there.
+inline constexpr int kDataDeviceIndex = 63;
+
+struct TrainData {
+  Tensor train_x, train_y;  // [M, 1, 28, 28] float32, [M] int64 on cpu:63 (cpu runs) or cpu:0
+  Tensor test_x, test_y;
+  int64_t batches = 0;      // M / G whole global batches, cycled
+};
+
+// Throws when Fashion-MNIST is missing (its message says where it looked) or the subset
+// holds fewer than one global batch.
+TrainData load_data(const Config& cfg);
+
+// Rows of global batch `step` for part `part` of `parts` (parts = 1: the whole batch).
+Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part, int parts);
+
+// The model every mode starts from: manual_seed(cfg.seed), then models::make_model.
+std::shared_ptr<nn::Module> initial_model(const Config& cfg);
+
+struct Evaluation {
+  double accuracy = 0;  // percent
+  double loss = 0;      // mean cross-entropy
+};
+// Eval mode, no grad, the whole test subset in chunks of 500 on `device`.
+Evaluation evaluate(nn::Module& model, const TrainData& d, Device device);
+
+std::vector<float> flat_params(const nn::Module& model);
+
+// The median of per-step times: the step time every mode reports. On a shared machine other
+// processes' bursts land on random steps; the median ignores them, the mean does not.
+double median(std::vector<double> v);
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+// Microseconds on the monotonic clock, the same in every process of the machine (trace).
+inline double to_us(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+}
+inline double now_us() { return to_us(Clock::now()); }
+
+}  // namespace dplab::compare

@@ -1,0 +1,160 @@
+// bench_train_throughput: training samples per second for the MLP and the LeNet-style CNN
+// at batch 64 on synthetic Fashion-MNIST-shaped data ([64, 1, 28, 28], labels in [0, 10)),
+// with 1 thread and with all threads. Each row: warm-up steps, then whole steps
+// (zero_grad, forward, cross_entropy, backward, SGD step) until --min-time has passed,
+// with the time split into forward / backward / optimizer so a slow row shows where it loses.
+// train_throughput_torch.py runs the same models, batch and optimizer in PyTorch and prints
+// the same table (and the ratio, given this program's --csv).
+// Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--csv out.csv]
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "framework/backend/cpu/cpu_threads.h"
+#include "framework/dplab.h"
+#include "framework/optim/sgd.h"
+#include "models/models.h"
+
+using namespace dplab;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Row {
+  std::string model;
+  int threads = 1;
+  int64_t batch = 0, steps = 0;
+  double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;
+  double samples_per_s() const { return static_cast<double>(steps * batch) / seconds; }
+  double ms(double s) const { return 1e3 * s / static_cast<double>(steps); }
+};
+
+// 8 distinct batches, cycled: enough that no step sees the previous step's exact input,
+// few enough (8 x 200 KB) to stay in cache as a real loader's prefetched batch would.
+struct SyntheticBatches {
+  std::vector<Tensor> x, y;
+  SyntheticBatches(int64_t batch, int count) {
+    Generator gen(1234);
+    for (int i = 0; i < count; ++i) {
+      x.push_back(randn({batch, 1, 28, 28}, {}, &gen));
+      y.push_back(randint(0, 10, {batch}, {.dtype = DType::Int64}, &gen));
+    }
+  }
+};
+
+Row run(const std::string& name, int threads, int64_t batch, int warmup, double min_time,
+        double lr, double momentum) {
+  set_num_threads(threads);
+  manual_seed(0);
+  std::shared_ptr<nn::Module> model = models::make_model(name);
+  optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
+  SyntheticBatches data(batch, 8);
+  Row row{.model = name, .threads = threads, .batch = batch};
+
+  for (int64_t i = 0;; ++i) {
+    const size_t k = static_cast<size_t>(i % 8);
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model->forward(data.x[k]), data.y[k]);
+    const auto t1 = Clock::now();
+    loss.backward();
+    const auto t2 = Clock::now();
+    opt.step();
+    const auto t3 = Clock::now();
+    if (i < warmup) continue;  // first steps allocate momentum buffers and warm caches
+    row.steps += 1;
+    row.forward_s += secs(t0, t1);
+    row.backward_s += secs(t1, t2);
+    row.step_s += secs(t2, t3);
+    row.seconds += secs(t0, t3);
+    if (row.seconds >= min_time && row.steps >= 5) break;
+  }
+  return row;
+}
+
+std::vector<int> parse_threads(const std::string& spec, int all) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item == "all") out.push_back(all);
+    else if (!item.empty()) out.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  DPLAB_CHECK(!out.empty(), "--threads: expected a list like \"1,all\" or \"1,2\", got \"{}\"", spec);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Training throughput (samples/s) of the MLP and the CNN, dplab"};
+  double min_time = 3.0, lr = 0.01, momentum = 0.9;
+  int warmup = 3;
+  int64_t batch = 64;
+  std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv;
+  app.add_option("--min-time", min_time, "seconds of timed steps per row");
+  app.add_option("--warmup", warmup, "untimed steps first");
+  app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads_spec, "comma list; 'all' = hardware threads");
+  app.add_option("--models", models_spec, "comma list of mlp, cnn");
+  app.add_option("--lr", lr);
+  app.add_option("--momentum", momentum);
+  app.add_option("--csv", csv, "also write the rows to this CSV file");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const int all = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::string> names;
+    for (const std::string& m : {std::string("mlp"), std::string("cnn")})
+      if (models_spec.find(m) != std::string::npos) names.push_back(m);
+    DPLAB_CHECK(!names.empty(), "--models: expected mlp and/or cnn, got \"{}\"", models_spec);
+
+    fmt::print("dplab training throughput: batch {}, SGD lr {} momentum {}, synthetic [B,1,28,28]\n",
+               batch, lr, momentum);
+    fmt::print("{:<6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "threads", "steps",
+               "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
+    std::vector<Row> rows;
+    for (int t : parse_threads(threads_spec, all)) {
+      for (const std::string& name : names) {
+        Row r;
+        try {
+          r = run(name, t, batch, warmup, min_time, lr, momentum);
+        } catch (const Error& e) {  // e.g. a build without OpenMP accepts only 1 thread
+          fmt::print("{:<6} {:>7} skipped: {}\n", name, t, e.what());
+          continue;
+        }
+        fmt::print("{:<6} {:>7} {:>7} {:>10.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", r.model,
+                   r.threads, r.steps, r.ms(r.seconds), r.ms(r.forward_s), r.ms(r.backward_s),
+                   r.ms(r.step_s), r.samples_per_s());
+        std::fflush(stdout);
+        rows.push_back(r);
+      }
+    }
+    if (!csv.empty()) {
+      std::ofstream f(csv);
+      DPLAB_CHECK(f.good(), "--csv: cannot write {}", csv);
+      f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,samples_per_s\n";
+      for (const Row& r : rows)
+        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f}\n", r.model, r.threads,
+                         r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s), r.ms(r.backward_s),
+                         r.ms(r.step_s), r.samples_per_s());
+      fmt::print("wrote {}\n", csv);
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""train_throughput_torch.py: PyTorch's side of bench_train_throughput (train_throughput.cpp).
+
+The same two models (the MLP 784-256-128-10 and the LeNet-style CNN of models/lenet.h,
+layer for layer), the same batch of synthetic [64, 1, 28, 28] inputs, the same SGD
+(lr 0.01, momentum 0.9) and the same step (zero_grad(set_to_none) -> forward ->
+cross_entropy -> backward -> step), timed the same way: warm-up, then whole steps until
+--min-time has passed, split into forward / backward / optimizer.
+Run: python3 benchmarks/train_throughput_torch.py [--threads 1,all] [--csv torch.csv]
+     [--dplab-csv dplab.csv]   # adds the column dplab samples/s / PyTorch samples/s
+"""
+import argparse
+import csv
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def make_mlp():
+    # models/mlp.h: Sequential(Linear, ReLU, Linear, ReLU, Linear) after flattening.
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                         nn.ReLU(), nn.Linear(128, 10))
+
+
+class LeNet(nn.Module):
+    # models/lenet.h: conv 5x5 1->16 pad 2, relu, pool 2, conv 5x5 16->32 pad 2, relu,
+    # pool 2, flatten, fc 1568->10.
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5, padding=2)
+        self.conv2 = nn.Conv2d(16, 32, 5, padding=2)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(torch.flatten(x, 1))
+
+
+MODELS = {"mlp": make_mlp, "cnn": LeNet}
+
+
+def run(name, threads, batch, warmup, min_time, lr, momentum):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    gen = torch.Generator().manual_seed(1234)
+    xs = [torch.randn(batch, 1, 28, 28, generator=gen) for _ in range(8)]
+    ys = [torch.randint(0, 10, (batch,), generator=gen) for _ in range(8)]
+    steps, total, fwd, bwd, stp = 0, 0.0, 0.0, 0.0, 0.0
+    i = 0
+    while True:
+        k = i % 8
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xs[k]), ys[k])
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        i += 1
+        if i <= warmup:
+            continue
+        steps += 1
+        fwd += t1 - t0
+        bwd += t2 - t1
+        stp += t3 - t2
+        total += t3 - t0
+        if total >= min_time and steps >= 5:
+            break
+    return dict(framework="pytorch", model=name, threads=threads, batch=batch, steps=steps,
+                ms_per_step=1e3 * total / steps, forward_ms=1e3 * fwd / steps,
+                backward_ms=1e3 * bwd / steps, step_ms=1e3 * stp / steps,
+                samples_per_s=steps * batch / total)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--min-time", type=float, default=3.0)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--threads", default="1,all")
+    p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--csv", default="")
+    p.add_argument("--dplab-csv", default="", help="bench_train_throughput's --csv, for ratios")
+    a = p.parse_args()
+
+    every = os.cpu_count() or 1
+    threads = [every if t == "all" else int(t) for t in a.threads.split(",") if t]
+    names = [m for m in ("mlp", "cnn") if m in a.models.split(",")]
+    ref = {}
+    if a.dplab_csv:
+        with open(a.dplab_csv) as f:
+            for r in csv.DictReader(f):
+                ref[(r["model"], int(r["threads"]))] = float(r["samples_per_s"])
+
+    print(f"PyTorch {torch.__version__} training throughput: batch {a.batch_size}, SGD lr {a.lr} "
+          f"momentum {a.momentum}, synthetic [B,1,28,28]")
+    head = f"{'model':<6} {'threads':>7} {'steps':>7} {'ms/step':>10} {'fwd ms':>9} {'bwd ms':>9} " \
+           f"{'step ms':>9} {'samples/s':>12}"
+    print(head + (f" {'dplab/torch':>12}" if ref else ""))
+    rows = []
+    for t in threads:
+        for name in names:
+            r = run(name, t, a.batch_size, a.warmup, a.min_time, a.lr, a.momentum)
+            line = (f"{name:<6} {t:>7} {r['steps']:>7} {r['ms_per_step']:>10.3f} "
+                    f"{r['forward_ms']:>9.3f} {r['backward_ms']:>9.3f} {r['step_ms']:>9.3f} "
+                    f"{r['samples_per_s']:>12.1f}")
+            if (name, t) in ref:
+                line += f" {ref[(name, t)] / r['samples_per_s']:>12.2f}"
+            print(line, flush=True)
+            rows.append(r)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {a.csv}")
+
+
+if __name__ == "__main__":
+    main()

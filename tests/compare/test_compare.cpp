@@ -1,0 +1,206 @@
+// test_compare.cpp: a short run of dplab-compare (every mode, N = 1, 2, 3, a few steps on a
+// tiny Fashion-MNIST subset) and checks on what it wrote: every mode ends with the single
+// device's parameters, results.csv has every column, the parameter server's master moves
+// (N-1)x a worker's weight bytes while ring ranks move equal bytes, and the plots exist
+// (that check alone is skipped, and says so, when matplotlib is missing).
+// The program's path comes as the first argument (tests/compare/meson.build).
+// Read next: benchmarks/compare/cli.cpp.
+#define DOCTEST_CONFIG_IMPLEMENT  // own main below: the program's path comes first
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string g_exe;  // set in main below
+
+struct Run {
+  int rc = -1;
+  std::string output;
+  fs::path out;
+};
+
+// Runs dplab-compare once for all test cases (it takes ~20 s), with stdout and stderr kept.
+const Run& short_run() {
+  static Run run = [] {
+    Run r;
+    r.out = fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid()));
+    fs::remove_all(r.out);
+    const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+                            "' --model mlp --ns 1,2,3 --steps 4 --warmup 1 --global-batch 48 --train-limit 240 "
+                            "--test-limit 200 --bucket-cap-mb 0.25 --trace --out '" + r.out.string() + "' 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::array<char, 4096> buf{};
+    while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+    const int status = ::pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  }();
+  return run;
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path, std::vector<std::string>* header) {
+  std::ifstream f(path);
+  REQUIRE_MESSAGE(f.good(), "missing " << path);
+  auto split = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
+    return out;
+  };
+  std::string line;
+  std::getline(f, line);
+  const std::vector<std::string> cols = split(line);
+  if (header) *header = cols;
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(f, line)) {
+    const auto cells = split(line);
+    REQUIRE(cells.size() == cols.size());
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < cols.size(); ++i) row[cols[i]] = cells[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<float> read_floats(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REQUIRE_MESSAGE(f.good(), "missing " << path);
+  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the short run succeeds and every mode ends with the single device's parameters") {
+  const Run& r = short_run();
+  INFO(r.output);
+  REQUIRE(r.rc == 0);
+  const std::vector<float> ref = read_floats(r.out / "runs" / "single_n1.params");
+  REQUIRE(ref.size() == 235146);  // MLP 784-256-128-10
+  for (const char* mode : {"dp", "star", "ring"})
+    for (int n : {1, 2, 3}) {
+      CAPTURE(mode);
+      CAPTURE(n);
+      const std::vector<float> p = read_floats(r.out / "runs" / (std::string(mode) + "_n" + std::to_string(n) + ".params"));
+      REQUIRE(p.size() == ref.size());
+      double max_diff = 0;
+      for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(p[i] - ref[i])));
+      CHECK(max_diff < 1e-5);
+    }
+  CHECK(r.output.find("all modes agree") != std::string::npos);
+}
+
+TEST_CASE("results.csv has every column and one row per mode and N") {
+  const Run& r = short_run();
+  REQUIRE(r.rc == 0);
+  std::vector<std::string> header;
+  const auto rows = read_csv(r.out / "results.csv", &header);
+  const std::vector<std::string> expected{
+      "mode", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
+      "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
+      "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
+      "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
+      "test_loss", "params", "predicted_step_ms", "prediction_error_pct"};
+  CHECK(header == expected);
+  CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
+  for (const auto& row : rows) {
+    CAPTURE(row.at("mode"));
+    CHECK(std::stod(row.at("samples_per_s")) > 0);
+    CHECK(std::stoll(row.at("timed_steps")) == 3);
+    CHECK(std::stod(row.at("peak_mem_max_mib")) > 0);
+    const double acc = std::stod(row.at("test_accuracy"));
+    CHECK(acc > 0);
+    CHECK(acc <= 100);
+    if (row.at("mode") == "ring" || row.at("mode") == "star")
+      CHECK(std::isfinite(std::stod(row.at("predicted_step_ms"))));
+  }
+}
+
+TEST_CASE("PS master moves (N-1)x a worker's weight bytes; ring ranks move equal bytes") {
+  const Run& r = short_run();
+  REQUIRE(r.rc == 0);
+  const auto rows = read_csv(r.out / "per_device.csv", nullptr);
+  auto dev = [&](const std::string& mode, int n, int d) {
+    for (const auto& row : rows)
+      if (row.at("mode") == mode && std::stoi(row.at("N")) == n && std::stoi(row.at("device")) == d) return row;
+    FAIL("no per_device row for " << mode << " N=" << n << " device " << d);
+    return rows.front();
+  };
+  auto val = [](const std::map<std::string, std::string>& row, const char* k) { return std::stod(row.at(k)); };
+  const int n = 3;
+  const double grad_mib = 235146 * 4.0 / (1 << 20);
+  // Star (DDP) and DataParallel: the master sends the weights (or reduced gradients) to each
+  // of the N-1 others and receives N-1 gradients; each worker sends and receives one copy.
+  for (const char* mode : {"star", "dp"}) {
+    CAPTURE(mode);
+    const auto master = dev(mode, n, 0);
+    for (int w = 1; w < n; ++w) {
+      const auto worker = dev(mode, n, w);
+      CHECK(val(master, "weight_sent_mib_per_step") ==
+            doctest::Approx((n - 1) * val(worker, "weight_recv_mib_per_step")).epsilon(1e-4));
+      CHECK(val(master, "weight_recv_mib_per_step") ==
+            doctest::Approx((n - 1) * val(worker, "weight_sent_mib_per_step")).epsilon(1e-4));
+      CHECK(val(worker, "weight_sent_mib_per_step") == doctest::Approx(grad_mib).epsilon(1e-4));
+    }
+  }
+  // Ring: every rank sends and receives 2(N-1)/N of the gradient bytes (up to one element
+  // per chunk when the buffer does not split evenly).
+  for (int d = 0; d < n; ++d) {
+    const auto rank = dev("ring", n, d);
+    CHECK(val(rank, "weight_sent_mib_per_step") == doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
+    CHECK(val(rank, "weight_recv_mib_per_step") == doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("report, trace and plots are written") {
+  const Run& r = short_run();
+  REQUIRE(r.rc == 0);
+  CHECK(fs::file_size(r.out / "report.md") > 500);
+  CHECK(fs::file_size(r.out / "projection.csv") > 100);
+  std::ifstream trace(r.out / "trace.json");
+  std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
+  CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
+  CHECK(text.find("allreduce bucket") != std::string::npos);
+  CHECK(text.find("wait bucket") != std::string::npos);
+  if (r.output.find("plots skipped") != std::string::npos) {
+    MESSAGE("plot check skipped: " << r.output.substr(r.output.find("plots skipped"), 80));
+    return;
+  }
+  for (const char* png : {"throughput.png", "memory.png", "traffic.png", "step_split.png", "projection.png"}) {
+    CAPTURE(png);
+    CHECK(fs::exists(r.out / png));
+    if (fs::exists(r.out / png)) CHECK(fs::file_size(r.out / png) > 1000);
+  }
+}
+
+// The program's path comes first on the command line, doctest's options after.
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: test_compare PATH/TO/dplab-compare [doctest options]\n");
+    return 2;
+  }
+  g_exe = argv[1];
+  doctest::Context ctx(argc - 1, argv + 1);
+  const int rc = ctx.run();
+  std::error_code ec;
+  fs::remove_all(fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid())), ec);
+  return rc;
+}
