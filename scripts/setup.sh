@@ -57,5 +57,5 @@ PY
   exit $status
 fi
 
-echo "== running the main job"
-exec ./build/tutorials/01_tensors_and_autograd
+echo "== running the main job: PS vs ring on Fashion-MNIST (results/ holds the report and plots)"
+exec ./build/benchmarks/compare/dplab-compare "${@:2}"
