@@ -2,6 +2,8 @@
 // Python writes them, and atomic saves (a failed save leaves the old file and no temporary).
 // Bad files are in test_safetensors_errors.cpp, checkpoints in test_checkpoint.cpp.
 #include <doctest/doctest.h>
+#include <fstream>
+#include <iterator>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -42,6 +44,23 @@ TEST_CASE("safetensors: float32 and int64 tensors and metadata round trip") {
   CHECK(back.tensors.at("empty").shape() == Shape{0, 3});
   // File order, as Python writes it: 8-byte elements first (aligned), then by name.
   CHECK(back.tensors.keys() == std::vector<std::string>{"labels", "empty", "row1", "scalar", "w"});
+}
+
+TEST_CASE("safetensors: float16 tensors are written as F16 and read back bit for bit") {
+  TempDir dir;
+  StateDict sd;
+  Tensor half = from_vector(std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f}, {2, 2}).to(DType::Float16);
+  sd.insert("h", half);
+  save_safetensors(dir.file("h.safetensors"), sd);
+  std::ifstream in(dir.file("h.safetensors"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(bytes.find(R"("dtype":"F16")") != std::string::npos);
+  CHECK(bytes.size() % 8 == 0);  // 8-byte header length + padded header + 4 x 2 data bytes
+  Loaded back = load_safetensors(dir.file("h.safetensors"));
+  const Tensor& h = back.tensors.at("h");
+  CHECK(h.dtype() == DType::Float16);
+  CHECK(h.to_vector<uint16_t>() == half.to_vector<uint16_t>());
+  CHECK(h.to(DType::Float32).to_vector<float>() == std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f});
 }
 
 TEST_CASE("safetensors: the exact bytes of a small file") {
