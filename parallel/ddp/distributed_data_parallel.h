@@ -21,10 +21,12 @@
 namespace dplab::parallel {
 
 struct DDPOptions {
-  std::optional<Device> device;        // where the module lives; checked, default: its parameters' device
+  std::optional<Device> device;        // if set, every parameter must be here; unset, a model may span
+                                       // devices (model parallel) and buckets never mix devices
   double bucket_cap_mb = 25.0;
   bool find_unused_parameters = false;
-  bool broadcast_buffers = true;       // rank 0's buffers (BN running stats) re-sent every forward
+  bool broadcast_buffers = true;       // rank 0's buffers (BN running stats) re-sent every training
+                                       // forward (not in eval, so rank-0-only evaluation cannot hang)
   bool gradient_as_bucket_view = false;
   std::optional<Algorithm> algorithm;  // ring or star; default: the group's
   std::shared_ptr<ProcessGroup> process_group;  // default: default_process_group()
