@@ -42,9 +42,7 @@ std::unordered_map<Node*, int> count_dependencies(Node* root) {
 // the most recently created node.
 struct ReadyOrder {
   bool operator()(const Node* a, const Node* b) const {
-    bool a_leaf = dynamic_cast<const AccumulateGrad*>(a) != nullptr;
-    bool b_leaf = dynamic_cast<const AccumulateGrad*>(b) != nullptr;
-    if (a_leaf != b_leaf) return b_leaf;
+    if (a->is_leaf_sink() != b->is_leaf_sink()) return b->is_leaf_sink();
     return a->sequence_nr() < b->sequence_nr();
   }
 };

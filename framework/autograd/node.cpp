@@ -30,7 +30,9 @@ void Node::release() {
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf)
-    : Node("AccumulateGrad", {}, nullptr), leaf_(std::move(leaf)) {}
+    : Node("AccumulateGrad", {}, nullptr), leaf_(std::move(leaf)) {
+  leaf_sink_ = true;
+}
 
 // The one place gradients land in .grad:
 //   1. tensor hooks may replace the incoming gradient,

@@ -29,6 +29,7 @@ class Node {
   // Edges to the nodes of the inputs; nullptr where an input needs no gradient.
   const std::vector<std::shared_ptr<Node>>& next() const { return next_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
+  bool is_leaf_sink() const { return leaf_sink_; }  // an AccumulateGrad
 
   // Runs the closure. Throws if the graph was freed by an earlier backward.
   virtual std::vector<Tensor> apply(const Tensor& grad_output);
@@ -47,6 +48,7 @@ class Node {
   BackwardFn fn_;
   uint64_t sequence_nr_;
   bool released_ = false;
+  bool leaf_sink_ = false;
 };
 
 // The sink of a leaf: runs its hooks, adds into .grad, then fires its
