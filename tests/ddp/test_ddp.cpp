@@ -12,6 +12,8 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_processes;
@@ -21,10 +23,6 @@ namespace {
 
 constexpr int kSteps = 3;
 constexpr int64_t kPerRank = 4;
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 
 // The global batch of step s: world * kPerRank rows; rank r trains on rows [r*k, (r+1)*k).
 Tensor batch_x(int s, int world) {

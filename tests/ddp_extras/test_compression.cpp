@@ -15,6 +15,8 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
@@ -97,10 +99,6 @@ TEST_CASE("all_reduce of Float16 tensors between processes over shared memory") 
 }
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 
 struct RunResult {
   std::vector<float> params;

@@ -10,6 +10,8 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
@@ -19,9 +21,6 @@ namespace {
 constexpr int kSteps = 3;
 constexpr int64_t kPerRank = 4;
 
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 Tensor batch_x(int s, int world) {
   Generator g(500 + s);
   return randn({world * kPerRank, 10}, {}, &g);

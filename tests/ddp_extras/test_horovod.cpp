@@ -15,6 +15,8 @@
 #include "parallel/ddp/horovod.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
@@ -22,10 +24,6 @@ using dplab::parallel::testing::run_threads;
 namespace {
 
 constexpr int kSteps = 4;
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 
 StateDict initial_state() {
   Generator g(11);

@@ -17,6 +17,8 @@
 #include "parallel/ddp/sync_batch_norm.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
@@ -25,10 +27,6 @@ namespace {
 
 constexpr int kSteps = 2;
 constexpr int64_t kC = 3;
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 
 Shape input_shape(int64_t rows, bool two_d) { return two_d ? Shape{rows, kC, 2, 3} : Shape{rows, kC}; }
 

@@ -15,6 +15,8 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "tests/parallel/rank_harness.h"
 
+using dplab::parallel::testing::borrow;
+
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_processes;
@@ -24,10 +26,6 @@ namespace {
 
 constexpr int kSteps = 6;
 constexpr int64_t kPerRank = 4;
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
-  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
-}
 
 struct Run {
   std::shared_ptr<models::ToyModel> model;

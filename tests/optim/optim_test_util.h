@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "framework/ops/ops.h"
+#include "framework/optim/optimizer.h"
 
 namespace dplab::optim_test {
 
@@ -30,5 +31,15 @@ inline void check_close(const Tensor& t, const std::vector<float>& expected, dou
 
 // The gradients used by every hand-computed test: g1, g2, g3.
 inline const std::vector<std::vector<float>> kGrads = {{0.5f, 1.0f}, {-1.0f, 2.0f}, {2.0f, 0.0f}};
+
+// Runs one step per expected[k] with gradient kGrads[k], checking p after each.
+inline void run_steps(optim::Optimizer& opt, Tensor& p, const std::vector<std::vector<float>>& expected) {
+  for (size_t k = 0; k < expected.size(); ++k) {
+    set_grad(p, kGrads[k]);
+    opt.step();
+    INFO("after step " << k + 1);
+    check_close(p, expected[k]);
+  }
+}
 
 }  // namespace dplab::optim_test

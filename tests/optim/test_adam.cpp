@@ -10,17 +10,6 @@
 using namespace dplab;
 using namespace dplab::optim_test;
 
-namespace {
-void run_steps(optim::Optimizer& opt, Tensor& p, const std::vector<std::vector<float>>& expected) {
-  for (size_t k = 0; k < expected.size(); ++k) {
-    set_grad(p, kGrads[k]);
-    opt.step();
-    INFO("after step " << k + 1);
-    check_close(p, expected[k]);
-  }
-}
-}  // namespace
-
 TEST_CASE("Adam: bias-corrected m / sqrt(v)") {
   Tensor p = param({1, -2});
   optim::Adam opt({p}, {.lr = 0.1, .betas = {0.9, 0.999}, .eps = 1e-8, .weight_decay = 0});

@@ -10,18 +10,6 @@
 using namespace dplab;
 using namespace dplab::optim_test;
 
-namespace {
-// Runs `steps` steps of opt on p with kGrads and checks p after each against expected[k].
-void run_steps(optim::Optimizer& opt, Tensor& p, const std::vector<std::vector<float>>& expected) {
-  for (size_t k = 0; k < expected.size(); ++k) {
-    set_grad(p, kGrads[k]);
-    opt.step();
-    INFO("after step " << k + 1);
-    check_close(p, expected[k]);
-  }
-}
-}  // namespace
-
 TEST_CASE("SGD plain: p -= lr * g") {
   Tensor p = param({1, -2});
   optim::SGD opt({p}, {.lr = 0.1});

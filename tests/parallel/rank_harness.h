@@ -25,6 +25,12 @@ namespace dplab::parallel::testing {
 
 using RankBody = std::function<void(ProcessGroup& pg)>;
 
+// The harness owns each rank's group; APIs that keep a shared_ptr (DDP, Horovod) get a
+// non-owning one.
+inline std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
+  return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
+}
+
 // Runs body on `n` threads, one process group each; rethrows the first rank's exception.
 inline void run_threads(int n, const RankBody& body, ProcessGroupOptions opts = {}) {
   if (opts.timeout == kDefaultTimeout) opts.timeout = Seconds(10.0);
