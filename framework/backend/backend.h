@@ -59,7 +59,7 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
 };
 
-// x: [N, C, H, W] -> y: [N, C, out_h, out_w]; columns for conv are [N, C*kh*kw, out_h*out_w].
+// x: [N, C, H, W] -> y: [N, C, out_h, out_w]; columns for conv are [C*kh*kw, N*out_h*out_w].
 struct Window2d {
   int64_t N = 0, C = 0, H = 0, W = 0;
   int64_t kh = 0, kw = 0, stride = 1, pad = 0;
@@ -139,6 +139,9 @@ class Backend {
                                 float* out) = 0;
 
   // ---- convolution helpers and pooling ----
+  // x: [N, C, H, W] -> cols: [C*kh*kw, N*out_h*out_w], every image's columns side by side
+  // (row (c*kh + i)*kw + j, column n*out_h*out_w + oh*out_w + ow), so that a convolution
+  // over the whole batch is one GEMM. Padding reads as 0.
   virtual void im2col(const float* x, const Window2d& w, float* cols) = 0;
   // gx <- every column entry added back to its image position (gx is overwritten, not accumulated)
   virtual void col2im(const float* cols, const Window2d& w, float* gx) = 0;

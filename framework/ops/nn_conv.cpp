@@ -1,6 +1,6 @@
 // nn_conv.cpp: 2-d convolution as im2col + GEMM, and max / average pooling.
 // im2col unrolls every kh x kw window of the padded input into a column, so a convolution
-// becomes one batched matrix product: [O, C*kh*kw] @ [C*kh*kw, oh*ow] per image. That costs
+// becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, N*oh*ow] for the whole batch. That costs
 // kh*kw times the input's memory for the columns but runs at GEMM speed, the trade-off
 // Caffe made and cuDNN still offers. Pooling has dedicated backend kernels.
 // Read next: nn_norm.cpp; the kernels are backend/cpu/cpu_conv_pool.cpp.
@@ -33,11 +33,21 @@ void run_gemm(const Tensor& on, GemmArgs args, const float* a, const float* b, f
   backend_of(on).gemm(args, a, b, c);
 }
 
+// dst [B, A, L] <- src [A, B, L]: swaps the two outer dims (images and channels).
+void swap_outer(const Tensor& src, int64_t A, int64_t B, int64_t L, const Tensor& dst) {
+  if (A * B * L == 0) return;
+  Strided read{.ndim = 3, .shape = {B, A, L}, .strides = {L, B * L, 1}};
+  backend_of(src).strided_copy(DType::Float32, fptr(src), read, fptr(dst));
+}
+
 }  // namespace
 
 // x: [N, C, H, W]  weight: [O, C, kh, kw]  bias: [O]  ->  y: [N, O, oh, ow]
-//   cols[n] = im2col(x[n])               [C*kh*kw, oh*ow]
-//   y[n]    = W [O, C*kh*kw] @ cols[n] + b
+//   cols = im2col(x)                     [C*kh*kw, N*oh*ow]   (all images side by side)
+//   yt   = W [O, C*kh*kw] @ cols + b     [O, N*oh*ow]         (one GEMM for the batch)
+//   y    = yt with its two outer dims swapped                 [N, O, oh*ow]
+// One big GEMM instead of N small ones: the weight gradient's inner dimension becomes
+// N*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding) {
   check_float("conv2d", x);
@@ -61,21 +71,20 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
   const int64_t N = w.N, CK = w.C * w.kh * w.kw, L = w.out_h * w.out_w;
 
-  Tensor cols = Tensor::empty({N, CK, L}, x.options());
+  Tensor cols = Tensor::empty({CK, N * L}, x.options());
   if (cols.numel() > 0) backend_of(x).im2col(fptr(x), w, fptr(cols));
-  Tensor out = Tensor::empty({N, O, w.out_h, w.out_w}, x.options());
+  Tensor yt = Tensor::empty({O, N * L}, x.options());
   float beta = 0.0f;
-  if (bias.defined() && out.numel() > 0) {  // pre-fill y with b, then GEMM with beta = 1
-    backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {N, O, L}),
-                               fptr(out));
+  if (bias.defined() && yt.numel() > 0) {  // pre-fill yt with b, then GEMM with beta = 1
+    backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, N * L}),
+                               fptr(yt));
     beta = 1.0f;
-  } else if (CK == 0 && out.numel() > 0) {
-    out.detach().zero_();
+  } else if (CK == 0 && yt.numel() > 0) {
+    yt.detach().zero_();
   }
-  // One batched GEMM: the weight is shared by every image (batch stride 0).
-  run_gemm(x, {.batch = N, .M = O, .N = L, .K = CK, .stride_a = 0, .stride_b = CK * L,
-               .stride_c = O * L, .beta = beta},
-           fptr(weight), fptr(cols), fptr(out));
+  run_gemm(x, {.M = O, .N = N * L, .K = CK, .beta = beta}, fptr(weight), fptr(cols), fptr(yt));
+  Tensor out = Tensor::empty({N, O, w.out_h, w.out_w}, x.options());
+  swap_outer(yt, O, N, L, out);
 
   // Only dW needs the columns: do not keep kh*kw copies of the input alive otherwise.
   Tensor saved_cols = weight.requires_grad() ? cols : Tensor();
@@ -85,24 +94,23 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                 [x_grad, b_grad, sx = x.shape(), weight, saved_cols, w, O, CK, L](const Tensor& g) {
     Tensor gx, gw, gb;
     const int64_t N = w.N;
+    // gt [O, N*L]: g [N, O, L] with the images side by side, as the columns are
+    Tensor gt = Tensor::empty({O, N * L}, g.options());
+    swap_outer(g, N, O, L, gt);
     if (x_grad) {
-      // dcols[n] = W^T [CK, O] @ g[n] [O, L];  dx = col2im(dcols), the adjoint of im2col
-      Tensor dcols = Tensor::empty({N, CK, L}, g.options());
+      // dcols = W^T [CK, O] @ gt [O, N*L];  dx = col2im(dcols), the adjoint of im2col
+      Tensor dcols = Tensor::empty({CK, N * L}, g.options());
       if (dcols.numel() > 0 && O == 0) dcols.detach().zero_();
-      run_gemm(g, {.batch = N, .M = CK, .N = L, .K = O, .trans_a = true, .stride_a = 0,
-                   .stride_b = O * L, .stride_c = CK * L},
-               fptr(weight), fptr(g), fptr(dcols));
+      run_gemm(g, {.M = CK, .N = N * L, .K = O, .trans_a = true}, fptr(weight), fptr(gt),
+               fptr(dcols));
       gx = Tensor::empty(sx, g.options());
       if (gx.numel() > 0) backend_of(g).col2im(fptr(dcols), w, fptr(gx));
     }
     if (weight.requires_grad()) {
-      // dW [O, CK] = sum_n g[n] [O, L] @ cols[n]^T [L, CK]: one GEMM per image, the
-      // first overwriting (beta = 0), the rest accumulating (beta = 1).
+      // dW [O, CK] = gt [O, N*L] @ cols^T [N*L, CK]: the sum over images is the GEMM's K
       gw = zeros(weight.shape(), weight.options());
-      for (int64_t n = 0; n < N; ++n) {
-        run_gemm(g, {.M = O, .N = CK, .K = L, .trans_b = true, .beta = n == 0 ? 0.0f : 1.0f},
-                 fptr(g) + n * O * L, fptr(saved_cols) + n * CK * L, fptr(gw));
-      }
+      run_gemm(g, {.M = O, .N = CK, .K = N * L, .trans_b = true}, fptr(gt), fptr(saved_cols),
+               fptr(gw));
     }
     // db = sum of g over n, h, w
     if (b_grad) gb = sum(g, {0, 2, 3});

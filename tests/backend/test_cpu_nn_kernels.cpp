@@ -180,7 +180,7 @@ TEST_CASE("im2col matches the definition; col2im is its adjoint") {
             for (int64_t oh = 0; oh < w.out_h; ++oh)
               for (int64_t ow = 0; ow < w.out_w; ++ow) {
                 const int64_t r = (c * w.kh + i) * w.kw + j;
-                ref[(n * rows + r) * L + oh * w.out_w + ow] =
+                ref[(r * w.N + n) * L + oh * w.out_w + ow] =
                     at(x, w, n * w.C + c, oh * w.stride - w.pad + i, ow * w.stride - w.pad + j);
               }
     CHECK(cols == ref);

@@ -1,9 +1,9 @@
 // cpu_conv_pool.cpp: im2col / col2im (convolution as one GEMM) and max / avg pooling.
 // im2col unrolls every kh x kw window of x: [N, C, H, W] into a column of
-// cols: [N, C*kh*kw, out_h*out_w], row (c*kh + i)*kw + j, column oh*out_w + ow, holding
-// x[n, c, oh*stride - pad + i, ow*stride - pad + j] (0 outside the image: zero padding).
-// Then conv = W[O, C*kh*kw] @ cols, and col2im is its adjoint (scatter-add back), which is
-// the input gradient. Pooling argmax is the flat index ih*W + iw in the (n, c) input plane.
+// cols: [C*kh*kw, N*out_h*out_w], row (c*kh + i)*kw + j, column n*out_h*out_w + oh*out_w + ow,
+// holding x[n, c, oh*stride - pad + i, ow*stride - pad + j] (0 outside the image: zero
+// padding). The images sit side by side, so conv = W[O, C*kh*kw] @ cols is one GEMM for the
+// whole batch, and col2im is its adjoint (scatter-add back), which is the input gradient. Pooling argmax is the flat index ih*W + iw in the (n, c) input plane.
 // Cost: im2col writes C*kh*kw*out_h*out_w floats per image, kh*kw times the input.
 // Read next: cpu_optim.cpp.
 #include <algorithm>
@@ -38,6 +38,13 @@ void valid_range(int64_t offset, int64_t stride, int64_t size, int64_t out, int6
   hi = std::clamp(hi, lo, out);
 }
 
+// Where image n = nc / C, channel c = nc % C starts in cols: row c*kh*kw, column n*L.
+// Its kh*kw rows follow, each N*L floats apart.
+float* first_row(float* cols, const Window2d& w, int64_t nc) {
+  const int64_t n = nc / w.C, c = nc % w.C, L = w.out_h * w.out_w;
+  return cols + c * w.kh * w.kw * w.N * L + n * L;
+}
+
 }  // namespace
 
 void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
@@ -45,12 +52,10 @@ void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
-    // image (n, c) owns rows [c*kh*kw, (c+1)*kh*kw) of image n's column block, which in
-    // memory is exactly block nc of kh*kw*L floats.
-    float* out = cols + nc * w.kh * w.kw * L;
+    float* out = first_row(cols, w, nc);
     for (int64_t i = 0; i < w.kh; ++i) {
       for (int64_t j = 0; j < w.kw; ++j) {
-        float* row = out + (i * w.kw + j) * L;
+        float* row = out + (i * w.kw + j) * w.N * L;
         int64_t lo, hi;
         valid_range(j - w.pad, w.stride, w.W, w.out_w, lo, hi);
         for (int64_t oh = 0; oh < w.out_h; ++oh) {
@@ -82,10 +87,10 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
   std::fill_n(gx, w.N * w.C * plane, 0.0f);
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     float* img = gx + nc * plane;
-    const float* in = cols + nc * w.kh * w.kw * L;
+    const float* in = first_row(const_cast<float*>(cols), w, nc);
     for (int64_t i = 0; i < w.kh; ++i) {
       for (int64_t j = 0; j < w.kw; ++j) {
-        const float* row = in + (i * w.kw + j) * L;
+        const float* row = in + (i * w.kw + j) * w.N * L;
         int64_t lo, hi;
         valid_range(j - w.pad, w.stride, w.W, w.out_w, lo, hi);
         for (int64_t oh = 0; oh < w.out_h; ++oh) {

@@ -1,5 +1,5 @@
 // cuda_conv_pool.cu: im2col / col2im (convolution = im2col + one GEMM) and 2-d pooling.
-// x: [N, C, H, W]   cols: [N, C*kh*kw, out_h*out_w]   y: [N, C, out_h, out_w]
+// x: [N, C, H, W]   cols: [C*kh*kw, N*out_h*out_w]   y: [N, C, out_h, out_w]
 // Backward passes that scatter (col2im, avg_pool2d_backward) are written as gathers: one
 // thread per input pixel sums every window entry that read it. No atomics, so the result
 // is deterministic and gx is simply overwritten. A window entry (oy, ki) read input row
@@ -14,11 +14,11 @@ namespace dplab::cuda {
 namespace {
 
 __global__ void im2col_kernel(const float* x, KWindow w, float* cols, int64_t n) {
-  const int64_t spatial = w.out_h * w.out_w, kk = w.kh * w.kw, ckk = w.C * kk;
-  DPLAB_GRID_LOOP(e, n) {
+  const int64_t spatial = w.out_h * w.out_w, kk = w.kh * w.kw;
+  DPLAB_GRID_LOOP(e, n) {  // e = (row * N + b) * spatial + p
     const int64_t p = e % spatial;
-    const int64_t row = (e / spatial) % ckk;
-    const int64_t b = e / (spatial * ckk);
+    const int64_t b = (e / spatial) % w.N;
+    const int64_t row = e / (spatial * w.N);
     const int64_t c = row / kk, ki = (row % kk) / w.kw, kj = row % w.kw;
     const int64_t iy = (p / w.out_w) * w.stride - w.pad + ki;
     const int64_t ix = (p % w.out_w) * w.stride - w.pad + kj;
@@ -46,10 +46,11 @@ __global__ void col2im_kernel(const float* cols, KWindow w, float* gx, int64_t n
   DPLAB_GRID_LOOP(e, n) {
     const int64_t ix = e % w.W, iy = (e / w.W) % w.H, bc = e / (w.H * w.W);
     const int64_t b = bc / w.C, c = bc % w.C;
-    const float* base = cols + (b * w.C + c) * kk * spatial;  // rows of channel c of image b
+    // channel c's kk rows start at row c*kk, each N*spatial long; image b's part at b*spatial
+    const float* base = cols + c * kk * w.N * spatial + b * spatial;
     float acc = 0.0f;
     for_each_reader(w, iy, ix, [&](int64_t oy, int64_t ox, int64_t ki, int64_t kj) {
-      acc += base[(ki * w.kw + kj) * spatial + oy * w.out_w + ox];
+      acc += base[(ki * w.kw + kj) * w.N * spatial + oy * w.out_w + ox];
     });
     gx[e] = acc;
   }
