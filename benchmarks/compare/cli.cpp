@@ -83,7 +83,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
 
   std::optional<AlphaBeta> ab;
   if (cfg.projection && !runs.empty()) {
-    std::cout << "ping-pong between 2 processes over shm for the alpha-beta model...\n";
+    std::cout << "ping-pong between 2 processes for the alpha-beta model...\n";
     ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     add_predictions(runs, *ab, cfg, cores);
@@ -105,7 +105,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
         "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same computation "
         "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead", cfg.model));
 
-  std::cout << '\n' << format_table(runs) << '\n';
+  std::cout << '\n' << format_table(runs) << '\n' << link_note(cfg) << '\n';
   std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the single device:\n";
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
   std::cout << (agreement.ok ? "all modes agree: accuracy within 0.5 points of the single device\n"
@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
   app.add_option("--lr", cfg.lr);
   app.add_option("--momentum", cfg.momentum);
   app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP bucket size in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--link-gbps", cfg.link_gbps,
+                 "emulated link per device in Gbit/s, as between machines (default 10 on cpu, none on cuda; "
+                 "0: none, raw shared memory)");
   app.add_option("--device", cfg.device, "cpu (logical cpu:k devices) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--out", cfg.out, "output directory");
   app.add_option("--data", cfg.data_root, "Fashion-MNIST directory (default: the usual search path)");

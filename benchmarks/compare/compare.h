@@ -26,6 +26,10 @@ struct Config {
   double momentum = 0.9;
   double bucket_cap_mb = 25.0;           // DDP bucket size
   std::string device = "cpu";            // cpu | cuda
+  // Emulated link per device / rank in Gbit/s (parallel/transport/link_model.h), so that the
+  // parameter server's single link shows as it does between machines. < 0: 10 on cpu (10 GbE
+  // between machines), none on cuda; 0: none (raw shared memory, see the README).
+  double link_gbps = -1;
   std::string out = "results";
   std::string data_root = "";            // Fashion-MNIST directory; empty: the search path
   bool trace = false;                    // write trace.json (Chrome trace)
@@ -55,6 +59,8 @@ struct RunResult {
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };
 
+// The link bandwidth in effect: cfg.link_gbps, or its default for the device kind.
+double link_gbps(const Config& cfg);
 // Device k of the configured kind ("cpu" -> cpu:k, "cuda" -> cuda:k).
 Device device_of(const Config& cfg, int k);
 // Where each run leaves its files: <out>/runs/<mode>_n<N>[_rank<r>].<ext>

@@ -199,6 +199,16 @@ void write_per_device_csv(const std::string& path, const std::vector<RunResult>&
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
 
+std::string link_note(const Config& cfg) {
+  const double gbps = link_gbps(cfg);
+  if (gbps <= 0)
+    return "Links: none emulated: ranks and devices copy at shared-memory speed, so every rank shares one "
+           "memory bus and the parameter server's master has no link of its own to saturate.";
+  return fmt::format("Links: every device / rank sits behind an emulated full-duplex {:g} Gbit/s link "
+                     "(--link-gbps; parallel/transport/link_model.h), as machines on a network do: the "
+                     "parameter server's master moves (N-1)x a worker's bytes through its one link.", gbps);
+}
+
 void write_report_md(const std::string& path, const Config& cfg, const std::vector<RunResult>& runs,
                      const Agreement& agreement, const std::optional<AlphaBeta>& ab,
                      const std::vector<std::string>& plots, const std::string& plot_note) {
@@ -208,6 +218,7 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
                    "SGD lr {} momentum {}, bucket cap {} MiB, Fashion-MNIST train subset {}, test subset {}.\n\n",
                    cfg.model, cfg.steps, runs.empty() ? 0 : runs[0].timed_steps, cfg.global_batch, cfg.device,
                    cfg.lr, cfg.momentum, cfg.bucket_cap_mb, cfg.train_limit, cfg.test_limit);
+  f << link_note(cfg) << "\n\n";
   f << "| mode | N | samples/s | speed-up | efficiency | step ms | compute ms | comm ms | wait ms | "
        "peak MiB max | min | max/min | dev0 sent/recv MiB | others sent/recv MiB | acc % | loss | predicted ms (err) |\n";
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -231,7 +242,7 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
   f << (agreement.ok ? "\nAll modes agree (parameters within tolerance, accuracy within 0.5 points).\n"
                      : "\n**Some modes DISAGREE with the single device (see above).**\n");
   if (ab)
-    f << fmt::format("\n## Alpha-beta model\n\nPing-pong over the shm process group: alpha = {:.2f} us, "
+    f << fmt::format("\n## Alpha-beta model\n\nPing-pong over the process group (same links): alpha = {:.2f} us, "
                      "beta = {:.4f} ns/byte ({:.2f} GB/s). Projection: `projection.csv`, `projection.png`.\n",
                      1e6 * ab->alpha, 1e9 * ab->beta, ab->bandwidth_gbs());
   f << "\n## Plots\n\n";

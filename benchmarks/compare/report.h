@@ -28,6 +28,8 @@ struct Agreement {
 Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs);
 
 std::string format_table(const std::vector<RunResult>& runs);
+// One sentence on the emulated links in effect (or their absence), for the table and report.
+std::string link_note(const Config& cfg);
 void write_results_csv(const std::string& path, const std::vector<RunResult>& runs);
 void write_per_device_csv(const std::string& path, const std::vector<RunResult>& runs);
 void write_report_md(const std::string& path, const Config& cfg, const std::vector<RunResult>& runs,

@@ -21,6 +21,11 @@
 
 namespace dplab::compare {
 
+double link_gbps(const Config& cfg) {
+  if (cfg.link_gbps >= 0) return cfg.link_gbps;
+  return cfg.device == "cpu" ? 10.0 : 0.0;  // logical CPU devices stand for machines on 10 GbE
+}
+
 Device device_of(const Config& cfg, int k) {
   if (cfg.device == "cpu") return Device(DeviceKind::CPU, k);
   if (cfg.device == "cuda") return Device(DeviceKind::CUDA, k);

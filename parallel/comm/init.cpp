@@ -262,7 +262,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   auto store = make_store(opts.init_method, rank, world_size, opts.timeout);
   rendezvous(*store, rank, world_size, opts.timeout);
   g.pg = create_process_group(store, rank, world_size,
-                              ProcessGroupOptions{.backend = opts.backend, .timeout = opts.timeout});
+                              ProcessGroupOptions{.backend = opts.backend, .timeout = opts.timeout,
+                                                  .link_gbps = opts.link_gbps});
   g.store = store;
   g.timeout = opts.timeout;
   return g.pg;

@@ -20,6 +20,7 @@ struct InitOptions {
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
   Seconds timeout = kDefaultTimeout;   // rendezvous and every later collective wait
+  double link_gbps = 0;                // > 0: emulate a link per rank (transport/link_model.h)
 };
 
 // Builds the default process group; every rank must call it. Throws CommError naming the

@@ -19,6 +19,7 @@
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
 #include "parallel/comm/hash_store.h"
+#include "parallel/transport/link_model.h"
 #include "parallel/transport/shm_transport.h"
 #include "parallel/transport/thread_transport.h"
 
@@ -407,6 +408,9 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
     throw;
   }
   store->set_timeout(saved);
+  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
+              "emulated link), got {}", opts.link_gbps);
+  if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
   return std::make_shared<ProcessGroup>(std::move(transport), opts);
 }
 

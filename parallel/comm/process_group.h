@@ -23,6 +23,7 @@ enum class Algorithm { Ring, Star };  // star = parameter server: all to rank 0,
 struct ProcessGroupOptions {
   std::string backend = "ring";  // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star)
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
+  double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
 };
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)

@@ -53,6 +53,9 @@ class DataParallel : public nn::Module {
   std::shared_ptr<nn::Module> module_ptr() { return module_; }
   const std::vector<Device>& device_ids() const { return devices_; }
   const TrafficMatrix& traffic() const { return traffic_; }
+  // Every copy between two devices also waits as if it crossed a link of `gbps` Gbit/s
+  // per device (transport/link_model.h); 0 turns it off. Teaching aid, off by default.
+  void emulate_links(double gbps) { traffic_.emulate_links(gbps); }
 
   // Per device: peak memory, bytes in/out, busy and idle time since reset_stats().
   std::vector<DeviceLoad> load() const;

@@ -29,6 +29,11 @@ int TrafficMatrix::index_of(Device d) const {
   return -1;
 }
 
+void TrafficMatrix::emulate_links(double gbps) {
+  DPLAB_CHECK(gbps >= 0, "DataParallel: link bandwidth must be >= 0 Gbit/s (0: none), got {}", gbps);
+  link_ = gbps > 0 ? std::make_unique<LinkModel>(static_cast<int>(devices_.size()), gbps) : nullptr;
+}
+
 void TrafficMatrix::reset() {
   std::lock_guard lock(mutex_);
   size_t n = devices_.size();
@@ -39,6 +44,11 @@ void TrafficMatrix::reset() {
 void TrafficMatrix::count(Device from, Device to, int64_t nbytes, double seconds, DpPhase phase) {
   int f = index_of(from), t = index_of(to);
   if (f < 0 || t < 0 || f == t) return;  // copies to or from elsewhere are the user's
+  if (link_) {  // the wire time comes on top of the memcpy that already happened
+    auto start = std::chrono::steady_clock::now();
+    link_->transfer(f, t, nbytes);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   std::lock_guard lock(mutex_);
   bytes_[static_cast<int>(phase)][f * devices_.size() + t] += nbytes;
   seconds_[f] += seconds;

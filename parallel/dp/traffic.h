@@ -7,11 +7,13 @@
 // Read next: data_parallel.h.
 #pragma once
 #include <array>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "framework/tensor/tensor.h"
+#include "parallel/transport/link_model.h"
 
 namespace dplab::parallel {
 
@@ -26,8 +28,11 @@ class TrafficMatrix {
   // Copies t to device `to` (a plain copy, no autograd) and counts its bytes, unless
   // `to` is t's own device, in which case t itself is returned and nothing is counted.
   Tensor counted_copy(const Tensor& t, Device to, DpPhase phase);
-  // Counts a copy made elsewhere (Tensor::copy_ into an existing replica tensor).
+  // Counts a copy made elsewhere (Tensor::copy_ into an existing replica tensor). With an
+  // emulated link, it also waits until the copy would have crossed it.
   void count(Device from, Device to, int64_t bytes, double seconds, DpPhase phase);
+  // Puts every device behind a full-duplex link of `gbps` (0: none, copies at memory speed).
+  void emulate_links(double gbps);
 
   int64_t bytes(DpPhase phase, int from_index, int to_index) const;
   int64_t bytes_out(int device_index) const;                  // all phases
@@ -44,6 +49,7 @@ class TrafficMatrix {
   // bytes_[phase][from * N + to]
   std::array<std::vector<int64_t>, kDpPhases> bytes_;
   std::vector<double> seconds_;
+  std::unique_ptr<LinkModel> link_;
   mutable std::mutex mutex_;
 };
 

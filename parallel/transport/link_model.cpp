@@ -1,0 +1,99 @@
+// link_model.cpp: the virtual clocks behind an emulated link, and PacedTransport.
+// A transfer of b bytes on a link of B bytes/s that is free at time f, asked for at time t,
+// runs from max(t, f) to max(t, f) + b/B. Sleeping until the end charges the wall-clock
+// time a real link would take; sleeping costs no CPU, as a NIC's DMA costs none.
+// Read next: mailbox_transport.cpp (the transport being wrapped).
+#include "parallel/transport/link_model.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "framework/error.h"
+
+namespace dplab::parallel {
+
+double link_bytes_per_s(double gbps) {
+  DPLAB_CHECK(gbps > 0, "link bandwidth must be > 0 Gbit/s, got {}", gbps);
+  return gbps * 1e9 / 8.0;
+}
+
+LinkClock::time_point LinkDirection::reserve(int64_t bytes, LinkClock::time_point earliest) {
+  const auto start = std::max(earliest, free_at_);
+  free_at_ = start + std::chrono::duration_cast<LinkClock::duration>(
+                         std::chrono::duration<double>(double(bytes) / bytes_per_s_));
+  return free_at_;
+}
+
+LinkModel::LinkModel(int endpoints, double gbps)
+    : gbps_(gbps),
+      egress_(endpoints, LinkDirection(link_bytes_per_s(gbps))),
+      ingress_(endpoints, LinkDirection(link_bytes_per_s(gbps))) {}
+
+void LinkModel::transfer(int from, int to, int64_t bytes) {
+  DPLAB_CHECK(from >= 0 && to >= 0 && from < int(egress_.size()) && to < int(ingress_.size()),
+              "LinkModel: endpoints must be in [0, {}), got {} -> {}", egress_.size(), from, to);
+  if (from == to || bytes == 0) return;  // a device does not cross a link to itself
+  LinkClock::time_point end;
+  {
+    // Both ends are booked together: the copy starts when both are free, and ends for both.
+    std::lock_guard<std::mutex> lock(mu_);
+    end = ingress_[to].reserve(bytes, egress_[from].reserve(0));
+    egress_[from].reserve(0, end);  // egress busy until the same end
+  }
+  std::this_thread::sleep_until(end);
+}
+
+namespace {
+
+// How far a sender may run ahead of its link, in segments: a NIC queues a little.
+constexpr int kQueuedSegments = 2;
+
+class PacedTransport : public Transport {
+ public:
+  PacedTransport(std::unique_ptr<Transport> inner, double gbps)
+      : inner_(std::move(inner)),
+        bytes_per_s_(link_bytes_per_s(gbps)),
+        egress_(bytes_per_s_),
+        ingress_(bytes_per_s_) {}
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  std::size_t segment_bytes() const override { return inner_->segment_bytes(); }
+  void set_context(const std::string& collective) override { inner_->set_context(collective); }
+  void mark_failed(const std::string& why) override { inner_->mark_failed(why); }
+  void mark_left() override { inner_->mark_left(); }
+
+  // The segment leaves once the egress link has room in its queue for it.
+  void send_segment(int peer, const void* src, std::size_t len) override {
+    const auto end = egress_.reserve(static_cast<int64_t>(len));
+    const auto queue = std::chrono::duration_cast<LinkClock::duration>(std::chrono::duration<double>(
+        kQueuedSegments * double(segment_bytes()) / bytes_per_s_));
+    std::this_thread::sleep_until(end - queue);
+    inner_->send_segment(peer, src, len);
+  }
+
+  // The segment is usable once the ingress link has carried it; the slot stays taken
+  // meanwhile, so a fast sender is held back by a slow receiver, as on a wire.
+  void recv_segment(int peer,
+                    const std::function<void(const void*, std::size_t)>& use) override {
+    inner_->recv_segment(peer, [&](const void* data, std::size_t len) {
+      std::this_thread::sleep_until(ingress_.reserve(static_cast<int64_t>(len)));
+      use(data, len);
+    });
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  double bytes_per_s_;
+  LinkDirection egress_, ingress_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps) {
+  DPLAB_CHECK(inner != nullptr, "make_paced_transport: no transport to wrap");
+  return std::make_unique<PacedTransport>(std::move(inner), gbps);
+}
+
+}  // namespace dplab::parallel

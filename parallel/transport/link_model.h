@@ -1,0 +1,60 @@
+// link_model.h: an emulated network link per rank or device, so that one machine can show
+// what a cluster's links do to a parameter server.
+// Over shared memory there is no per-rank link: every rank copies at memory speed through
+// the same memory bus, so a star's master is not a bottleneck the way it is between
+// machines, where its one NIC carries (N-1)x a worker's bytes. With a LinkModel each
+// endpoint gets a full-duplex link of `gbps` gigabits per second: a transfer of b bytes
+// starts once the link is free and occupies it for b / bandwidth (a virtual clock; late
+// wake-ups do not accumulate, because the next transfer starts from the clock, not "now").
+// Used by PacedTransport (ring and star between processes) and by DataParallel's copies.
+// Read next: link_model.cpp, then transport.h.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "parallel/transport/transport.h"
+
+namespace dplab::parallel {
+
+using LinkClock = std::chrono::steady_clock;
+
+// One direction of one endpoint's link.
+class LinkDirection {
+ public:
+  explicit LinkDirection(double bytes_per_s) : bytes_per_s_(bytes_per_s) {}
+  // Books `bytes` on the link: returns when the transfer would end.
+  LinkClock::time_point reserve(int64_t bytes, LinkClock::time_point earliest = LinkClock::now());
+
+ private:
+  double bytes_per_s_;
+  LinkClock::time_point free_at_{};
+};
+
+// Several endpoints of one process (DataParallel's devices): a copy from a to b holds a's
+// egress and b's ingress for bytes / bandwidth. Thread-safe.
+class LinkModel {
+ public:
+  LinkModel(int endpoints, double gbps);
+  // Sleeps until a copy of `bytes` from endpoint `from` to `to` would have ended.
+  void transfer(int from, int to, int64_t bytes);
+  double gbps() const { return gbps_; }
+
+ private:
+  double gbps_;
+  std::mutex mu_;
+  std::vector<LinkDirection> egress_, ingress_;
+};
+
+// Wraps a transport so that this rank's sends use its egress link and its receives its
+// ingress link, each at `gbps`. The sender may run ahead of its link by a couple of
+// segments (what a NIC's queue holds); the receiver consumes a segment only once its
+// ingress link has carried it, so the slowest end of every transfer sets the pace.
+std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps);
+
+// gbps in bytes per second (1 Gbit/s = 1.25e8 B/s); checks gbps > 0.
+double link_bytes_per_s(double gbps);
+
+}  // namespace dplab::parallel

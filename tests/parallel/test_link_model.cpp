@@ -1,0 +1,103 @@
+// test_link_model.cpp: the emulated per-rank link (transport/link_model.h).
+// The virtual clock's arithmetic is checked exactly; the rest is checked through the
+// bounds the model guarantees: a sleep never ends early, so a transfer of b bytes on a link
+// of B bytes/s takes at least b/B, and the ring and the star must spend at least their
+// textbook volumes over the busiest link: ring 2(N-1)/N * S per rank, star 2(N-1) * S at
+// the master. Their ratio, N at large sizes, is checked with a wide margin.
+// Read next: test_collectives_threads.cpp.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "framework/error.h"
+#include "framework/ops/ops.h"
+#include "parallel/comm/process_group.h"
+#include "parallel/transport/link_model.h"
+#include "tests/parallel/rank_harness.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+using dplab::parallel::testing::run_threads;
+
+namespace {
+
+double seconds_since(LinkClock::time_point t) {
+  return std::chrono::duration<double>(LinkClock::now() - t).count();
+}
+
+// Wall time of one all_reduce of `elems` floats on `n` threads with links of `gbps`;
+// checks the sums too (every rank adds 1..n, so each element is n(n+1)/2).
+double timed_all_reduce(int n, int64_t elems, double gbps, Algorithm algo) {
+  std::atomic<double> slowest{0};
+  run_threads(n, [&](ProcessGroup& pg) {
+    Tensor t = full({elems}, float(pg.rank() + 1));
+    pg.barrier();
+    auto start = LinkClock::now();
+    pg.all_reduce(t, ReduceOp::Sum, algo);
+    double s = seconds_since(start);
+    double seen = slowest.load();
+    while (s > seen && !slowest.compare_exchange_weak(seen, s)) {}
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < elems; i += 997) REQUIRE(p[i] == float(n * (n + 1) / 2));
+  }, ProcessGroupOptions{.link_gbps = gbps});
+  return slowest.load();
+}
+
+}  // namespace
+
+TEST_CASE("a link direction books transfers back to back on a virtual clock") {
+  LinkDirection link(link_bytes_per_s(1.0));  // 1 Gbit/s = 1.25e8 bytes/s
+  const auto t0 = LinkClock::now();
+  auto ms = [&](LinkClock::time_point t) { return std::chrono::duration<double, std::milli>(t - t0).count(); };
+  CHECK(ms(link.reserve(125000, t0)) == doctest::Approx(1.0));  // 1 ms
+  CHECK(ms(link.reserve(250000, t0)) == doctest::Approx(3.0));  // queued behind the first
+  // asked for after the link went idle: starts when asked, not when the link freed up
+  CHECK(ms(link.reserve(125000, t0 + std::chrono::milliseconds(10))) == doctest::Approx(11.0));
+  CHECK(ms(link.reserve(0, t0)) == doctest::Approx(11.0));      // a token takes no time
+}
+
+TEST_CASE("a link model serialises copies that share an endpoint, not others") {
+  // 2.5e7 bytes at 1 Gbit/s = 0.2 s per copy
+  const int64_t bytes = 25'000'000;
+  auto run_pair = [&](int from_a, int to_a, int from_b, int to_b) {
+    LinkModel links(4, 1.0);
+    auto start = LinkClock::now();
+    std::thread a([&] { links.transfer(from_a, to_a, bytes); });
+    std::thread b([&] { links.transfer(from_b, to_b, bytes); });
+    a.join();
+    b.join();
+    return seconds_since(start);
+  };
+  CHECK(run_pair(1, 0, 2, 0) >= 0.4);  // both into device 0: its ingress carries 2 x 0.2 s
+  CHECK(run_pair(0, 1, 0, 2) >= 0.4);  // both out of device 0 (a broadcast from the master)
+  const double apart = run_pair(1, 0, 2, 3);  // disjoint endpoints: in parallel
+  CHECK(apart >= 0.2);
+  CHECK(apart < 0.35);
+  LinkModel links(2, 1.0);
+  auto start = LinkClock::now();
+  links.transfer(1, 1, bytes);  // a device to itself crosses no link
+  CHECK(seconds_since(start) < 0.1);
+  CHECK_THROWS_WITH_AS(links.transfer(0, 2, 1), doctest::Contains("endpoints must be in [0, 2)"), Error);
+}
+
+TEST_CASE("over emulated links the star's master is the bottleneck the ring avoids") {
+  const int n = 4;
+  const int64_t elems = 1 << 20;  // S = 4 MiB of float32
+  const double gbps = 2.0, bytes_per_s = link_bytes_per_s(gbps), S = 4.0 * elems;
+  const double ring = timed_all_reduce(n, elems, gbps, Algorithm::Ring);
+  const double star = timed_all_reduce(n, elems, gbps, Algorithm::Star);
+  const double ring_floor = 2.0 * (n - 1) / n * S / bytes_per_s;  // ingress of every rank
+  const double star_floor = (n - 1) * S / bytes_per_s;            // the master's ingress alone
+  MESSAGE("ring ", ring * 1e3, " ms (>= ", ring_floor * 1e3, "), star ", star * 1e3,
+          " ms (>= ", star_floor * 1e3, "): star/ring = ", star / ring, " (textbook ", n, ")");
+  CHECK(ring >= ring_floor);
+  CHECK(star >= star_floor);
+  CHECK(star / ring > 2.5);
+}
+
+TEST_CASE("link bandwidths must be positive") {
+  CHECK_THROWS_WITH_AS(link_bytes_per_s(0), doctest::Contains("must be > 0 Gbit/s, got 0"), Error);
+  CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup&) {}, ProcessGroupOptions{.link_gbps = -1}),
+                       doctest::Contains("link_gbps must be >= 0"), Error);
+}
