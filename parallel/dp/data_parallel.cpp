@@ -46,9 +46,10 @@ std::shared_ptr<nn::Module> structural_copy(const nn::Module& m) {
 }
 
 // Runs fn(i) for every i in its own thread, with the caller's grad mode; rethrows the first
-// failure naming the device. Returns each thread's busy seconds.
+// failure naming the device. Each thread first waits for the copies into its device (emulated
+// links only). Returns each thread's busy seconds, not counting that wait.
 template <typename Fn>
-std::vector<double> run_parallel(size_t n, const std::vector<Device>& devices, Fn fn) {
+std::vector<double> run_parallel(size_t n, const std::vector<Device>& devices, TrafficMatrix& traffic, Fn fn) {
   std::vector<double> busy(n, 0.0);
   std::vector<std::exception_ptr> errors(n);
   bool grad_mode = grad_enabled();
@@ -56,6 +57,7 @@ std::vector<double> run_parallel(size_t n, const std::vector<Device>& devices, F
   for (size_t i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       set_grad_enabled(grad_mode);
+      traffic.wait_for_arrivals(devices[i]);  // a replica starts once its inputs have arrived
       auto start = Clock::now();
       try {
         fn(i);
@@ -172,7 +174,7 @@ Tensor DataParallel::forward(const Tensor& input) {
   }
 
   auto wait_start = Clock::now();
-  auto busy = run_parallel(n, devices_, [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
+  auto busy = run_parallel(n, devices_, traffic_, [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
   double waited = seconds_since(wait_start);
 
   // Gather onto the output device.
@@ -182,6 +184,7 @@ Tensor DataParallel::forward(const Tensor& input) {
                 "gather along", shape_str(outputs[i].shape()), d);
     gathered.push_back(traffic_.counted_copy(outputs[i], output_device_, DpPhase::Gather).detach());
   }
+  traffic_.wait_for_arrivals(output_device_);
   Tensor out = n == 1 ? gathered[0] : cat(gathered, d);
   {
     std::lock_guard lock(stats_mutex_);
@@ -212,7 +215,7 @@ std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, c
   for (size_t i = 0; i < n; ++i) grads[i] = traffic_.counted_copy(grad_chunks[i], devices_[i], DpPhase::GradScatter);
 
   auto wait_start = Clock::now();
-  auto busy = run_parallel(n, devices_, [&](size_t i) {
+  auto busy = run_parallel(n, devices_, traffic_, [&](size_t i) {
     if (outputs[i].requires_grad()) run_backward(outputs[i], grads[i], /*retain_graph=*/false);
   });
   double waited = seconds_since(wait_start);
@@ -243,6 +246,8 @@ std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, c
     }
     result[0] = parts.size() == 1 ? parts[0] : cat(parts, d);
   }
+  traffic_.wait_for_arrivals(devices_[0]);  // the summed gradients, before the master steps
+  traffic_.wait_for_arrivals(input_device);
   std::lock_guard lock(stats_mutex_);
   for (size_t i = 0; i < n; ++i) replica_seconds_[i] += busy[i];
   master_wait_seconds_ += waited;

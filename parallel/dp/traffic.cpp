@@ -1,7 +1,9 @@
 // traffic.cpp: counted copies for DataParallel.
 #include "parallel/dp/traffic.h"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "framework/error.h"
 
@@ -31,7 +33,24 @@ int TrafficMatrix::index_of(Device d) const {
 
 void TrafficMatrix::emulate_links(double gbps) {
   DPLAB_CHECK(gbps >= 0, "DataParallel: link bandwidth must be >= 0 Gbit/s (0: none), got {}", gbps);
+  std::lock_guard lock(mutex_);
   link_ = gbps > 0 ? std::make_unique<LinkModel>(static_cast<int>(devices_.size()), gbps) : nullptr;
+  arrival_.assign(devices_.size(), LinkClock::time_point{});
+}
+
+void TrafficMatrix::wait_for_arrivals(Device d) {
+  int i = index_of(d);
+  LinkClock::time_point until;
+  {
+    std::lock_guard lock(mutex_);
+    if (!link_ || i < 0) return;
+    until = arrival_[i];
+  }
+  auto start = LinkClock::now();
+  if (until <= start) return;
+  std::this_thread::sleep_until(until);
+  std::lock_guard lock(mutex_);
+  seconds_[i] += std::chrono::duration<double>(LinkClock::now() - start).count();
 }
 
 void TrafficMatrix::reset() {
@@ -44,12 +63,8 @@ void TrafficMatrix::reset() {
 void TrafficMatrix::count(Device from, Device to, int64_t nbytes, double seconds, DpPhase phase) {
   int f = index_of(from), t = index_of(to);
   if (f < 0 || t < 0 || f == t) return;  // copies to or from elsewhere are the user's
-  if (link_) {  // the wire time comes on top of the memcpy that already happened
-    auto start = std::chrono::steady_clock::now();
-    link_->transfer(f, t, nbytes);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
   std::lock_guard lock(mutex_);
+  if (link_) arrival_[t] = std::max(arrival_[t], link_->book(f, t, nbytes));
   bytes_[static_cast<int>(phase)][f * devices_.size() + t] += nbytes;
   seconds_[f] += seconds;
   seconds_[t] += seconds;

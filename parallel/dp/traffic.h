@@ -29,10 +29,14 @@ class TrafficMatrix {
   // `to` is t's own device, in which case t itself is returned and nothing is counted.
   Tensor counted_copy(const Tensor& t, Device to, DpPhase phase);
   // Counts a copy made elsewhere (Tensor::copy_ into an existing replica tensor). With an
-  // emulated link, it also waits until the copy would have crossed it.
+  // emulated link, it also books the copy on both devices' links, like an asynchronous
+  // device copy: nothing waits until wait_for_arrivals().
   void count(Device from, Device to, int64_t bytes, double seconds, DpPhase phase);
   // Puts every device behind a full-duplex link of `gbps` (0: none, copies at memory speed).
   void emulate_links(double gbps);
+  // Sleeps until every copy booked into `d` would have crossed its link (a stream sync);
+  // the time counts as d's copy time. Returns at once without emulated links.
+  void wait_for_arrivals(Device d);
 
   int64_t bytes(DpPhase phase, int from_index, int to_index) const;
   int64_t bytes_out(int device_index) const;                  // all phases
@@ -50,6 +54,7 @@ class TrafficMatrix {
   std::array<std::vector<int64_t>, kDpPhases> bytes_;
   std::vector<double> seconds_;
   std::unique_ptr<LinkModel> link_;
+  std::vector<LinkClock::time_point> arrival_;  // per device: when its last booked copy lands
   mutable std::mutex mutex_;
 };
 

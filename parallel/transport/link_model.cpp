@@ -29,18 +29,19 @@ LinkModel::LinkModel(int endpoints, double gbps)
       egress_(endpoints, LinkDirection(link_bytes_per_s(gbps))),
       ingress_(endpoints, LinkDirection(link_bytes_per_s(gbps))) {}
 
-void LinkModel::transfer(int from, int to, int64_t bytes) {
+LinkClock::time_point LinkModel::book(int from, int to, int64_t bytes) {
   DPLAB_CHECK(from >= 0 && to >= 0 && from < int(egress_.size()) && to < int(ingress_.size()),
               "LinkModel: endpoints must be in [0, {}), got {} -> {}", egress_.size(), from, to);
-  if (from == to || bytes == 0) return;  // a device does not cross a link to itself
-  LinkClock::time_point end;
-  {
-    // Both ends are booked together: the copy starts when both are free, and ends for both.
-    std::lock_guard<std::mutex> lock(mu_);
-    end = ingress_[to].reserve(bytes, egress_[from].reserve(0));
-    egress_[from].reserve(0, end);  // egress busy until the same end
-  }
-  std::this_thread::sleep_until(end);
+  if (from == to || bytes == 0) return LinkClock::now();  // no link crossed
+  // Both ends are booked together: the copy starts when both are free, and ends for both.
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto end = ingress_[to].reserve(bytes, egress_[from].reserve(0));
+  egress_[from].reserve(0, end);  // egress busy until the same end
+  return end;
+}
+
+void LinkModel::transfer(int from, int to, int64_t bytes) {
+  std::this_thread::sleep_until(book(from, to, bytes));
 }
 
 namespace {

@@ -38,7 +38,9 @@ class LinkDirection {
 class LinkModel {
  public:
   LinkModel(int endpoints, double gbps);
-  // Sleeps until a copy of `bytes` from endpoint `from` to `to` would have ended.
+  // Books a copy of `bytes` from endpoint `from` to `to`; returns when it would end.
+  LinkClock::time_point book(int from, int to, int64_t bytes);
+  // book(), then sleeps until then: a synchronous copy.
   void transfer(int from, int to, int64_t bytes);
   double gbps() const { return gbps_; }
 
