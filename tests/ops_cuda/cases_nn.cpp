@@ -5,6 +5,7 @@
 // training (output, gradients and the running stats it updates in place) and in eval.
 // Dropout, which draws a mask, is checked on its own in cases_special.cpp.
 // Read next: cases_special.cpp.
+#include "framework/tensor/random.h"
 #include "tests/ops_cuda/parity.h"
 
 namespace dplab::parity {
@@ -107,6 +108,25 @@ std::vector<OpCase> nn_cases() {
                [](const V& v) {
                  return V{batch_norm(v[0], {}, {}, v[1], v[2], true, 0.1f, 1e-5f)};
                }, kSum});
+
+  // A small CNN step through every nn op at once (formerly in tests/ops/test_nn_ops.cpp):
+  // x, conv weight, conv bias, bn weight, bn bias -> the loss and the running stats.
+  t.push_back({"small CNN composite", {"conv2d", "batch_norm", "relu", "max_pool2d", "avg_pool2d",
+               "dropout", "narrow", "cross_entropy", "mse_loss", "softmax"},
+               {x({2, 3, 6, 6}), x({4, 3, 3, 3}), x({4}), x({4}), x({4})}, [](const V& v) {
+                 const TensorOptions on{.device = v[0].device()};
+                 Tensor rm = zeros({4}, on), rv = ones({4}, on);
+                 Tensor h = conv2d(v[0], v[1], v[2], 1, 1);                         // [2, 4, 6, 6]
+                 h = batch_norm(h, rm, rv, v[3], v[4], true, 0.1f, 1e-5f);
+                 h = avg_pool2d(max_pool2d(relu(h), 2), 3, 1, 1);                    // [2, 4, 3, 3]
+                 Generator g(5);
+                 h = dropout(h, 0.25f, true, &g);
+                 Tensor logits = narrow(reshape(h, {2, -1}), 1, 0, 5);              // [2, 5]
+                 Tensor target = from_vector(std::vector<int64_t>{1, 3}, {2}, on);
+                 Tensor loss = add(cross_entropy(logits, target),
+                                   mse_loss(softmax(logits, 0), zeros_like(logits)));
+                 return V{loss, rm, rv};
+               }, kGemm});
   return t;
 }
 
