@@ -25,6 +25,7 @@
 #include <cstdio>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cuda/virtual_gpus.h"
 #include "tests/ops_cuda/parity.h"
 
 using namespace dplab;
@@ -89,4 +90,25 @@ TEST_CASE("MLP: three SGD momentum steps on cuda:0 match the CPU" * doctest::ski
 
 TEST_CASE("LeNet CNN: three SGD momentum steps on cuda:0 match the CPU" * doctest::skip(!has_gpu())) {
   check_training_steps("cnn", kGpu, 3, false);
+}
+
+// cuda:1 as a second logical device (on the same GPU when there is only one): kernels must
+// run on the device that owns their output, and copies between logical devices must wait
+// for their producer (cuda_backend.cpp's event fence). Runs last: it turns virtual GPUs on.
+TEST_CASE("ops on cuda:1 (a second logical GPU) and copies between GPUs match the CPU" *
+          doctest::skip(!has_gpu())) {
+  if (cuda_logical_device_count() < 2) set_virtual_gpus(2);
+  const Device gpu1("cuda:1");
+  run_table(linalg_shape_cases(), kCpu, gpu1, false);
+  run_table(nn_cases(), kCpu, gpu1, false);
+  // x -> work -> the second device of its kind -> work -> back, differentiable all the way:
+  // cuda:0 -> cuda:1 -> cuda:0 on the GPU, cpu:0 -> cpu:1 -> cpu:0 for the reference.
+  run_table({{"to_device between two logical devices", {"to_device"}, {x({129, 33})},
+              [](const V& v) {
+                const Device home = v[0].device();
+                const Device second = home.is_cuda() ? Device("cuda:1") : Device("cpu:1");
+                Tensor b = mul_scalar(to_device(exp(v[0]), second), 3.0f);
+                return V{to_device(b, home)};
+              }}},
+            kCpu, kGpu, false);
 }
