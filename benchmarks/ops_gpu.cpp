@@ -1,15 +1,11 @@
-// ops_gpu.cpp (bench_ops_gpu): how close the CUDA backend gets to what the GPU can do, for
-// the targets of issue #4:
-//  - matmul n x n x n (n = 1024, 2048, 4096) through the op layer (dplab::matmul: checks,
-//    an output from the caching allocator, cuBLAS) and through Backend::gemm, each against
-//    cublasSgemm called directly on the same buffers. Target: >= 90%. The layers add a
-//    pointer lookup and a launch, so anything far below is a bug (a hidden transpose, a
-//    sync per call).
-//  - add and relu on 64M floats (op layer and backend) against cudaMemcpy device-to-device
-//    measured in the same run. Target: >= 75%. All are memory-bound, so memcpy's bandwidth
-//    is the ceiling (add moves 12 B per element, relu and memcpy 8 B).
-// Prints a table and writes CSV (argv[1], default ops_gpu.csv). Without a GPU: prints
-// "no GPU: skipped" and exits 0. Read next: framework/backend/cuda/cuda_backend.cpp.
+// ops_gpu.cpp (bench_ops_gpu): how close the CUDA backend gets to the GPU (issue #4 targets).
+//  - matmul n^3 (n = 1024, 2048, 4096) through dplab::matmul (the op layer) and Backend::gemm,
+//    each vs cublasSgemm called directly on the same buffers: target >= 90% (anything far
+//    below is a bug: a hidden transpose, a sync per call).
+//  - add and relu on 64M floats (op layer, backend) vs cudaMemcpy D2D in the same run: target
+//    >= 75% (all memory-bound; add moves 12 B per element, relu and memcpy 8 B).
+// Prints a table, writes CSV (argv[1], default ops_gpu.csv); without a GPU prints "no GPU:
+// skipped" and exits 0. Read next: framework/backend/cuda/cuda_backend.cpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

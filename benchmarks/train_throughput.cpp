@@ -1,13 +1,9 @@
-// bench_train_throughput: training samples per second for the MLP and the LeNet-style CNN
-// at batch 64 on synthetic Fashion-MNIST-shaped data ([64, 1, 28, 28], labels in [0, 10)),
-// with 1 thread and with all threads. Each row: warm-up steps, then whole steps
-// (zero_grad, forward, cross_entropy, backward, SGD step) until --min-time has passed,
-// with the time split into forward / backward / optimizer so a slow row shows where it loses.
-// --device cuda adds a row per model on cuda:0 (the GPU is synchronised at each phase
-// boundary, so the split is real time, not launch time) and prints GPU / CPU ratios against
-// every CPU row; without a GPU it says so and the CPU rows still run (exit 0).
-// train_throughput_torch.py runs the same models, batch and optimizer in PyTorch and prints
-// the same table (and the ratio, given this program's --csv).
+// bench_train_throughput: training samples/s of the MLP and the LeNet-style CNN at batch 64
+// on synthetic [64, 1, 28, 28] data, with 1 thread and all threads; each row times whole
+// steps (zero_grad, forward, cross_entropy, backward, SGD step) past --min-time, split into
+// forward / backward / optimizer. --device cuda adds a row per model on the GPU (synchronised
+// at each phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
+// train_throughput_torch.py is PyTorch's side (and the ratio, given this program's --csv).
 // Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--device cuda] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
