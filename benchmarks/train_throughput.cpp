@@ -1,11 +1,10 @@
-// bench_train_throughput: training samples per second for the MLP and the LeNet-style CNN
-// at batch 64 on synthetic Fashion-MNIST-shaped data ([64, 1, 28, 28], labels in [0, 10)),
-// with 1 thread and with all threads. Each row: warm-up steps, then whole steps
-// (zero_grad, forward, cross_entropy, backward, SGD step) until --min-time has passed,
-// with the time split into forward / backward / optimizer so a slow row shows where it loses.
-// train_throughput_torch.py runs the same models, batch and optimizer in PyTorch and prints
-// the same table (and the ratio, given this program's --csv).
-// Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--csv out.csv]
+// bench_train_throughput: training samples/s of the MLP and the LeNet-style CNN at batch 64
+// on synthetic [64, 1, 28, 28] data, with 1 thread and all threads; each row times whole
+// steps (zero_grad, forward, cross_entropy, backward, SGD step) past --min-time, split into
+// forward / backward / optimizer. --device cuda adds a row per model on the GPU (synchronised
+// at each phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
+// train_throughput_torch.py is PyTorch's side (and the ratio, given this program's --csv).
+// Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--device cuda] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -15,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "framework/backend/backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
@@ -31,6 +31,7 @@ double secs(Clock::time_point a, Clock::time_point b) {
 
 struct Row {
   std::string model;
+  Device device;
   int threads = 1;
   int64_t batch = 0, steps = 0;
   double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;
@@ -42,33 +43,42 @@ struct Row {
 // few enough (8 x 200 KB) to stay in cache as a real loader's prefetched batch would.
 struct SyntheticBatches {
   std::vector<Tensor> x, y;
-  SyntheticBatches(int64_t batch, int count) {
+  SyntheticBatches(int64_t batch, int count, Device d) {
     Generator gen(1234);
     for (int i = 0; i < count; ++i) {
-      x.push_back(randn({batch, 1, 28, 28}, {}, &gen));
-      y.push_back(randint(0, 10, {batch}, {.dtype = DType::Int64}, &gen));
+      x.push_back(randn({batch, 1, 28, 28}, {.device = d}, &gen));
+      y.push_back(randint(0, 10, {batch}, {.dtype = DType::Int64, .device = d}, &gen));
     }
   }
 };
 
-Row run(const std::string& name, int threads, int64_t batch, int warmup, double min_time,
-        double lr, double momentum) {
+Row run(const std::string& name, Device d, int threads, int64_t batch, int warmup,
+        double min_time, double lr, double momentum) {
   set_num_threads(threads);
   manual_seed(0);
   std::shared_ptr<nn::Module> model = models::make_model(name);
+  model->to(d);  // before the optimizer takes the parameters (to() rebinds them)
   optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
-  SyntheticBatches data(batch, 8);
-  Row row{.model = name, .threads = threads, .batch = batch};
+  SyntheticBatches data(batch, 8, d);
+  Row row{.model = name, .device = d, .threads = threads, .batch = batch};
+  // CUDA kernels are asynchronous: wait for the GPU before reading the clock.
+  auto sync = [d] {
+    if (d.is_cuda()) backend_for(d).synchronize(d);
+  };
 
   for (int64_t i = 0;; ++i) {
     const size_t k = static_cast<size_t>(i % 8);
+    sync();
     const auto t0 = Clock::now();
     opt.zero_grad();
     Tensor loss = cross_entropy(model->forward(data.x[k]), data.y[k]);
+    sync();
     const auto t1 = Clock::now();
     loss.backward();
+    sync();
     const auto t2 = Clock::now();
     opt.step();
+    sync();
     const auto t3 = Clock::now();
     if (i < warmup) continue;  // first steps allocate momentum buffers and warm caches
     row.steps += 1;
@@ -103,7 +113,7 @@ int main(int argc, char** argv) {
   double min_time = 3.0, lr = 0.01, momentum = 0.9;
   int warmup = 3;
   int64_t batch = 64;
-  std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv;
+  std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv, device_spec = "cpu";
   app.add_option("--min-time", min_time, "seconds of timed steps per row");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
@@ -112,6 +122,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr);
   app.add_option("--momentum", momentum);
   app.add_option("--csv", csv, "also write the rows to this CSV file");
+  app.add_option("--device", device_spec,
+                 "cpu, or cuda[:k] to add GPU rows and GPU/CPU ratios (CPU rows always run)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -121,35 +133,56 @@ int main(int argc, char** argv) {
       if (models_spec.find(m) != std::string::npos) names.push_back(m);
     DPLAB_CHECK(!names.empty(), "--models: expected mlp and/or cnn, got \"{}\"", models_spec);
 
+    const Device gpu(device_spec);
     fmt::print("dplab training throughput: batch {}, SGD lr {} momentum {}, synthetic [B,1,28,28]\n",
                batch, lr, momentum);
-    fmt::print("{:<6} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "threads", "steps",
-               "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
+    fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
+               "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
+    auto run_and_print = [&](const std::string& name, Device d, int t) {
+      Row r;
+      try {
+        r = run(name, d, t, batch, warmup, min_time, lr, momentum);
+      } catch (const Error& e) {  // e.g. a build without OpenMP accepts only 1 thread
+        fmt::print("{:<6} {:<7} {:>7} skipped: {}\n", name, d.str(), t, e.what());
+        return;
+      }
+      fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n",
+                 r.model, r.device.str(), r.threads, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
+                 r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s());
+      std::fflush(stdout);
+      rows.push_back(r);
+    };
     for (int t : parse_threads(threads_spec, all)) {
-      for (const std::string& name : names) {
-        Row r;
-        try {
-          r = run(name, t, batch, warmup, min_time, lr, momentum);
-        } catch (const Error& e) {  // e.g. a build without OpenMP accepts only 1 thread
-          fmt::print("{:<6} {:>7} skipped: {}\n", name, t, e.what());
-          continue;
+      for (const std::string& name : names) run_and_print(name, Device("cpu"), t);
+    }
+    if (gpu.is_cuda()) {
+      if (cuda_device_count() == 0) {
+        fmt::print("{}: no GPU: skipped ({})\n", gpu.str(),
+                   cuda_compiled() ? "no CUDA GPU is visible" : "dplab was built without CUDA");
+      } else {
+        for (const std::string& name : names) run_and_print(name, gpu, 1);
+        // GPU / CPU, per model, against each CPU row.
+        for (const Row& g : rows) {
+          if (!g.device.is_cuda()) continue;
+          for (const Row& c : rows) {
+            if (c.device.is_cuda() || c.model != g.model) continue;
+            fmt::print("ratio {:<4} {} / cpu ({} threads): {:.1f} / {:.1f} samples/s = {:.2f}x\n",
+                       g.model, g.device.str(), c.threads, g.samples_per_s(), c.samples_per_s(),
+                       g.samples_per_s() / c.samples_per_s());
+          }
         }
-        fmt::print("{:<6} {:>7} {:>7} {:>10.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>12.1f}\n", r.model,
-                   r.threads, r.steps, r.ms(r.seconds), r.ms(r.forward_s), r.ms(r.backward_s),
-                   r.ms(r.step_s), r.samples_per_s());
-        std::fflush(stdout);
-        rows.push_back(r);
       }
     }
     if (!csv.empty()) {
       std::ofstream f(csv);
       DPLAB_CHECK(f.good(), "--csv: cannot write {}", csv);
-      f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,samples_per_s\n";
+      f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,"
+           "samples_per_s,device\n";
       for (const Row& r : rows)
-        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f}\n", r.model, r.threads,
-                         r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s), r.ms(r.backward_s),
-                         r.ms(r.step_s), r.samples_per_s());
+        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{}\n", r.model,
+                         r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
+                         r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str());
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {

@@ -99,7 +99,8 @@ def main():
     if a.dplab_csv:
         with open(a.dplab_csv) as f:
             for r in csv.DictReader(f):
-                ref[(r["model"], int(r["threads"]))] = float(r["samples_per_s"])
+                if r.get("device", "cpu").startswith("cpu"):  # GPU rows have no PyTorch twin here
+                    ref[(r["model"], int(r["threads"]))] = float(r["samples_per_s"])
 
     print(f"PyTorch {torch.__version__} training throughput: batch {a.batch_size}, SGD lr {a.lr} "
           f"momentum {a.momentum}, synthetic [B,1,28,28]")

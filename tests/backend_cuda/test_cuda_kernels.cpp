@@ -63,6 +63,30 @@ TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::
                   Error);
 }
 
+// float16 is stored as 2-byte words: strided_copy and index_rows must move exactly that
+// (they once took every non-4-byte element for an 8-byte one and read past the buffer).
+TEST_CASE("cuda strided_copy and index_rows move float16 words like the CPU" *
+          doctest::skip(!has_gpu())) {
+  std::vector<int64_t> wide = random_idx(6 * 7, 65536, 7);
+  std::vector<uint16_t> src(wide.begin(), wide.end());  // arbitrary bit patterns
+  Strided perm = contiguous({7, 6});                    // the transpose of a [6, 7]
+  perm.strides[0] = 1;
+  perm.strides[1] = 7;
+  GpuBuf<uint16_t> gs(src), go(src.size());
+  gpu().strided_copy(DType::Float16, gs.get(), perm, go.get());
+  std::vector<uint16_t> ro(src.size());
+  cpu().strided_copy(DType::Float16, src.data(), perm, ro.data());
+  check_close(go.host(), ro, "strided_copy f16");
+
+  std::vector<int64_t> idx = random_idx(9, 6, 8);  // 9 rows of 7 halves from 6
+  GpuBuf<int64_t> gi(idx);
+  GpuBuf<uint16_t> gr(9 * 7);
+  gpu().index_rows(DType::Float16, gs.get(), 6, gi.get(), 9, 7, gr.get());
+  std::vector<uint16_t> rr(9 * 7);
+  cpu().index_rows(DType::Float16, src.data(), 6, idx.data(), 9, 7, rr.data());
+  check_close(gr.host(), rr, "index_rows f16");
+}
+
 TEST_CASE("cuda unary ops match the CPU" * doctest::skip(!has_gpu())) {
   const int64_t n = 4099;
   for (int k = 0; k <= static_cast<int>(UnaryOp::GtScalar); ++k) {

@@ -1,13 +1,12 @@
 // test_nn_ops.cpp: the neural-network ops of framework/ops/nn_*.cpp. Forward values are
 // checked against hand computations (or a naive loop for conv), every differentiable input
 // against finite differences (tests/gradcheck.h), and bad shapes against their messages.
-// A CUDA parity case at the end runs where a GPU exists and is skipped where not.
+// Device parity (cpu:1, cuda:0), including a small CNN composite, is tests/ops_cuda/.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "framework/backend/backend.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "tests/gradcheck.h"
@@ -352,57 +351,4 @@ TEST_CASE("dropout identity cases, gradient and errors") {
   }, {x});
   CHECK_THROWS_WITH_AS(dropout(x, 1.0f, true), doctest::Contains("p must lie in [0, 1), got 1"), Error);
   CHECK_THROWS_WITH_AS(dropout(x, -0.1f, true), doctest::Contains("p must lie in [0, 1)"), Error);
-}
-
-// ---------------------------------------------------------------- device parity
-
-namespace {
-
-// A small CNN step (conv, batch norm, relu, both pools, dropout, softmax, both losses) on
-// device d: returns the loss, every input's gradient and the running stats, all on cpu.
-std::vector<Tensor> small_cnn_step(Device d) {
-  std::vector<Tensor> in;
-  uint64_t seed = 60;
-  for (const Shape& s : {Shape{2, 3, 6, 6}, Shape{4, 3, 3, 3}, Shape{4}, Shape{4}, Shape{4}}) {
-    Tensor t = leaf(s, seed++).detach().to(d).clone().detach();
-    t.requires_grad_(true);
-    in.push_back(t);
-  }
-  Tensor rm = zeros({4}, {.device = d}), rv = ones({4}, {.device = d});
-  Tensor h = conv2d(in[0], in[1], in[2], 1, 1);                            // [2, 4, 6, 6]
-  h = batch_norm(h, rm, rv, in[3], in[4], true, 0.1f, 1e-5f);
-  h = avg_pool2d(max_pool2d(relu(h), 2), 3, 1, 1);                         // [2, 4, 3, 3]
-  Generator g(5);
-  h = dropout(h, 0.25f, true, &g);
-  Tensor logits = narrow(reshape(h, {2, -1}), 1, 0, 5);                   // [2, 5]
-  Tensor target = from_vector(std::vector<int64_t>{1, 3}, {2}, {.device = d});
-  Tensor loss = add(cross_entropy(logits, target), mse_loss(softmax(logits, 0), zeros_like(logits)));
-  loss.backward();
-  std::vector<Tensor> out{loss};
-  for (const Tensor& t : in) out.push_back(t.grad());
-  out.push_back(rm);
-  out.push_back(rv);
-  for (Tensor& t : out) t = t.to(Device("cpu"));
-  return out;
-}
-
-void check_parity(Device d, float atol, float rtol) {
-  std::vector<Tensor> ref = small_cnn_step(Device("cpu")), got = small_cnn_step(d);
-  REQUIRE(ref.size() == got.size());
-  for (size_t k = 0; k < ref.size(); ++k) {
-    CAPTURE(k);
-    auto a = ref[k].to_vector<float>(), b = got[k].to_vector<float>();
-    REQUIRE(a.size() == b.size());
-    for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= atol + rtol * std::abs(a[i]));
-  }
-}
-
-}  // namespace
-
-// Logical cpu devices run the same kernels: results must be bit-identical, and every
-// tensor an op makes (the dropout mask, the pooling argmax) must land on x's device.
-TEST_CASE("nn ops on cpu:1 give the same step as cpu:0") { check_parity(Device("cpu:1"), 0.0f, 0.0f); }
-
-TEST_CASE("nn ops on CUDA match the CPU" * doctest::skip(cuda_device_count() == 0)) {
-  check_parity(Device("cuda:0"), 1e-4f, 1e-3f);
 }

@@ -122,6 +122,11 @@ void CudaBackend::gemm(const GemmArgs& g, const float* a, const float* b, float*
   const int ld_b = static_cast<int>(std::max<int64_t>(1, g.trans_b ? g.K : g.N));
   const int ld_a = static_cast<int>(std::max<int64_t>(1, g.trans_a ? g.M : g.K));
   const int ld_c = m;
+  if (g.batch == 1) {  // the plain GEMM: cuBLAS may pick other kernels for a batch of one
+    CUBLAS_CHECK(cublasSgemm(dev.cublas, op_b, op_a, m, n, k, &g.alpha, b, ld_b, a, ld_a,
+                             &g.beta, c, ld_c));
+    return;
+  }
   CUBLAS_CHECK(cublasSgemmStridedBatched(dev.cublas, op_b, op_a, m, n, k, &g.alpha, b, ld_b,
                                          g.stride_b, a, ld_a, g.stride_a, &g.beta, c, ld_c,
                                          g.stride_c, static_cast<int>(g.batch)));

@@ -134,12 +134,18 @@ cudaError_t launch_strided_copy(int elem_bytes, const void* src, const KStrided&
     return cudaMemcpyAsync(out, src, static_cast<size_t>(n) * elem_bytes,
                            cudaMemcpyDeviceToDevice, s);
   }
+  // Elements are moved as opaque words of their size: float32 (4), int64 (8), float16 (2).
   if (elem_bytes == 4) {
     strided_copy_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
         static_cast<const float*>(src), l, static_cast<float*>(out), n);
-  } else {
+  } else if (elem_bytes == 8) {
     strided_copy_kernel<int64_t><<<blocks_for(n), kThreads, 0, s>>>(
         static_cast<const int64_t*>(src), l, static_cast<int64_t*>(out), n);
+  } else if (elem_bytes == 2) {
+    strided_copy_kernel<uint16_t><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const uint16_t*>(src), l, static_cast<uint16_t*>(out), n);
+  } else {
+    return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -198,14 +198,21 @@ cudaError_t launch_index_rows(int elem_bytes, const void* src, int64_t src_rows,
                               unsigned long long* err, cudaStream_t s) {
   const int64_t n = n_idx * row_elems;
   if (n == 0) return cudaSuccess;
+  // Rows are moved as opaque words of the element size: float32 (4), int64 (8), float16 (2).
   if (elem_bytes == 4) {
     index_rows_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
         static_cast<const float*>(src), src_rows, idx, n_idx, row_elems, static_cast<float*>(out),
         err);
-  } else {
+  } else if (elem_bytes == 8) {
     index_rows_kernel<int64_t><<<blocks_for(n), kThreads, 0, s>>>(
         static_cast<const int64_t*>(src), src_rows, idx, n_idx, row_elems,
         static_cast<int64_t*>(out), err);
+  } else if (elem_bytes == 2) {
+    index_rows_kernel<uint16_t><<<blocks_for(n), kThreads, 0, s>>>(
+        static_cast<const uint16_t*>(src), src_rows, idx, n_idx, row_elems,
+        static_cast<uint16_t*>(out), err);
+  } else {
+    return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
