@@ -3,6 +3,7 @@
 // steps as tests/ddp/test_ddp.cpp must give the parameters of one process trained on the
 // concatenated batches, and the same parameters as DDP over the ring backend in this job;
 // also with fp16 gradient compression (float16 sums through MPI user ops) and no_sync.
+// SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too.
 // Read next: tests/parallel/mpi_test_main.h, tests/ddp/test_ddp.cpp.
 #include "tests/parallel/mpi_test_main.h"
 
@@ -16,6 +17,8 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp/sync_batch_norm.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -138,4 +141,29 @@ TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, th
   CHECK(max_diff(on_mpi, on_ring) < 2e-3f);
   CHECK(max_diff(on_mpi, expected) > 0.0f);  // it did go through half precision
   CHECK(all_reduce_bytes(default_process_group()) == all_reduce_bytes(*ring_group()));
+}
+
+TEST_CASE("SyncBatchNorm and distributed_concat on mpi equal them on the ring") {
+  const int r = get_rank(), world = get_world_size();
+  // rank r holds 2 + r rows: unequal slices; channel statistics come from every rank's rows
+  auto sync_bn = [&](std::shared_ptr<ProcessGroup> pg) {
+    Generator g(300 + r);
+    Tensor x = add_scalar(randn({2 + r, 3}, {}, &g), 2.0f).requires_grad_();
+    Tensor mean = zeros({3}), var = ones({3});
+    Tensor w = from_vector(std::vector<float>{0.5f, 1.5f, -2.0f}, {3}).requires_grad_();
+    Tensor b = zeros({3}).requires_grad_();
+    Tensor y = sync_batch_norm(x, mean, var, w, b, 0.3f, 1e-5f, *pg);
+    sum(mul(y, randn({2 + r, 3}, {}, &g))).backward();  // sum(y*y) would have a zero gradient
+    return Params{y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>(),
+                  mean.to_vector<float>(), var.to_vector<float>()};
+  };
+  const Params on_mpi = sync_bn(mpi_group()), on_ring = sync_bn(ring_group());
+  for (size_t k = 0; k < on_mpi.size(); ++k)  // sums in another order: ~1e-7 apart
+    for (size_t i = 0; i < on_mpi[k].size(); ++i)
+      CHECK(on_mpi[k][i] == doctest::Approx(on_ring[k][i]).epsilon(1e-5).scale(1.0));
+  // 11 predictions over `world` ranks, in the sampler's order, concatenated back
+  const int64_t total = 11, per = (total + world - 1) / world;
+  Tensor mine = full({per, 2}, static_cast<double>(r));
+  CHECK(distributed_concat(*mpi_group(), mine, total).to_vector<float>() ==
+        distributed_concat(*ring_group(), mine, total).to_vector<float>());
 }
