@@ -1,13 +1,9 @@
-// mpi_engine.cpp: the mpi backend. Every collective of the ProcessGroup API is one MPI call
-// on a communicator of its own (MPI_Comm_dup of MPI_COMM_WORLD, so two groups never match
-// each other's messages): all_reduce -> MPI_Allreduce, broadcast -> MPI_Bcast, reduce ->
-// MPI_Reduce, all_gather -> MPI_Allgather, reduce_scatter -> MPI_Reduce_scatter_block,
-// gather/scatter -> MPI_Gather/MPI_Scatter, barrier -> MPI_Barrier, send/recv ->
-// MPI_Send/MPI_Recv. OpenMPI picks the algorithm by size and topology (ring or Rabenseifner
-// for large all-reduces, trees and recursive doubling for small ones) and the wire (shared
-// memory on one node, TCP or InfiniBand between nodes): that is what dplab gets for free.
-// Ranks and world size come from MPI (mpirun), not from the store. CUDA tensors are staged
-// through host memory. float16 sums go through user-defined MPI ops (MPI has no half type).
+// mpi_engine.cpp: the mpi backend. Each collective is one MPI call on the group's own
+// communicator (MPI_Comm_dup of MPI_COMM_WORLD): MPI_Allreduce, MPI_Bcast, MPI_Reduce,
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Gather/Scatter, MPI_Barrier, MPI_Send/Recv.
+// OpenMPI picks the algorithm (ring or Rabenseifner for large all-reduces, trees for small)
+// and the wire (shared memory in a node, TCP / InfiniBand between nodes). Ranks come from
+// mpirun; CUDA tensors are staged through host memory; float16 sums use MPI user ops.
 // Read next: nccl_engine.cpp; tests/parallel/test_mpi_collectives.cpp.
 #include <mpi.h>
 

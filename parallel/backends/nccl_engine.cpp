@@ -1,12 +1,9 @@
-// nccl_engine.cpp: the nccl backend, for CUDA tensors on one GPU per rank, any number of
-// machines. Rank 0 makes an ncclUniqueId and publishes it in the rendezvous store under the
-// group's prefix; every rank reads it and joins with ncclCommInitRank, one communicator per
-// process group. Collectives run on the stream of the tensor's logical device (so they
-// queue behind the kernels that produced the tensor) and the call waits for that stream:
-// the ProcessGroup's async worker is what makes them non-blocking for DDP's overlap.
-// NCCL has no gather, scatter or barrier: gather/scatter are grouped ncclSend/ncclRecv,
-// barrier is an all-reduce of one float (as torch does). Compiled only with the nccl build
-// option; needs a GPU at run time (tests skip without one).
+// nccl_engine.cpp: the nccl backend, one GPU per rank, any number of machines. Rank 0
+// publishes an ncclUniqueId in the store under the group's prefix; all ranks join with
+// ncclCommInitRank (one communicator per group). Collectives run on the tensor's device
+// stream and the call waits for it: the ProcessGroup's async worker gives DDP its overlap.
+// NCCL has no gather/scatter/barrier: grouped ncclSend/ncclRecv, and a 1-float all-reduce.
+// Compiled with the nccl build option; needs a GPU at run time (tests skip without one).
 // Read next: mpi_engine.cpp, collective_engine.h.
 #include <cuda_runtime.h>
 #include <nccl.h>
