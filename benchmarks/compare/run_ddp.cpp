@@ -1,6 +1,7 @@
 // run_ddp.cpp: the DDP modes, star (a parameter server over processes) and ring, both
 // DistributedDataParallel over the shm process group, one process per device; and mpi, DDP
-// on the mpi backend (MPI_Allreduce), whose N ranks mpirun starts instead of spawn().
+// on the mpi backend (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
+// nccl, DDP on the nccl backend (--device cuda, one GPU per rank), started by spawn().
 //   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
 //            one child in its own process group, waits (with a deadline), reads each
 //            rank's result file; a non-zero exit or a missing file is an Error naming the run.
@@ -226,8 +227,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
 }  // namespace
 
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
-  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi",
-              "--worker: expected ring, star or mpi, got '{}'", algo);
+  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl",
+              "--worker: expected ring, star, mpi or nccl, got '{}'", algo);
   if (algo == "mpi") {  // mpirun started this process as one of the n ranks
     const parallel::MpiWorld w = parallel::mpi_world();
     DPLAB_CHECK(w.size == n, "--worker mpi: mpirun started {} ranks, expected {}", w.size, n);
@@ -281,6 +282,12 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
   for (const char* a : {"--worker", algo.c_str(), "--worker-n"}) args.emplace_back(a);
   args.push_back(std::to_string(n));
   std::vector<std::string> launcher;
+  if (algo == "nccl") {
+    DPLAB_CHECK(parallel::nccl_built(), "--modes nccl: dplab-compare was built without NCCL (needs "
+                "the CUDA toolkit's NCCL; reconfigure with -Dnccl=enabled)");
+    DPLAB_CHECK(cfg.device == "cuda", "--modes nccl needs --device cuda (NCCL reduces GPU tensors, "
+                "one GPU per rank); on CPUs use ring, star or mpi");
+  }
   if (algo == "mpi") {
     DPLAB_CHECK(parallel::mpi_built(), "--modes mpi: dplab-compare was built without MPI (install "
                 "libopenmpi-dev and openmpi-bin, then reconfigure)");
