@@ -38,6 +38,7 @@ class CollectiveEngine {
 
   // This rank is leaving while an exception unwinds its stack: peers blocked in a
   // collective with it would wait forever (engines have no timeouts), so stop the job.
+  // (A rank that returns from main early is caught at exit: see mpi_engine.cpp.)
   virtual void abort(const std::string& why) = 0;
 };
 
@@ -83,7 +84,8 @@ bool nccl_built();
 
 // The engines' constructors (mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp
 // stand-ins, which throw an Error naming the build option, when dplab was built without).
-std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size);
+// timeout: how long a rank that exits waits for the others before aborting the job.
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout);
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
                                                    int rank, int world_size);
 

@@ -7,11 +7,13 @@
 // Read next: nccl_engine.cpp; tests/parallel/test_mpi_collectives.cpp.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
@@ -29,17 +31,41 @@ struct MpiState {
   MpiWorld world;
   MPI_Op half_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
   std::mutex serial;  // held around every MPI call when MPI gave less than THREAD_MULTIPLE
+  Seconds exit_timeout = kDefaultTimeout;  // the last group's timeout; see finalize_at_exit
 };
 MpiState& state() {
   static MpiState s;
   return s;
 }
 
-// MPI_Finalize at exit, unless someone (the program itself) already did.
+// MPI_Finalize at exit, unless the program already did. MPI_Finalize waits for every rank,
+// and a rank that leaves early (an exception caught in main, then return 1) would wait
+// forever for a peer that waits forever in a collective with it. So the ranks first meet
+// in a non-blocking barrier, polled up to the group's timeout; a rank that waits longer
+// aborts the job, saying why, and mpirun stops every rank. Cost: one barrier at exit.
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  MpiState& s = state();
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.exit_timeout);
+  for (int done = 0; !done;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "dplab mpi backend: rank %d is exiting, but the other ranks did not "
+                   "reach the end of the program within %.1f s (one failed, or is waiting in a "
+                   "collective with this rank): aborting the MPI job\n", s.world.rank,
+                   s.exit_timeout.count());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  MPI_Finalize();
 }
 
 // float16 reductions: MPI knows no half type, so halves travel as MPI_UINT16_T and these
@@ -93,8 +119,9 @@ void scale_for_avg(const Tensor& host, ReduceOp op, int n) {
 
 class MpiEngine final : public CollectiveEngine {
  public:
-  MpiEngine(int rank, int world_size) {
+  MpiEngine(int rank, int world_size, Seconds timeout) {
     const MpiWorld w = mpi_world();
+    state().exit_timeout = timeout;
     DPLAB_CHECK(rank == w.rank && world_size == w.size,
                 "the mpi backend takes ranks from mpirun: MPI says this is rank {} of {}, the "
                 "caller asked for rank {} of {} (start the program with mpirun -np {})",
@@ -334,8 +361,8 @@ std::string mpi_broadcast_string(const std::string& value, int root) {
   return out;
 }
 
-std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size) {
-  return std::make_unique<MpiEngine>(rank, world_size);
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout) {
+  return std::make_unique<MpiEngine>(rank, world_size, timeout);
 }
 
 }  // namespace dplab::parallel

@@ -7,6 +7,7 @@
 //                         values through the store, print the sum of all ranks' values
 //   wrong-world           like rendezvous, but the last rank believes WORLD_SIZE is one more
 //   init METHOD [BACKEND] init_process_group(init_method = METHOD), all_reduce(rank + 1)
+//   mpi-early-exit        (under mpirun) rank 1 returns 1 at once, rank 0 waits in all_reduce
 // Read next: test_launch.cpp.
 #include <unistd.h>
 
@@ -88,6 +89,16 @@ int main(int argc, char** argv) {
                   t.at({4}));
       std::fflush(stdout);
       par::destroy_process_group();
+      return 0;
+    }
+    if (mode == "mpi-early-exit") {
+      par::init_process_group({.backend = "mpi", .timeout = par::Seconds(2.0)});
+      if (par::get_rank() == 1) {
+        std::fprintf(stderr, "rank 1 leaves early\n");
+        return 1;  // MPI_Finalize at exit would wait for rank 0 forever without the exit barrier
+      }
+      dplab::Tensor t = dplab::full({5}, 1.0);
+      par::default_process_group().all_reduce(t);  // rank 1 never comes: only the abort ends it
       return 0;
     }
     if (mode == "rendezvous") return store_exchange(false);

@@ -334,6 +334,19 @@ TEST_CASE("dplab-run --nnodes 2: the ring backend refuses, naming the mpi and nc
   }
 }
 
+// --- the mpi backend: MPI has no timeouts, so a rank leaving early must end the job ---
+
+TEST_CASE("mpi backend: a rank that returns early ends the job after the timeout, saying why" *
+          doctest::skip(std::getenv("MPIRUN") == nullptr)) {
+  Ran r = run({std::getenv("MPIRUN"), "--bind-to", "none", "-np", "2", program("LAUNCH_CHILD"),
+               "mpi-early-exit"});
+  CHECK(r.status != 0);
+  CHECK_MESSAGE(has(r.err, "rank 1 leaves early"), r.err);
+  CHECK(has(r.err, "rank 1 is exiting, but the other ranks did not reach the end of the program "
+                   "within 2.0 s"));
+  CHECK(r.seconds < 20.0);  // not a hang: 2 s of grace, then mpirun stops every rank
+}
+
 // --- spawn ---
 
 TEST_CASE("spawn: fn runs once on each of N ranks") {
