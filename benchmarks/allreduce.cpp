@@ -1,10 +1,12 @@
 // allreduce.cpp (bench_allreduce): ring vs star (parameter server) all-reduce over the shm
 // transport, N forked processes of one thread each, float32 sizes 4 KiB .. 64 MiB, and,
-// when OpenMPI is there, MPI_Allreduce on the same sizes (allreduce_mpi.cpp via mpirun).
+// when OpenMPI is there, dplab's mpi backend (MPI_Allreduce) on the same sizes
+// (allreduce_mpi.cpp via mpirun; --mpi-btl tcp sends its bytes through sockets).
 // Per size: time per call (slowest rank), algbw = S / t, busbw = 2(N-1)/N * S / t (the
 // nccl-tests definition: the bytes a ring must move per rank; equal to link speed when the
 // algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
-// Usage: bench_allreduce [--ranks 2,4] [--max-bytes 67108864] [--csv out.csv] [--no-mpi]
+// Usage: bench_allreduce [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes 67108864]
+//                        [--mpi-btl vader|tcp] [--csv out.csv] [--no-mpi]
 // Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,7 +43,7 @@ int iterations_for(int64_t bytes) {
 
 // Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
 // into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
-std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes) {
+std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::vector<Algorithm>& algos) {
   std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
   std::filesystem::remove(store_path);
   int fds[2];
@@ -59,7 +61,7 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes) {
         auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0)});
         std::string out;
         for (int64_t bytes : sizes)
-          for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
+          for (Algorithm a : algos) {
             Tensor t = Tensor::empty({bytes / 4});
             t.fill_(1.0);
             pg->all_reduce(t, ReduceOp::Sum, a);  // warm-up: page faults, caches
@@ -122,13 +124,17 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
-std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes) {
+std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::string& btl) {
   std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
   std::string prog = self + "/allreduce_mpi";
-  if (!on_path("mpirun") || access(prog.c_str(), X_OK) != 0) return {};
-  std::string cmd = fmt::format("mpirun --allow-run-as-root --oversubscribe -np {} --mca btl "
-                                "self,vader {}", n, prog);
-  for (int64_t b : sizes) cmd += " " + std::to_string(b);
+  if (!on_path("mpirun") || access(prog.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "bench_allreduce: no mpirun or no %s (built without MPI): no mpi rows\n",
+                 prog.c_str());
+    return {};
+  }
+  std::string cmd = fmt::format("mpirun --allow-run-as-root --oversubscribe --bind-to none -np {} "
+                                "--mca btl self,{} {}", n, btl, prog);
+  for (int64_t b : sizes) cmd += fmt::format(" {}", b);
   std::vector<Row> rows;
   if (FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r")) {
     long long bytes;
@@ -144,30 +150,53 @@ std::string human(int64_t bytes) {
   return fmt::format("{} KiB", bytes >> 10);
 }
 
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t start = 0; start <= list.size();) {
+    std::size_t c = list.find(',', start);
+    if (c == std::string::npos) c = list.size();
+    if (c > start) out.push_back(list.substr(start, c - start));
+    start = c + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 4};
+  std::vector<std::string> backends = {"ring", "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
-  std::string csv;
-  bool mpi = true;
+  std::string csv, btl = "vader";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];
     else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
-    else if (a == "--no-mpi") mpi = false;
+    else if (a == "--no-mpi") std::erase(backends, "mpi");
+    else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
+    else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
-      for (std::string s = argv[++i]; !s.empty();) {
-        ranks.push_back(std::atoi(s.c_str()));
-        auto c = s.find(',');
-        s = c == std::string::npos ? "" : s.substr(c + 1);
-      }
+      for (const std::string& n : split(argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--max-bytes N] [--csv FILE] [--no-mpi]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes N] "
+                   "[--mpi-btl vader|tcp] [--csv FILE] [--no-mpi]\n", argv[0]);
       return 2;
     }
+  }
+  std::vector<Algorithm> ours;
+  for (const std::string& b : backends) {
+    if (b == "ring") ours.push_back(Algorithm::Ring);
+    else if (b == "star") ours.push_back(Algorithm::Star);
+    else if (b != "mpi") {
+      std::fprintf(stderr, "bench_allreduce: --backend takes ring, star and mpi, got '%s'\n", b.c_str());
+      return 2;
+    }
+  }
+  const bool mpi = std::find(backends.begin(), backends.end(), "mpi") != backends.end();
+  if (btl != "vader" && btl != "tcp") {
+    std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
+    return 2;
   }
   std::vector<int64_t> sizes;
   for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
@@ -175,10 +204,12 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   try {
     for (int n : ranks) {
-      auto ours = run_ours(n, sizes);
-      rows.insert(rows.end(), ours.begin(), ours.end());
+      if (!ours.empty()) {
+        auto mine = run_ours(n, sizes, ours);
+        rows.insert(rows.end(), mine.begin(), mine.end());
+      }
       if (mpi) {
-        auto theirs = run_mpi(n, sizes);
+        auto theirs = run_mpi(n, sizes, btl);
         rows.insert(rows.end(), theirs.begin(), theirs.end());
       }
     }
@@ -190,23 +221,32 @@ int main(int argc, char** argv) {
   std::map<std::tuple<int, std::string, int64_t>, double> secs;
   for (const Row& r : rows) secs[{r.n, r.algo, r.bytes}] = r.seconds;
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
-  std::printf("all-reduce of float32 over shm, 1 thread per rank (GB/s = 1e9 bytes/s)\n");
-  std::printf("%2s %8s | %10s %7s %7s | %10s %7s %7s | %7s %9s\n", "N", "size", "ring us",
-              "algbw", "busbw", "star us", "algbw", "busbw", "mpi bus", "ring/mpi");
+  std::printf("all-reduce of float32, 1 thread per rank: ring and star over dplab's shm, mpi = "
+              "dplab's mpi backend over OpenMPI's %s (GB/s = 1e9 bytes/s)\n", btl.c_str());
+  std::printf("%2s %8s", "N", "size");
+  for (const std::string& b : backends) std::printf(" | %5s us %9s", b.c_str(), "busbw");
+  const bool ratio = mpi && !ours.empty() && ours.front() == Algorithm::Ring;
+  if (ratio) std::printf(" | %9s", "mpi/ring");
+  std::printf("\n");
   for (int n : ranks)
     for (int64_t b : sizes) {
-      double ring = secs[{n, "ring", b}], star = secs[{n, "star", b}];
-      auto it = secs.find({n, "mpi", b});
-      std::string mpi_col = "-", ratio = "-";
-      if (it != secs.end() && it->second > 0) {
-        mpi_col = fmt::format("{:.2f}", busbw(n, b, it->second));
-        ratio = fmt::format("{:.2f}", it->second / ring);  // >1: ours is faster
+      std::printf("%2d %8s", n, human(b).c_str());
+      for (const std::string& name : backends) {
+        auto it = secs.find({n, name, b});
+        if (it == secs.end() || it->second <= 0) std::printf(" | %8s %9s", "-", "-");
+        else std::printf(" | %8.1f %9.2f", it->second * 1e6, busbw(n, b, it->second));
       }
-      std::printf("%2d %8s | %10.1f %7.2f %7.2f | %10.1f %7.2f %7.2f | %7s %9s\n", n,
-                  human(b).c_str(), ring * 1e6, b / ring / 1e9, busbw(n, b, ring), star * 1e6,
-                  b / star / 1e9, busbw(n, b, star), mpi_col.c_str(), ratio.c_str());
+      if (ratio) {
+        auto m = secs.find({n, "mpi", b}), r = secs.find({n, "ring", b});
+        if (m != secs.end() && r != secs.end() && m->second > 0)
+          std::printf(" | %9.2f", r->second / m->second);  // busbw(mpi) / busbw(ring)
+        else
+          std::printf(" | %9s", "-");
+      }
+      std::printf("\n");
     }
-  std::printf("busbw = 2(N-1)/N * bytes / time; ring/mpi = MPI time / ring time (> 1: ring faster)\n");
+  std::printf("busbw = 2(N-1)/N * bytes / time (the slowest rank's); mpi/ring = busbw ratio "
+              "(> 1: MPI faster)\n");
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {

@@ -139,8 +139,9 @@ int main(int argc, char** argv) {
   int worker_n = 0;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet")->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy"}));
   app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',');
-  app.add_option("--modes", cfg.modes, "any of single,dp,star,ring")->delimiter(',')
-      ->check(CLI::IsMember({"single", "dp", "star", "ring"}));
+  app.add_option("--modes", cfg.modes, "any of single,dp,star,ring,mpi,nccl (mpi: DDP on the mpi "
+                 "backend, ranks started by mpirun; nccl: with --device cuda, one GPU per rank)")
+      ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "mpi", "nccl"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(CLI::PositiveNumber);
   int64_t epochs = 0;
   app.add_option("--epochs", epochs,
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-projection", cfg.projection, "skip the ping-pong and the alpha-beta projection");
   app.add_flag("!--no-plots", cfg.plots, "skip plot_results.py");
   app.add_option("--plot-script", plot_script, "path of plot_results.py (default: next to the source)");
-  app.add_option("--worker", worker, "internal: ring | star | pingpong")->group("");
+  app.add_option("--worker", worker, "internal: ring | star | mpi | nccl | pingpong")->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
   CLI11_PARSE(app, argc, argv);
   if (epochs > 0) {

@@ -74,7 +74,9 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
                   const std::vector<std::string>& worker_args);
 // Runs `self_exe args...` in its own process group and waits (deadline 30 minutes); throws
 // Error naming `label` when it exits non-zero or is killed.
-void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label);
+// Runs self_exe with args (under `launcher`, e.g. {"mpirun", "-np", "4"}, when given).
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label,
+                        const std::vector<std::string>& launcher = {});
 // The body of `dplab-compare --worker ring|star --worker-n N`: spawns N ranks and trains.
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n);
 

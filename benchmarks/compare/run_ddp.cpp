@@ -1,5 +1,7 @@
-// run_ddp.cpp: the two DDP modes, star (a parameter server over processes) and ring, both
-// DistributedDataParallel over the shm process group, one process per device.
+// run_ddp.cpp: the DDP modes, star (a parameter server over processes) and ring, both
+// DistributedDataParallel over the shm process group, one process per device; and mpi, DDP
+// on the mpi backend (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
+// nccl, DDP on the nccl backend (--device cuda, one GPU per rank), started by spawn().
 //   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
 //            one child in its own process group, waits (with a deadline), reads each
 //            rank's result file; a non-zero exit or a missing file is an Error naming the run.
@@ -32,6 +34,7 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
+#include "parallel/backends/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/launch/spawn.h"
@@ -224,12 +227,22 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
 }  // namespace
 
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
-  DPLAB_CHECK(algo == "ring" || algo == "star", "--worker: expected ring or star, got '{}'", algo);
+  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl",
+              "--worker: expected ring, star, mpi or nccl, got '{}'", algo);
+  if (algo == "mpi") {  // mpirun started this process as one of the n ranks
+    const parallel::MpiWorld w = parallel::mpi_world();
+    DPLAB_CHECK(w.size == n, "--worker mpi: mpirun started {} ranks, expected {}", w.size, n);
+    ddp_rank(cfg, algo, n, w.rank);
+    return;
+  }
   parallel::spawn([&](int rank) { ddp_rank(cfg, algo, n, rank); }, n);
 }
 
-void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label) {
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label,
+                        const std::vector<std::string>& launcher) {
   args.insert(args.begin(), self_exe);
+  args.insert(args.begin(), launcher.begin(), launcher.end());
+  const std::string program = args.front();
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -239,7 +252,7 @@ void run_worker_process(const std::string& self_exe, std::vector<std::string> ar
   DPLAB_CHECK(pid >= 0, "fork failed for the {} run", label);
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so a deadline can stop the worker and all its ranks
-    ::execv(self_exe.c_str(), argv.data());
+    ::execvp(program.c_str(), argv.data());
     ::_exit(127);
   }
   // A deadline far beyond any sane run: collectives time out on their own long before.
@@ -259,7 +272,7 @@ void run_worker_process(const std::string& self_exe, std::vector<std::string> ar
     DPLAB_FAIL("{}: the worker was killed by signal {} (its ranks' messages are above)", label, WTERMSIG(status));
   if (WEXITSTATUS(status) != 0)
     DPLAB_FAIL("{}: the worker exited with status {}{} (its ranks' messages are above)", label,
-               WEXITSTATUS(status), WEXITSTATUS(status) == 127 ? " (could not execute " + self_exe + ")" : "");
+               WEXITSTATUS(status), WEXITSTATUS(status) == 127 ? " (could not execute " + program + ")" : "");
 }
 
 RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::string& self_exe,
@@ -268,7 +281,20 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
   std::vector<std::string> args = worker_args;
   for (const char* a : {"--worker", algo.c_str(), "--worker-n"}) args.emplace_back(a);
   args.push_back(std::to_string(n));
-  run_worker_process(self_exe, args, fmt::format("{} N={}", algo, n));
+  std::vector<std::string> launcher;
+  if (algo == "nccl") {
+    DPLAB_CHECK(parallel::nccl_built(), "--modes nccl: dplab-compare was built without NCCL (needs "
+                "the CUDA toolkit's NCCL; reconfigure with -Dnccl=enabled)");
+    DPLAB_CHECK(cfg.device == "cuda", "--modes nccl needs --device cuda (NCCL reduces GPU tensors, "
+                "one GPU per rank); on CPUs use ring, star or mpi");
+  }
+  if (algo == "mpi") {
+    DPLAB_CHECK(parallel::mpi_built(), "--modes mpi: dplab-compare was built without MPI (install "
+                "libopenmpi-dev and openmpi-bin, then reconfigure)");
+    launcher = {"mpirun", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(n)};
+    if (::geteuid() == 0) launcher.insert(launcher.begin() + 1, "--allow-run-as-root");
+  }
+  run_worker_process(self_exe, args, fmt::format("{} N={}", algo, n), launcher);
 
   RunResult r{.mode = algo, .n = n, .global_batch = cfg.global_batch};
   r.devices.resize(static_cast<size_t>(n));

@@ -5,8 +5,13 @@
 // a rank that finds a disagreement publishes "rdzv/error" so every rank fails with the
 // same message instead of waiting for ranks that will never come.
 // Cost: O(world_size) small store requests per rank, polled every 20-100 ms.
+// Backends: ring and star run on one node (shared memory) and are refused when the launcher
+// says the job spans several; mpi takes rank and size from MPI itself (mpirun), and its
+// store's address from rank 0 by MPI_Bcast; nccl meets through the store like ring.
 // Read next: launch/supervisor.h (how ranks are started), launch/spawn.h.
 #include "parallel/comm/init.h"
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +19,7 @@
 #include <thread>
 
 #include "framework/error.h"
+#include "parallel/backends/collective_engine.h"
 #include "parallel/comm/file_store.h"
 #include "parallel/comm/tcp_store.h"
 
@@ -240,26 +246,74 @@ void rendezvous(Store& store, int rank, int world_size, Seconds timeout) {
        !store.check({"rdzv/error"}));
 }
 
-std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
-  if (opts.backend == "mpi" || opts.backend == "nccl") {
-    DPLAB_FAIL("init_process_group: backend '{}' is not built yet (a later issue); use 'ring' "
-               "or 'star'", opts.backend);
+namespace {
+
+void check_single_node(const std::string& backend, const RankInfo& info) {
+  DPLAB_CHECK(info.local_world_size == info.world_size,
+              "init_process_group: the '{}' backend runs on one node (its ranks share memory), "
+              "but this job spans several: WORLD_SIZE={}, LOCAL_WORLD_SIZE={}. Across machines "
+              "use the 'mpi' backend (CPUs, started by mpirun) or the 'nccl' backend (GPUs)",
+              backend, info.world_size, info.local_world_size);
+}
+
+// The mpi backend's store: rank 0 serves it on a free port of every interface and tells
+// the others where with one MPI_Bcast, so mpirun needs no MASTER_ADDR/MASTER_PORT. The
+// address is MASTER_ADDR if set, else rank 0's host name.
+std::shared_ptr<Store> mpi_store(int rank, Seconds timeout) {
+  std::shared_ptr<TCPStore> served;
+  std::string where;
+  if (rank == 0) {
+    served = std::make_shared<TCPStore>("0.0.0.0", 0, true, timeout);
+    std::string host;
+    if (const char* a = std::getenv("MASTER_ADDR"); a && *a) {
+      host = a;
+    } else {
+      char name[256] = {};
+      ::gethostname(name, sizeof(name) - 1);
+      host = name;
+    }
+    where = fmt::format("{}:{}", host, served->port());
   }
-  DPLAB_CHECK(opts.backend == "ring" || opts.backend == "star",
-              "init_process_group: unknown backend '{}': expected 'ring' or 'star'", opts.backend);
+  where = mpi_broadcast_string(where, 0);
+  if (served) return served;
+  const size_t colon = where.rfind(':');
+  return std::make_shared<TCPStore>(where.substr(0, colon), std::stoi(where.substr(colon + 1)),
+                                    false, timeout);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
+  DPLAB_CHECK(opts.backend == "ring" || opts.backend == "star" || is_engine_backend(opts.backend),
+              "init_process_group: unknown backend '{}': expected 'ring', 'star', 'mpi' or 'nccl'",
+              opts.backend);
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
   DPLAB_CHECK(g.pg == nullptr, "init_process_group: already initialized as rank {} of {}; call "
               "destroy_process_group() first", g.pg->rank(), g.pg->size());
   int rank = opts.rank, world_size = opts.world_size;
-  if (rank < 0 || world_size < 0) {
-    RankInfo info = rank_info_from_env();
-    if (rank < 0) rank = info.rank;
-    if (world_size < 0) world_size = info.world_size;
+  std::shared_ptr<Store> store;
+  if (opts.backend == "mpi") {
+    // MPI knows the world: mpirun (or srun --mpi=pmix) started it
+    const MpiWorld w = mpi_world();
+    DPLAB_CHECK((rank < 0 || rank == w.rank) && (world_size < 0 || world_size == w.size),
+                "init_process_group: the mpi backend takes rank and world size from mpirun "
+                "(rank {} of {}), but rank {} of {} was passed", w.rank, w.size, rank, world_size);
+    rank = w.rank;
+    world_size = w.size;
+    store = opts.init_method == "env://" ? mpi_store(rank, opts.timeout)
+                                         : make_store(opts.init_method, rank, world_size, opts.timeout);
+  } else {
+    if (rank < 0 || world_size < 0) {
+      RankInfo info = rank_info_from_env();
+      if (opts.backend != "nccl") check_single_node(opts.backend, info);
+      if (rank < 0) rank = info.rank;
+      if (world_size < 0) world_size = info.world_size;
+    }
+    DPLAB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
+                "init_process_group: rank {} is not in [0, world_size {})", rank, world_size);
+    store = make_store(opts.init_method, rank, world_size, opts.timeout);
   }
-  DPLAB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
-              "init_process_group: rank {} is not in [0, world_size {})", rank, world_size);
-  auto store = make_store(opts.init_method, rank, world_size, opts.timeout);
   rendezvous(*store, rank, world_size, opts.timeout);
   g.pg = create_process_group(store, rank, world_size,
                               ProcessGroupOptions{.backend = opts.backend, .timeout = opts.timeout,

@@ -15,7 +15,9 @@
 namespace dplab::parallel {
 
 struct InitOptions {
-  std::string backend = "ring";        // "ring" or "star"; "mpi"/"nccl" are not built yet
+  // "ring" or "star" (one node, shared memory); "mpi" (CPUs, any number of nodes, needs
+  // mpirun: rank and world size then come from MPI) or "nccl" (GPUs, any number of nodes)
+  std::string backend = "ring";
   std::string init_method = "env://";  // or "file:///path", "tcp://host:port"
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment

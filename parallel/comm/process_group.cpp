@@ -3,7 +3,9 @@
 // adds its Traffic to the counters, and runs async calls on one worker thread in order.
 // A rank whose collective throws marks itself failed in the transport, so its peers stop
 // waiting and name it; so does a group destroyed while an exception unwinds the stack.
-// Read next: ring.cpp, star.cpp.
+// On an engine backend (mpi, nccl) each method, after its checks, hands the call to the
+// engine through Impl::on_engine: same drain, counters (model bytes) and async queue.
+// Read next: ring.cpp, star.cpp; backends/collective_engine.h.
 #include "parallel/comm/process_group.h"
 
 #include <chrono>
@@ -17,6 +19,7 @@
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
+#include "parallel/backends/collective_engine.h"
 #include "parallel/comm/collectives.h"
 #include "parallel/comm/hash_store.h"
 #include "parallel/transport/link_model.h"
@@ -109,6 +112,7 @@ struct WorkState : Work {
 
 struct ProcessGroup::Impl {
   std::unique_ptr<Transport> transport;
+  std::unique_ptr<CollectiveEngine> engine;  // mpi / nccl: then there is no transport
   std::string broken;  // set by a failed collective: the links' state is unknown after it
   mutable std::mutex stats_mu;
   CommStats stats;
@@ -177,12 +181,35 @@ struct ProcessGroup::Impl {
                                          e.what()));
       throw;
     }
+    record(name, traffic.sent, traffic.received, start);
+  }
+
+  // The engine's form of run(): the engine moves the bytes, the counters get model bytes.
+  template <typename Fn>
+  void on_engine(const std::string& name, const std::string& context, ModelTraffic traffic,
+                 Fn fn) {
+    drain();
+    if (!broken.empty())
+      throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
+                                  "make a new one", engine->rank(), context, broken));
+    auto start = std::chrono::steady_clock::now();
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      broken = fmt::format("{} on the {} backend: {}", context, engine->name(), e.what());
+      throw;
+    }
+    record(name, traffic.sent, traffic.received, start);
+  }
+
+  void record(const std::string& name, int64_t sent, int64_t received,
+              std::chrono::steady_clock::time_point start) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::lock_guard<std::mutex> lock(stats_mu);
     for (CollectiveStats* s : {&stats.per_collective[name], &stats.total}) {
       s->calls += 1;
-      s->bytes_sent += traffic.sent;
-      s->bytes_received += traffic.received;
+      s->bytes_sent += sent;
+      s->bytes_received += received;
       s->seconds += secs;
     }
   }
@@ -199,6 +226,16 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGr
   impl_->transport = std::move(transport);
 }
 
+ProcessGroup::ProcessGroup(std::unique_ptr<CollectiveEngine> engine, const ProcessGroupOptions& opts)
+    : impl_(std::make_unique<Impl>()) {
+  DPLAB_CHECK(engine != nullptr, "ProcessGroup: no engine");
+  DPLAB_CHECK(opts.backend == engine->name(), "ProcessGroup: backend \"{}\" given with the {} "
+              "engine", opts.backend, engine->name());
+  rank_ = engine->rank();
+  size_ = engine->size();
+  impl_->engine = std::move(engine);
+}
+
 ProcessGroup::~ProcessGroup() {
   const bool unwinding = std::uncaught_exceptions() > 0;
   {
@@ -207,6 +244,11 @@ ProcessGroup::~ProcessGroup() {
     impl_->q_cv.notify_all();
   }
   if (impl_->worker.joinable()) impl_->worker.join();  // queued async calls finish first
+  if (impl_->engine) {
+    // engines cannot time out: a peer inside a collective with this rank would hang
+    if (unwinding) impl_->engine->abort("left its process group while an exception was propagating");
+    return;
+  }
   if (unwinding)
     impl_->transport->mark_failed(fmt::format(
         "rank {} left its process group while an exception was propagating", rank_));
@@ -214,10 +256,16 @@ ProcessGroup::~ProcessGroup() {
     impl_->transport->mark_left();
 }
 
-const std::string& ProcessGroup::transport_name() const { return impl_->transport->name(); }
+const std::string& ProcessGroup::transport_name() const {
+  return impl_->engine ? impl_->engine->name() : impl_->transport->name();
+}
 
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) {
   check_op(op, t, "all_reduce");
+  if (impl_->engine)
+    return impl_->on_engine("all_reduce", fmt::format("all_reduce({})", reduce_op_name(op)),
+                            model_traffic("all_reduce", t.nbytes(), element_size(t.dtype()), rank_, size_),
+                            [&] { impl_->engine->all_reduce(t, op); });
   Algorithm a = algo.value_or(algorithm_);
   Tensor host = to_host(t);
   impl_->run("all_reduce", fmt::format("all_reduce({}, {})", algorithm_name(a), reduce_op_name(op)),
@@ -232,6 +280,10 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> a
 void ProcessGroup::broadcast(Tensor& t, int root) {
   DPLAB_CHECK(t.defined(), "broadcast: the tensor is undefined");
   DPLAB_CHECK(root >= 0 && root < size_, "broadcast: root must be in [0, {}), got {}", size_, root);
+  if (impl_->engine)
+    return impl_->on_engine("broadcast", fmt::format("broadcast(root {})", root),
+                            model_traffic("broadcast", t.nbytes(), 1, rank_, size_, root),
+                            [&] { impl_->engine->broadcast(t, root); });
   Tensor host = to_host(t);
   impl_->run("broadcast", fmt::format("broadcast(root {})", root), host.dtype(),
              dplab::ReduceOp::Sum, [&](Ctx& c) { chain_broadcast(c, block_of(host), root); });
@@ -241,6 +293,10 @@ void ProcessGroup::broadcast(Tensor& t, int root) {
 void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) {
   check_op(op, t, "reduce");
   DPLAB_CHECK(root >= 0 && root < size_, "reduce: root must be in [0, {}), got {}", size_, root);
+  if (impl_->engine)
+    return impl_->on_engine("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
+                            model_traffic("reduce", t.nbytes(), 1, rank_, size_, root),
+                            [&] { impl_->engine->reduce(t, root, op); });
   Tensor host = to_host(t);
   impl_->run("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
              host.dtype(), kernel_op(op), [&](Ctx& c) { star_reduce(c, block_of(host), root); });
@@ -253,6 +309,10 @@ void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) {
 void ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input) {
   DPLAB_CHECK(input.defined(), "all_gather: the input is undefined");
   check_list(outputs, input, size_, "all_gather", "outputs");
+  if (impl_->engine)
+    return impl_->on_engine("all_gather", "all_gather",
+                            model_traffic("all_gather", input.nbytes(), 1, rank_, size_),
+                            [&] { impl_->engine->all_gather(outputs, input); });
   std::vector<Tensor> host(size_);
   std::vector<Block> blocks(size_);
   for (int i = 0; i < size_; ++i) {
@@ -271,6 +331,10 @@ void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inp
                                   ReduceOp op) {
   check_op(op, output, "reduce_scatter");
   check_list(inputs, output, size_, "reduce_scatter", "inputs");
+  if (impl_->engine)
+    return impl_->on_engine("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
+                            model_traffic("reduce_scatter", output.nbytes(), 1, rank_, size_),
+                            [&] { impl_->engine->reduce_scatter(output, inputs, op); });
   // the ring reduces in place, so it runs on a scratch copy and the inputs stay as they were
   const std::size_t bytes = static_cast<std::size_t>(output.nbytes());
   std::vector<std::byte> scratch(bytes * size_);
@@ -293,6 +357,12 @@ void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inp
 void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root) {
   DPLAB_CHECK(input.defined(), "gather: the input is undefined");
   DPLAB_CHECK(root >= 0 && root < size_, "gather: root must be in [0, {}), got {}", size_, root);
+  if (impl_->engine) {
+    if (rank_ == root) check_list(outputs, input, size_, "gather", "outputs");
+    return impl_->on_engine("gather", fmt::format("gather(root {})", root),
+                            model_traffic("gather", input.nbytes(), 1, rank_, size_, root),
+                            [&] { impl_->engine->gather(outputs, input, root); });
+  }
   Tensor in = to_host(input);
   std::vector<Tensor> host(size_);
   std::vector<Block> blocks(size_);
@@ -315,6 +385,12 @@ void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int
 void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) {
   DPLAB_CHECK(output.defined(), "scatter: the output is undefined");
   DPLAB_CHECK(root >= 0 && root < size_, "scatter: root must be in [0, {}), got {}", size_, root);
+  if (impl_->engine) {
+    if (rank_ == root) check_list(inputs, output, size_, "scatter", "inputs");
+    return impl_->on_engine("scatter", fmt::format("scatter(root {})", root),
+                            model_traffic("scatter", output.nbytes(), 1, rank_, size_, root),
+                            [&] { impl_->engine->scatter(output, inputs, root); });
+  }
   std::vector<Tensor> host(size_);
   std::vector<Block> blocks(size_);
   if (rank_ == root) {
@@ -331,6 +407,8 @@ void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, in
 }
 
 void ProcessGroup::barrier() {
+  if (impl_->engine)
+    return impl_->on_engine("barrier", "barrier", {}, [&] { impl_->engine->barrier(); });
   impl_->run("barrier", "barrier", DType::Float32, dplab::ReduceOp::Sum, [&](Ctx& c) {
     if (size_ > 1) star_barrier(c);
   });
@@ -340,6 +418,10 @@ void ProcessGroup::send(const Tensor& t, int dst) {
   DPLAB_CHECK(t.defined(), "send: the tensor is undefined");
   DPLAB_CHECK(dst >= 0 && dst < size_ && dst != rank_,
               "send: dst must be another rank in [0, {}), got {} (I am rank {})", size_, dst, rank_);
+  if (impl_->engine)
+    return impl_->on_engine("send", fmt::format("send(to {})", dst),
+                            model_traffic("send", t.nbytes(), 1, rank_, size_),
+                            [&] { impl_->engine->send(t, dst); });
   Tensor host = to_host(t);
   impl_->run("send", fmt::format("send(to {})", dst), t.dtype(), dplab::ReduceOp::Sum,
              [&](Ctx& c) { send_block(c, dst, block_of(host)); });
@@ -349,6 +431,10 @@ void ProcessGroup::recv(Tensor& t, int src) {
   DPLAB_CHECK(t.defined(), "recv: the tensor is undefined");
   DPLAB_CHECK(src >= 0 && src < size_ && src != rank_,
               "recv: src must be another rank in [0, {}), got {} (I am rank {})", size_, src, rank_);
+  if (impl_->engine)
+    return impl_->on_engine("recv", fmt::format("recv(from {})", src),
+                            model_traffic("recv", t.nbytes(), 1, rank_, size_),
+                            [&] { impl_->engine->recv(t, src); });
   Tensor host = to_host(t);
   impl_->run("recv", fmt::format("recv(from {})", src), t.dtype(), dplab::ReduceOp::Sum,
              [&](Ctx& c) { recv_copy(c, src, block_of(host)); });
@@ -395,6 +481,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // groups ("dplab/pg0/...", "dplab/pg1/...").
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
+  if (is_engine_backend(opts.backend))  // mpi, nccl: an existing engine moves the bytes
+    return std::make_shared<ProcessGroup>(make_engine(*store, prefix, rank, world_size, opts), opts);
   Seconds saved = store->timeout();
   store->set_timeout(opts.timeout);
   std::unique_ptr<Transport> transport;

@@ -4,6 +4,8 @@
 // runs one of two all-reduce patterns over it: the ring (comm/ring.cpp) or the star, a
 // parameter server (comm/star.cpp). Every collective counts the bytes this rank sent and
 // received, so the textbook volumes can be checked, not just quoted.
+// On the mpi and nccl backends the group holds a CollectiveEngine instead, which runs each
+// collective whole (backends/collective_engine.h); checks, counters and async are the same.
 // Read next: transport/transport.h, then comm/ring.cpp.
 #pragma once
 #include <map>
@@ -21,7 +23,9 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 enum class Algorithm { Ring, Star };  // star = parameter server: all to rank 0, rank 0 reduces, sends back
 
 struct ProcessGroupOptions {
-  std::string backend = "ring";  // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star)
+  // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star) over shm on one node;
+  // "mpi" or "nccl": an existing engine, any number of nodes (it picks its own algorithms)
+  std::string backend = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
 };
@@ -49,10 +53,12 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 class Transport;
+class CollectiveEngine;
 
 class ProcessGroup {
  public:
   ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGroupOptions& opts);
+  ProcessGroup(std::unique_ptr<CollectiveEngine> engine, const ProcessGroupOptions& opts);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -60,7 +66,7 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   Algorithm default_algorithm() const { return algorithm_; }
-  const std::string& transport_name() const;
+  const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
@@ -103,7 +109,8 @@ class ProcessGroup {
 };
 
 // The thread transport when store is a HashStore (ranks are threads of one process),
-// else shm between processes. CUDA tensors are staged through host memory: the cuda_ipc
+// else shm between processes; for backend "mpi" or "nccl", that engine (rank and
+// world_size must then be the engine's: mpirun's for MPI). CUDA tensors are staged through host memory: the cuda_ipc
 // transport is not built yet.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,

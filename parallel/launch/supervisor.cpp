@@ -190,10 +190,24 @@ std::string describe_wait_status(int st) {
 
 std::map<std::string, std::string> rank_env(int rank, int nprocs, const std::string& master_addr,
                                             int master_port) {
+  return rank_env(rank, NodePlacement{.nnodes = 1, .node_rank = 0, .nproc_per_node = nprocs},
+                  master_addr, master_port);
+}
+
+std::map<std::string, std::string> rank_env(int local_rank, const NodePlacement& where,
+                                            const std::string& master_addr, int master_port) {
+  const int rank = where.node_rank * where.nproc_per_node + local_rank;
+  const int world = where.nnodes * where.nproc_per_node;
   std::map<std::string, std::string> env{
-      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
-      {"WORLD_SIZE", std::to_string(nprocs)}, {"LOCAL_WORLD_SIZE", std::to_string(nprocs)},
-      {"MASTER_ADDR", master_addr},          {"MASTER_PORT", std::to_string(master_port)}};
+      {"RANK", std::to_string(rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_WORLD_SIZE", std::to_string(where.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(where.node_rank)},
+      {"NODE_RANK", std::to_string(where.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(where.nnodes)},
+      {"MASTER_ADDR", master_addr},
+      {"MASTER_PORT", std::to_string(master_port)}};
   // N ranks on few cores: one thread each, unless the user chose otherwise.
   for (const char* var : {"OMP_NUM_THREADS", "DPLAB_NUM_THREADS"})
     if (std::getenv(var) == nullptr) env.emplace(var, std::string(1, '1'));

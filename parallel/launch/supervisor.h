@@ -49,6 +49,19 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
 std::map<std::string, std::string> rank_env(int rank, int nprocs, const std::string& master_addr,
                                             int master_port);
 
+// Where a launcher's ranks sit in a job of several nodes (dplab-run --nnodes M --node-rank R).
+struct NodePlacement {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+};
+// torchrun's variables for the local_rank-th process of this node: RANK = node_rank *
+// nproc_per_node + local_rank, WORLD_SIZE = nnodes * nproc_per_node, LOCAL_RANK,
+// LOCAL_WORLD_SIZE = nproc_per_node, GROUP_RANK = NODE_RANK = node_rank, GROUP_WORLD_SIZE =
+// nnodes, MASTER_ADDR/MASTER_PORT (rank 0's store, on node 0).
+std::map<std::string, std::string> rank_env(int local_rank, const NodePlacement& where,
+                                            const std::string& master_addr, int master_port);
+
 // "exited with status 3", "was killed by signal 9 (Killed)".
 std::string describe_wait_status(int wait_status);
 

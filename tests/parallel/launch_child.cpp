@@ -6,7 +6,8 @@
 //   rendezvous            meet through the TCPStore at MASTER_ADDR:MASTER_PORT, exchange
 //                         values through the store, print the sum of all ranks' values
 //   wrong-world           like rendezvous, but the last rank believes WORLD_SIZE is one more
-//   init METHOD           init_process_group(init_method = METHOD), all_reduce(rank + 1)
+//   init METHOD [BACKEND] init_process_group(init_method = METHOD), all_reduce(rank + 1)
+//   mpi-early-exit        (under mpirun) rank 1 returns 1 at once, rank 0 waits in all_reduce
 // Read next: test_launch.cpp.
 #include <unistd.h>
 
@@ -56,10 +57,11 @@ int main(int argc, char** argv) {
   try {
     if (mode == "print") {
       std::printf("RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s "
-                  "MASTER_PORT=%s OMP_NUM_THREADS=%s\n",
+                  "MASTER_PORT=%s OMP_NUM_THREADS=%s GROUP_RANK=%s\n",
                   env("RANK").c_str(), env("WORLD_SIZE").c_str(), env("LOCAL_RANK").c_str(),
                   env("LOCAL_WORLD_SIZE").c_str(), env("MASTER_ADDR").c_str(),
-                  env("MASTER_PORT").c_str(), env("OMP_NUM_THREADS").c_str());
+                  env("MASTER_PORT").c_str(), env("OMP_NUM_THREADS").c_str(),
+                  env("GROUP_RANK").c_str());
       return 0;
     }
     if ((mode == "fail" || mode == "stubborn") && argc == 4) {
@@ -78,14 +80,25 @@ int main(int argc, char** argv) {
       std::printf("no newline at the end");
       return 0;
     }
-    if (mode == "init" && argc == 3) {
-      par::init_process_group({.init_method = argv[2], .timeout = par::Seconds(10.0)});
+    if (mode == "init" && (argc == 3 || argc == 4)) {
+      par::init_process_group({.backend = argc == 4 ? argv[3] : "ring", .init_method = argv[2],
+                               .timeout = par::Seconds(10.0)});
       dplab::Tensor t = dplab::full({5}, static_cast<double>(par::get_rank() + 1));
       par::default_process_group().all_reduce(t);
       std::printf("rank %d of %d all_reduce %.0f\n", par::get_rank(), par::get_world_size(),
                   t.at({4}));
       std::fflush(stdout);
       par::destroy_process_group();
+      return 0;
+    }
+    if (mode == "mpi-early-exit") {
+      par::init_process_group({.backend = "mpi", .timeout = par::Seconds(2.0)});
+      if (par::get_rank() == 1) {
+        std::fprintf(stderr, "rank 1 leaves early\n");
+        return 1;  // MPI_Finalize at exit would wait for rank 0 forever without the exit barrier
+      }
+      dplab::Tensor t = dplab::full({5}, 1.0);
+      par::default_process_group().all_reduce(t);  // rank 1 never comes: only the abort ends it
       return 0;
     }
     if (mode == "rendezvous") return store_exchange(false);

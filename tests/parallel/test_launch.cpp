@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <future>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +22,7 @@
 
 #include "framework/error.h"
 #include "parallel/comm/init.h"
+#include "parallel/comm/tcp_store.h"
 
 namespace par = dplab::parallel;
 namespace fs = std::filesystem;
@@ -49,7 +52,9 @@ std::string slurp(const fs::path& p) {
 // Runs argv with stdout/stderr captured; a stray run is killed after 60 s. With sig != 0,
 // sends sig to the process after `after_s` seconds (a user pressing Ctrl-C).
 Ran run(const std::vector<std::string>& args, int sig = 0, double after_s = 0) {
-  fs::path dir = fs::temp_directory_path() / ("dplab_run_" + std::to_string(getpid()));
+  static std::atomic<int> runs{0};  // two runs may be in flight at once (two "nodes")
+  fs::path dir = fs::temp_directory_path() /
+                 ("dplab_run_" + std::to_string(getpid()) + "_" + std::to_string(runs++));
   fs::create_directories(dir);
   fs::path out = dir / "out", err = dir / "err";
   auto t0 = Clock::now();
@@ -166,9 +171,6 @@ TEST_CASE("dplab-run: bad arguments exit 2 with a message") {
   r = run({run_bin, "--nproc-per-node", "two", child});
   CHECK(r.status == 2);
   CHECK(has(r.err, "--nproc-per-node"));
-  r = run({run_bin, "--nnodes", "2", "--node-rank", "0", child});
-  CHECK(r.status == 2);
-  CHECK(has(r.err, "not supported yet"));
   r = run({run_bin, "--nproc-per-node", "1", "/nonexistent/program"});
   CHECK(r.status == 1);
   CHECK(has(r.err, "cannot start rank 0"));
@@ -256,6 +258,93 @@ TEST_CASE("dplab-run: --tee prefixes every line with its rank") {
   // Without --tee the output is passed through untouched.
   r = run({program("DPLAB_RUN"), "--nproc-per-node", "1", program("LAUNCH_CHILD"), "lines"});
   CHECK(r.out == "hello from 0\nno newline at the end");
+}
+
+// --- dplab-run on several nodes (two launchers on this machine stand for two nodes) ---
+
+TEST_CASE("dplab-run --nnodes: bad node arguments exit 2 and say what was expected") {
+  std::string run_bin = program("DPLAB_RUN"), child = program("LAUNCH_CHILD");
+  auto fails_with = [&](std::vector<std::string> args, const char* text) {
+    args.insert(args.begin(), run_bin);
+    args.push_back(child);
+    Ran r = run(args);
+    CHECK(r.status == 2);
+    CHECK_MESSAGE(has(r.err, text), r.err);
+  };
+  fails_with({"--nnodes", "0"}, "--nnodes must be >= 1, got 0");
+  fails_with({"--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "--master-port", "29999"},
+             "--node-rank must be in [0, 2) for --nnodes 2, got 2");
+  fails_with({"--node-rank", "1"}, "--node-rank must be in [0, 1) for --nnodes 1, got 1");
+  fails_with({"--nnodes", "2", "--node-rank", "1"}, "--nnodes 2 needs --master-addr");
+  fails_with({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"},
+             "--nnodes 2 needs --master-port (not 0)");
+}
+
+namespace {
+// Node 0 and node 1 of a 2-node job of 2 ranks each, both launched here at once.
+std::pair<Ran, Ran> two_nodes(const std::vector<std::string>& child_args) {
+  const std::string port = std::to_string(par::find_free_port());
+  auto node = [&](int k) {
+    std::vector<std::string> args = {program("DPLAB_RUN"), "--nnodes", "2", "--node-rank",
+                                     std::to_string(k), "--nproc-per-node", "2", "--master-addr",
+                                     "127.0.0.1", "--master-port", port, "--grace-period", "1",
+                                     program("LAUNCH_CHILD")};
+    args.insert(args.end(), child_args.begin(), child_args.end());
+    return std::async(std::launch::async, [args] { return run(args); });
+  };
+  auto n0 = node(0), n1 = node(1);
+  return {n0.get(), n1.get()};
+}
+}  // namespace
+
+TEST_CASE("dplab-run --nnodes 2: global ranks, local ranks and GROUP_RANK per node") {
+  auto [n0, n1] = two_nodes({"print"});
+  REQUIRE(n0.status == 0);
+  REQUIRE(n1.status == 0);
+  for (int local = 0; local < 2; ++local)
+    for (int node = 0; node < 2; ++node) {
+      const std::string& out = node == 0 ? n0.out : n1.out;
+      std::string want = "RANK=" + std::to_string(node * 2 + local) + " WORLD_SIZE=4 LOCAL_RANK=" +
+                         std::to_string(local) + " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1";
+      CHECK_MESSAGE(has(out, want), out);
+      CHECK(has(out, "GROUP_RANK=" + std::to_string(node) + "\n"));
+    }
+}
+
+TEST_CASE("dplab-run --nnodes 2: the ranks of both nodes meet in node 0's store") {
+  auto [n0, n1] = two_nodes({"rendezvous"});
+  CHECK_MESSAGE(n0.status == 0, n0.err);
+  CHECK_MESSAGE(n1.status == 0, n1.err);
+  for (int rank = 0; rank < 4; ++rank)  // 10 + 20 + 30 + 40
+    CHECK(has(rank < 2 ? n0.out : n1.out, "rank " + std::to_string(rank) + " sum 100"));
+}
+
+TEST_CASE("dplab-run --nnodes 2: the ring backend refuses, naming the mpi and nccl backends") {
+  for (const char* backend : {"ring", "star"}) {
+    auto [n0, n1] = two_nodes({"init", "env://", backend});
+    CHECK(n0.status == 1);
+    CHECK(n1.status == 1);
+    for (const Ran* r : {&n0, &n1}) {
+      CHECK_MESSAGE(has(r->err, std::string("the '") + backend + "' backend runs on one node"), r->err);
+      CHECK(has(r->err, "WORLD_SIZE=4, LOCAL_WORLD_SIZE=2"));
+      CHECK(has(r->err, "the 'mpi' backend"));
+      CHECK(has(r->err, "the 'nccl' backend"));
+    }
+    CHECK(n0.seconds < 10.0);
+  }
+}
+
+// --- the mpi backend: MPI has no timeouts, so a rank leaving early must end the job ---
+
+TEST_CASE("mpi backend: a rank that returns early ends the job after the timeout, saying why" *
+          doctest::skip(std::getenv("MPIRUN") == nullptr)) {
+  Ran r = run({std::getenv("MPIRUN"), "--bind-to", "none", "-np", "2", program("LAUNCH_CHILD"),
+               "mpi-early-exit"});
+  CHECK(r.status != 0);
+  CHECK_MESSAGE(has(r.err, "rank 1 leaves early"), r.err);
+  CHECK(has(r.err, "rank 1 is exiting, but the other ranks did not reach the end of the program "
+                   "within 2.0 s"));
+  CHECK(r.seconds < 20.0);  // not a hang: 2 s of grace, then mpirun stops every rank
 }
 
 // --- spawn ---

@@ -15,6 +15,7 @@
 
 #include "framework/error.h"
 #include "parallel/comm/file_store.h"
+#include "parallel/backends/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/tcp_store.h"
 
@@ -291,13 +292,45 @@ TEST_CASE("make_store / init_process_group: bad arguments") {
                        dplab::Error);
   CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:http", 0, 1, par::Seconds(1.0)),
                        doctest::Contains("is not an integer"), dplab::Error);
-  for (const char* b : {"mpi", "nccl"}) {
-    CHECK_THROWS_WITH_AS(par::init_process_group({.backend = b}),
-                         doctest::Contains("is not built yet"), dplab::Error);
-  }
   CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "gloo"}),
-                       doctest::Contains("unknown backend 'gloo'"), dplab::Error);
+                       doctest::Contains("expected 'ring', 'star', 'mpi' or 'nccl'"), dplab::Error);
   CHECK_FALSE(par::is_initialized());
   CHECK_THROWS_WITH_AS(par::default_process_group(), doctest::Contains("init_process_group"),
                        dplab::Error);
+}
+
+namespace {
+// Sets launcher variables for one test and restores the environment after it.
+struct ScopedEnv {
+  std::vector<std::string> names;
+  explicit ScopedEnv(const std::vector<std::pair<std::string, std::string>>& vars) {
+    for (const auto& [k, v] : vars) {
+      ::setenv(k.c_str(), v.c_str(), 1);
+      names.push_back(k);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& k : names) ::unsetenv(k.c_str());
+  }
+};
+}  // namespace
+
+TEST_CASE("init_process_group: ring and star refuse a job that spans nodes, naming mpi and nccl") {
+  ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
+  for (const char* b : {"ring", "star"}) {
+    CHECK_THROWS_WITH_AS(par::init_process_group({.backend = b}),
+                         doctest::Contains("use the 'mpi' backend (CPUs, started by mpirun) or the "
+                                           "'nccl' backend (GPUs)"), dplab::Error);
+  }
+  CHECK_FALSE(par::is_initialized());
+}
+
+TEST_CASE("init_process_group: mpi under a launcher that is not mpirun is refused before MPI starts") {
+  ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return;  // this test itself runs under mpirun
+  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "mpi"}),
+                       doctest::Contains(par::mpi_built() ? "the mpi backend needs mpirun"
+                                                          : "the mpi backend is not built"),
+                       dplab::Error);
+  CHECK_FALSE(par::is_initialized());
 }

@@ -1,9 +1,12 @@
-// dplab_run.cpp: the dplab-run launcher (torchrun for one node).
+// dplab_run.cpp: the dplab-run launcher (torchrun's conventions).
 //   dplab-run --nproc-per-node 4 [--master-addr A --master-port P] [--tee] PROGRAM ARGS...
-// starts PROGRAM 4 times with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT set, forwards Ctrl-C/SIGTERM, and if a rank fails stops the others and exits 1
-// naming it. Bad arguments exit 2. The process handling lives in supervisor.cpp; this file
-// only parses arguments (CLI11 is slow to compile: keep it to this one file).
+//   dplab-run --nnodes 2 --node-rank R --nproc-per-node 4 --master-addr A --master-port P PROGRAM
+// starts PROGRAM 4 times on this node with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR and MASTER_PORT set, forwards Ctrl-C/SIGTERM, and if a rank fails
+// stops the others and exits 1 naming it. With --nnodes M, one dplab-run runs on each node;
+// rank 0 (node 0) hosts the store at A:P, so every node must be given the same A and P.
+// Bad arguments exit 2. The process handling lives in supervisor.cpp; this file only parses
+// arguments (CLI11 is slow to compile: keep it to this one file).
 // Read next: parallel/launch/supervisor.h.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -36,9 +39,11 @@ int main(int argc, char** argv) {
   double grace = 5.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "ranks to start on this node")
       ->default_val(1);
-  app.add_option("--nnodes", nnodes, "nodes in the job (only 1 is supported yet)")->default_val(1);
-  app.add_option("--node-rank,--node_rank", node_rank, "this node's index")->default_val(0);
-  app.add_option("--master-addr,--master_addr", master_addr, "address of rank 0's store")
+  app.add_option("--nnodes", nnodes, "nodes in the job: one dplab-run per node (ring and star "
+                 "run on one node; across nodes use the mpi or nccl backend)")->default_val(1);
+  app.add_option("--node-rank,--node_rank", node_rank, "this node's index in [0, nnodes)")->default_val(0);
+  auto* addr_opt = app.add_option("--master-addr,--master_addr", master_addr,
+                                  "address of rank 0's store (node 0; required with --nnodes > 1)")
       ->default_val("127.0.0.1");
   app.add_option("--master-port,--master_port", master_port,
                  "port of rank 0's store (default: a free port)")
@@ -69,21 +74,26 @@ int main(int argc, char** argv) {
   if (program.empty()) return usage_error("missing PROGRAM to run (dplab-run [options] PROGRAM ARGS...)");
   if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
   if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
-  if (nnodes > 1) {
-    return usage_error("--nnodes " + std::to_string(nnodes) +
-                       ": launching on more than one node is not supported yet (a later issue); "
-                       "use mpirun or srun with the mpi backend, or --nnodes 1");
+  if (node_rank < 0 || node_rank >= nnodes) {
+    return usage_error("--node-rank must be in [0, " + std::to_string(nnodes) + ") for --nnodes " +
+                       std::to_string(nnodes) + ", got " + std::to_string(node_rank));
   }
-  if (node_rank != 0) {
-    return usage_error("--node-rank must be 0 when --nnodes is 1, got " + std::to_string(node_rank));
+  if (nnodes > 1 && addr_opt->count() == 0) {
+    return usage_error("--nnodes " + std::to_string(nnodes) + " needs --master-addr: the address "
+                       "of node 0, where rank 0 hosts the store (the same on every node)");
+  }
+  if (nnodes > 1 && master_port == 0) {
+    return usage_error("--nnodes " + std::to_string(nnodes) + " needs --master-port (not 0): every "
+                       "node must name the same port, so it cannot be picked per node");
   }
 
   try {
     if (master_port == 0) master_port = par::find_free_port(master_addr);
+    const par::NodePlacement where{.nnodes = nnodes, .node_rank = node_rank, .nproc_per_node = nproc};
     std::vector<par::RankProcess> procs(static_cast<size_t>(nproc));
     for (int r = 0; r < nproc; ++r) {
       procs[r].argv = program;
-      procs[r].env = par::rank_env(r, nproc, master_addr, master_port);
+      procs[r].env = par::rank_env(r, where, master_addr, master_port);
     }
     par::SuperviseResult res =
         par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});

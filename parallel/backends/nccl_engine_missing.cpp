@@ -1,0 +1,17 @@
+// nccl_engine_missing.cpp: stands in for nccl_engine.cpp in builds without CUDA or NCCL,
+// so that asking for the nccl backend says how to get it instead of failing to link.
+// Read next: nccl_engine.cpp.
+#include "framework/error.h"
+#include "parallel/backends/collective_engine.h"
+
+namespace dplab::parallel {
+
+bool nccl_built() { return false; }
+
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store&, const std::string&, int, int) {
+  DPLAB_FAIL("the nccl backend is not built: dplab was configured without CUDA or NCCL (needs "
+             "nvcc on PATH and NCCL from the CUDA toolkit, then `meson setup --reconfigure "
+             "-Dnccl=enabled build`); on CPUs use the mpi or ring backend");
+}
+
+}  // namespace dplab::parallel

@@ -1,0 +1,169 @@
+// test_ddp_mpi.cpp: DistributedDataParallel on the mpi backend, run by mpirun (meson test
+// starts it with 2 and 4 ranks). DDP itself is unchanged: the same ToyModel, batches and SGD
+// steps as tests/ddp/test_ddp.cpp must give the parameters of one process trained on the
+// concatenated batches, and the same parameters as DDP over the ring backend in this job;
+// also with fp16 gradient compression (float16 sums through MPI user ops) and no_sync.
+// SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too.
+// Read next: tests/parallel/mpi_test_main.h, tests/ddp/test_ddp.cpp.
+#include "tests/parallel/mpi_test_main.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/random.h"
+#include "models/toy.h"
+#include "parallel/comm/init.h"
+#include "parallel/ddp/compression.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp/sync_batch_norm.h"
+
+using namespace dplab;
+using namespace dplab::parallel;
+
+int main(int argc, char** argv) { return testing::run_under_mpirun(argc, argv); }
+
+namespace {
+
+constexpr int kSteps = 3;
+constexpr int64_t kPerRank = 4;
+
+// The global batch of step s: world * kPerRank rows; rank r trains on rows [r*k, (r+1)*k).
+Tensor batch_x(int s, int world) {
+  Generator g(100 + s);
+  return randn({world * kPerRank, 10}, {}, &g);
+}
+Tensor batch_y(int s, int world) {
+  Generator g(200 + s);
+  return randn({world * kPerRank, 5}, {}, &g);
+}
+
+using Params = std::vector<std::vector<float>>;
+Params params_of(nn::Module& m) {
+  Params out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+// Reference: one process, the whole global batch, model init from seed 0.
+Params single_process(int world, int accumulate) {
+  manual_seed(0);
+  auto model = std::make_shared<models::ToyModel>();
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int a = 0; a < accumulate; ++a)
+      mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world)).backward();
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+// DDP: rank 0 starts from seed 0's weights, the others from another seed: the broadcast at
+// construction must make them identical.
+Params ddp_run(std::shared_ptr<ProcessGroup> pg, int accumulate, bool fp16) {
+  const int r = pg->rank(), world = pg->size();
+  manual_seed(r == 0 ? 0 : 1000 + r);
+  auto model = std::make_shared<models::ToyModel>();
+  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = pg});
+  if (fp16) ddp.register_comm_hook(fp16_compress_hook());
+  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int a = 0; a < accumulate; ++a) {
+      const int b = s * accumulate + a;
+      Tensor x = batch_x(b, world).narrow(r * kPerRank, kPerRank);
+      Tensor y = batch_y(b, world).narrow(r * kPerRank, kPerRank);
+      if (a + 1 < accumulate) {
+        auto guard = ddp.no_sync();
+        mse_loss(ddp.forward(x), y).backward();
+      } else {
+        mse_loss(ddp.forward(x), y).backward();
+      }
+    }
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+void check_close(const Params& a, const Params& b, double eps) {
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    REQUIRE(a[k].size() == b[k].size());
+    for (size_t i = 0; i < a[k].size(); ++i) CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(eps));
+  }
+}
+
+std::shared_ptr<ProcessGroup> mpi_group() {
+  return std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
+}
+std::shared_ptr<ProcessGroup> ring_group() {
+  static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
+                                        {.backend = "ring", .timeout = Seconds(30.0)});
+  return pg;
+}
+
+}  // namespace
+
+TEST_CASE("DDP on mpi equals one process on the concatenated batches, and DDP on the ring") {
+  const int world = get_world_size();
+  const Params expected = single_process(world, 1);
+  const Params on_mpi = ddp_run(mpi_group(), 1, false);
+  check_close(on_mpi, expected, 1e-5);  // the tolerance of tests/ddp/test_ddp.cpp
+  check_close(on_mpi, ddp_run(ring_group(), 1, false), 1e-6);
+  // a small bucket cap: several buckets, each one all_reduce on the mpi group
+  CHECK(default_process_group().comm_stats().per_collective.at("all_reduce").calls >= 2 * kSteps);
+}
+
+TEST_CASE("DDP on mpi with no_sync accumulation equals accumulation in one process") {
+  check_close(ddp_run(mpi_group(), 2, false), single_process(get_world_size(), 2), 1e-5);
+}
+
+TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, the ring's bytes") {
+  auto max_diff = [](const Params& a, const Params& b) {
+    float d = 0;
+    for (size_t k = 0; k < a.size(); ++k)
+      for (size_t i = 0; i < a[k].size(); ++i) d = std::max(d, std::abs(a[k][i] - b[k][i]));
+    return d;
+  };
+  auto all_reduce_bytes = [](ProcessGroup& pg) {
+    return pg.comm_stats().per_collective.at("all_reduce").bytes_sent;
+  };
+  const Params expected = single_process(get_world_size(), 1);
+  default_process_group().reset_comm_stats();
+  ring_group()->reset_comm_stats();
+  const Params on_mpi = ddp_run(mpi_group(), 1, true);
+  const Params on_ring = ddp_run(ring_group(), 1, true);
+  // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extras)
+  CHECK(max_diff(on_mpi, expected) < 2e-3f);
+  CHECK(max_diff(on_mpi, on_ring) < 2e-3f);
+  CHECK(max_diff(on_mpi, expected) > 0.0f);  // it did go through half precision
+  CHECK(all_reduce_bytes(default_process_group()) == all_reduce_bytes(*ring_group()));
+}
+
+TEST_CASE("SyncBatchNorm and distributed_concat on mpi equal them on the ring") {
+  const int r = get_rank(), world = get_world_size();
+  // rank r holds 2 + r rows: unequal slices; channel statistics come from every rank's rows
+  auto sync_bn = [&](std::shared_ptr<ProcessGroup> pg) {
+    Generator g(300 + r);
+    Tensor x = add_scalar(randn({2 + r, 3}, {}, &g), 2.0f).requires_grad_();
+    Tensor mean = zeros({3}), var = ones({3});
+    Tensor w = from_vector(std::vector<float>{0.5f, 1.5f, -2.0f}, {3}).requires_grad_();
+    Tensor b = zeros({3}).requires_grad_();
+    Tensor y = sync_batch_norm(x, mean, var, w, b, 0.3f, 1e-5f, *pg);
+    sum(mul(y, randn({2 + r, 3}, {}, &g))).backward();  // sum(y*y) would have a zero gradient
+    return Params{y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>(),
+                  mean.to_vector<float>(), var.to_vector<float>()};
+  };
+  const Params on_mpi = sync_bn(mpi_group()), on_ring = sync_bn(ring_group());
+  for (size_t k = 0; k < on_mpi.size(); ++k)  // sums in another order: ~1e-7 apart
+    for (size_t i = 0; i < on_mpi[k].size(); ++i)
+      CHECK(on_mpi[k][i] == doctest::Approx(on_ring[k][i]).epsilon(1e-5).scale(1.0));
+  // 11 predictions over `world` ranks, in the sampler's order, concatenated back
+  const int64_t total = 11, per = (total + world - 1) / world;
+  Tensor mine = full({per, 2}, static_cast<double>(r));
+  CHECK(distributed_concat(*mpi_group(), mine, total).to_vector<float>() ==
+        distributed_concat(*ring_group(), mine, total).to_vector<float>());
+}

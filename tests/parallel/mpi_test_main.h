@@ -1,0 +1,47 @@
+// mpi_test_main.h: the main() of doctest suites that run under mpirun, one process per rank.
+// Every rank runs every test case in the same order (so collectives match up); only rank 0
+// prints doctest's summary, the others print only their failures (doctest's --minimal), so
+// a test's output holds one "test cases: ..." line to count. Exits 77 (Meson's SKIP) when
+// dplab was built without MPI or the program was not started by mpirun.
+// Read next: test_mpi_collectives.cpp, tests/ddp/test_ddp_mpi.cpp.
+#pragma once
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "parallel/backends/collective_engine.h"
+#include "parallel/comm/init.h"
+
+namespace dplab::parallel::testing {
+
+constexpr int kSkipped = 77;
+
+inline int run_under_mpirun(int argc, char** argv) {
+  if (!mpi_built()) {
+    std::printf("skipped: dplab was built without MPI\n");
+    return kSkipped;
+  }
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) {
+    std::printf("skipped: start this test with mpirun -np N (meson test does)\n");
+    return kSkipped;
+  }
+  int failed = 1;
+  try {
+    init_process_group({.backend = "mpi", .timeout = Seconds(30.0)});
+    doctest::Context ctx(argc, argv);
+    // mpirun gives each rank a pty, so doctest would colour its summary line; counters
+    // (scripts/setup.sh) read that line as plain text
+    ctx.setOption("no-colors", true);
+    if (get_rank() != 0) ctx.setOption("minimal", true);
+    failed = ctx.run() != 0 ? 1 : 0;
+    destroy_process_group();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: %s\n", std::getenv("OMPI_COMM_WORLD_RANK"), e.what());
+    return 1;
+  }
+  return failed;
+}
+
+}  // namespace dplab::parallel::testing
