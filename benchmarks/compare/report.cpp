@@ -206,7 +206,8 @@ std::string link_note(const Config& cfg) {
            "memory bus and the parameter server's master has no link of its own to saturate.";
   return fmt::format("Links: every device / rank sits behind an emulated full-duplex {:g} Gbit/s link "
                      "(--link-gbps; parallel/transport/link_model.h), as machines on a network do: the "
-                     "parameter server's master moves (N-1)x a worker's bytes through its one link.", gbps);
+                     "parameter server's master moves (N-1)x a worker's bytes through its one link. "
+                     "The mpi and nccl modes, if run, use their own transports without it.", gbps);
 }
 
 void write_report_md(const std::string& path, const Config& cfg, const std::vector<RunResult>& runs,

@@ -481,6 +481,11 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // groups ("dplab/pg0/...", "dplab/pg1/...").
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
+  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
+              "emulated link), got {}", opts.link_gbps);
+  DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
+              "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
+              "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
   if (is_engine_backend(opts.backend))  // mpi, nccl: an existing engine moves the bytes
     return std::make_shared<ProcessGroup>(make_engine(*store, prefix, rank, world_size, opts), opts);
   Seconds saved = store->timeout();
@@ -496,8 +501,6 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
     throw;
   }
   store->set_timeout(saved);
-  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
-              "emulated link), got {}", opts.link_gbps);
   if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
   return std::make_shared<ProcessGroup>(std::move(transport), opts);
 }

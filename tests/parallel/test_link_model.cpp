@@ -100,4 +100,8 @@ TEST_CASE("link bandwidths must be positive") {
   CHECK_THROWS_WITH_AS(link_bytes_per_s(0), doctest::Contains("must be > 0 Gbit/s, got 0"), Error);
   CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup&) {}, ProcessGroupOptions{.link_gbps = -1}),
                        doctest::Contains("link_gbps must be >= 0"), Error);
+  // mpi moves its own bytes: an emulated link there would be silently ignored, so it is refused
+  CHECK_THROWS_WITH_AS(run_threads(1, [](ProcessGroup&) {}, ProcessGroupOptions{.backend = "mpi", .link_gbps = 10}),
+                       doctest::Contains("needs the ring or star backend; the mpi backend moves its bytes itself"),
+                       Error);
 }
