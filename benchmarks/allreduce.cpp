@@ -5,11 +5,14 @@
 // nccl-tests definition: the bytes a ring must move per rank; equal to link speed when the
 // algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
 // Usage: bench_allreduce [--ranks 2,4] [--max-bytes 67108864] [--csv out.csv] [--no-mpi]
+//        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
+//        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
 // Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -139,6 +142,27 @@ std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes) {
   return rows;
 }
 
+// --device cuda: hand over to bench_allreduce_gpu beside this program (built with CUDA).
+int run_gpu_bench(const std::string& ranks, const std::string& max_bytes) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+  std::string prog = self + "/bench_allreduce_gpu";
+  if (access(prog.c_str(), X_OK) != 0) {
+    std::printf("bench_allreduce --device cuda: this dplab was built without CUDA (no %s): "
+                "skipped\n", prog.c_str());
+    return 0;
+  }
+  std::vector<std::string> args = {prog};
+  if (!ranks.empty()) args.insert(args.end(), {"--ranks", ranks});
+  if (!max_bytes.empty()) args.insert(args.end(), {"--max-bytes", max_bytes});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execv(prog.c_str(), argv.data());
+  std::fprintf(stderr, "bench_allreduce: cannot run %s: %s\n", prog.c_str(), std::strerror(errno));
+  return 1;
+}
+
 std::string human(int64_t bytes) {
   if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
   return fmt::format("{} KiB", bytes >> 10);
@@ -151,23 +175,33 @@ int main(int argc, char** argv) {
   int64_t max_bytes = int64_t{64} << 20;
   std::string csv;
   bool mpi = true;
+  std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];
-    else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
+    else if (a == "--max-bytes" && i + 1 < argc) {
+      max_bytes_arg = argv[++i];
+      max_bytes = std::atoll(max_bytes_arg.c_str());
+    }
     else if (a == "--no-mpi") mpi = false;
+    else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
-      for (std::string s = argv[++i]; !s.empty();) {
+      for (std::string s = ranks_arg = argv[++i]; !s.empty();) {
         ranks.push_back(std::atoi(s.c_str()));
         auto c = s.find(',');
         s = c == std::string::npos ? "" : s.substr(c + 1);
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--max-bytes N] [--csv FILE] [--no-mpi]\n",
-                   argv[0]);
+      std::fprintf(stderr, "usage: %s [--ranks 2,4] [--max-bytes N] [--csv FILE] [--no-mpi] "
+                   "[--device cpu|cuda]\n", argv[0]);
       return 2;
     }
+  }
+  if (device == "cuda") return run_gpu_bench(ranks_arg, max_bytes_arg);
+  if (device != "cpu") {
+    std::fprintf(stderr, "bench_allreduce: --device must be cpu or cuda, got %s\n", device.c_str());
+    return 2;
   }
   std::vector<int64_t> sizes;
   for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
