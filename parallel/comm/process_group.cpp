@@ -132,6 +132,7 @@ struct ProcessGroup::Impl {
   CudaTransportFactory make_cuda;             // set by create_process_group with CUDA
   std::unique_ptr<Transport> cuda_transport;  // made by make_cuda at the first CUDA call
   int cuda_index = -1;                        // its logical device
+  bool cuda_in_place = false;                 // a factory was given: CUDA tensors stay put
   std::string broken;  // set by a failed collective: the links' state is unknown after it
   mutable std::mutex stats_mu;
   CommStats stats;
@@ -174,7 +175,7 @@ struct ProcessGroup::Impl {
     return work;
   }
 
-  Tensor to_host(const Tensor& t) const { return parallel::to_host(t, make_cuda != nullptr); }
+  Tensor to_host(const Tensor& t) const { return parallel::to_host(t, cuda_in_place); }
 
   // The transport for buffers on d; the cuda_ipc one is made here at the first CUDA call.
   Transport& transport_for(Device d) {
@@ -184,6 +185,7 @@ struct ProcessGroup::Impl {
                   "this group has no cuda_ipc transport (it should have been staged)", d);
       cuda_transport = make_cuda(d.index);
       cuda_index = d.index;
+      make_cuda = nullptr;  // made once; this lets go of the store the factory held
     }
     DPLAB_CHECK(d.index == cuda_index, "process group: this rank's cuda_ipc transport is on "
                 "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
@@ -268,14 +270,14 @@ const std::string& ProcessGroup::transport_name() const { return impl_->transpor
 
 std::string ProcessGroup::transport_name(Device d) const {
   if (d.is_cpu()) return impl_->transport->name();
-  if (impl_->cuda_transport) return impl_->cuda_transport->name();
-  if (impl_->make_cuda) return "cuda_ipc";
+  if (impl_->cuda_in_place) return "cuda_ipc";  // made, or to be made at the first CUDA call
   return impl_->transport->name() + " (staged through host memory)";
 }
 
 void ProcessGroup::set_cuda_transport_factory(CudaTransportFactory make) {
   DPLAB_CHECK(!impl_->cuda_transport, "set_cuda_transport_factory: the cuda_ipc transport "
               "already exists (set the factory before the first collective)");
+  impl_->cuda_in_place = make != nullptr;
   impl_->make_cuda = std::move(make);
 }
 
