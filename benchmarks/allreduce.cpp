@@ -7,11 +7,14 @@
 // algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
 // Usage: bench_allreduce [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes 67108864]
 //                        [--mpi-btl vader|tcp] [--csv out.csv] [--no-mpi]
+//        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
+//        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
 // Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -145,6 +148,27 @@ std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::st
   return rows;
 }
 
+// --device cuda: hand over to bench_allreduce_gpu beside this program (built with CUDA).
+int run_gpu_bench(const std::string& ranks, const std::string& max_bytes) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+  std::string prog = self + "/bench_allreduce_gpu";
+  if (access(prog.c_str(), X_OK) != 0) {
+    std::printf("bench_allreduce --device cuda: this dplab was built without CUDA (no %s): "
+                "skipped\n", prog.c_str());
+    return 0;
+  }
+  std::vector<std::string> args = {prog};
+  if (!ranks.empty()) args.insert(args.end(), {"--ranks", ranks});
+  if (!max_bytes.empty()) args.insert(args.end(), {"--max-bytes", max_bytes});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execv(prog.c_str(), argv.data());
+  std::fprintf(stderr, "bench_allreduce: cannot run %s: %s\n", prog.c_str(), std::strerror(errno));
+  return 1;
+}
+
 std::string human(int64_t bytes) {
   if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
   return fmt::format("{} KiB", bytes >> 10);
@@ -168,21 +192,28 @@ int main(int argc, char** argv) {
   std::vector<std::string> backends = {"ring", "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
   std::string csv, btl = "vader";
+  std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];
-    else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll(argv[++i]);
+    else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
+    else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--no-mpi") std::erase(backends, "mpi");
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
     else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
-      for (const std::string& n : split(argv[++i])) ranks.push_back(std::atoi(n.c_str()));
+      for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
       std::fprintf(stderr, "usage: %s [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes N] "
-                   "[--mpi-btl vader|tcp] [--csv FILE] [--no-mpi]\n", argv[0]);
+                   "[--mpi-btl vader|tcp] [--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
     }
+  }
+  if (device == "cuda") return run_gpu_bench(ranks_arg, max_bytes_arg);
+  if (device != "cpu") {
+    std::fprintf(stderr, "bench_allreduce: --device must be cpu or cuda, got %s\n", device.c_str());
+    return 2;
   }
   std::vector<Algorithm> ours;
   for (const std::string& b : backends) {

@@ -1,5 +1,8 @@
-// collectives.h: the algorithms, on raw host buffers, over a Transport (internal header).
-// process_group.cpp turns tensors into Blocks, calls these, and records the Traffic.
+// collectives.h: the algorithms, on raw buffers of one device, over a Transport (internal
+// header). process_group.cpp turns tensors into Blocks, calls these, and records the Traffic.
+// The buffers and the slots a transport hands to recv_segment's use() are host memory (shm,
+// thread) or GPU memory (cuda_ipc); the algorithms never look: they add and copy with the
+// Ctx's device backend, so the ring and the star are written once for both.
 // ring.cpp: all-reduce, reduce-scatter, all-gather, broadcast (a chain).
 // star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier, send/recv.
 // Read next: ring.cpp.
@@ -19,21 +22,33 @@ struct Traffic {
   int64_t received = 0;  // bytes this rank read out of slots peers filled
 };
 
-// A contiguous run of elements in host memory.
+// A contiguous run of elements in the memory of the Ctx's device.
 struct Block {
   std::byte* data = nullptr;
   int64_t elems = 0;
 };
 
 // What a collective needs besides its buffers: the link, the element type, the reduction
-// (dplab::ReduceOp: Sum, Max or Min; Avg is a Sum followed by a scale) and the counters.
+// (dplab::ReduceOp: Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and
+// the device the buffers live on, whose backend adds a received slot into a buffer (the
+// reduce_into kernel: Eigen on the CPU, a CUDA kernel on the GPU) or copies it out.
 struct Ctx {
   Transport& tr;
   DType dtype;
   dplab::ReduceOp op;
   Traffic& traffic;
+  Device device = Device(DeviceKind::CPU);
   std::size_t elem() const { return element_size(dtype); }
   int64_t segment_elems() const { return static_cast<int64_t>(tr.segment_bytes() / elem()); }
+  Backend& backend() const { return backend_for(device); }
+  // dst <- src, n bytes, both on `device` (memmove on the CPU, an async D2D copy on CUDA)
+  void copy(void* dst, const void* src, std::size_t n) const {
+    if (n) backend().copy_device(device, dst, device, src, n);
+  }
+  // dst[i] = dst[i] op src[i] over n bytes of dtype
+  void reduce(void* dst, const void* src, std::size_t n) const {
+    backend().reduce_into(op, dtype, dst, src, static_cast<int64_t>(n / elem()));
+  }
 };
 
 // ---- point to point, segment by segment (star.cpp) ----

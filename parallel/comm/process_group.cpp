@@ -1,6 +1,8 @@
-// process_group.cpp: tensors in, algorithms out. Checks arguments, stages CUDA tensors
-// through host memory (no cuda_ipc transport yet), picks ring or star, times each call and
-// adds its Traffic to the counters, and runs async calls on one worker thread in order.
+// process_group.cpp: tensors in, algorithms out. Checks arguments, picks the transport by
+// the tensors' device (shm/thread for CPU, cuda_ipc for CUDA, made at the first CUDA call;
+// CUDA tensors are staged through host memory only when there is no cuda_ipc), picks ring
+// or star, times each call and adds its Traffic to the counters, and runs async calls on
+// one worker thread in order.
 // A rank whose collective throws marks itself failed in the transport, so its peers stop
 // waiting and name it; so does a group destroyed while an exception unwinds the stack.
 // On an engine backend (mpi, nccl) each method, after its checks, hands the call to the
@@ -23,6 +25,7 @@
 #include "parallel/comm/collectives.h"
 #include "parallel/comm/hash_store.h"
 #include "parallel/transport/link_model.h"
+#include "parallel/transport/cuda_ipc_transport.h"
 #include "parallel/transport/shm_transport.h"
 #include "parallel/transport/thread_transport.h"
 
@@ -51,18 +54,36 @@ dplab::ReduceOp kernel_op(ReduceOp op) {
 
 Block block_of(const Tensor& t) { return {static_cast<std::byte*>(t.raw_data()), t.numel()}; }
 
-// CUDA tensors go through a host copy; CPU tensors are used in place.
-Tensor to_host(const Tensor& t) {
-  return t.device().is_cpu() ? t : t.contiguous_copy_on(Device(DeviceKind::CPU));
+// The tensor a collective works on. CPU tensors, and CUDA tensors when the group moves them
+// with cuda_ipc, are used in place; a CUDA tensor without cuda_ipc goes through a host copy
+// (the fallback, named "host" for it). Every tensor is contiguous (tensor.h), so in place
+// means its raw bytes.
+Tensor to_host(const Tensor& t, bool cuda_in_place) {
+  if (t.device().is_cpu() || cuda_in_place) return t;
+  return t.contiguous_copy_on(Device(DeviceKind::CPU));
 }
 void write_back(Tensor& user, const Tensor& host) {
   if (!user.is_same(host)) user.copy_(host);
+}
+// The device a collective's buffers are on after to_host: one CPU for all CPU devices.
+Device where(const Tensor& host) {
+  return host.device().is_cpu() ? Device(DeviceKind::CPU) : host.device();
+}
+// n bytes between two buffers of device d (memmove on the CPU, a D2D copy on the GPU).
+void copy_on(Device d, void* dst, const void* src, std::size_t n) {
+  if (n) backend_for(d).copy_device(d, dst, d, src, n);
+}
+void check_where(const std::vector<Tensor>& host, Device d, const char* what, const char* name) {
+  for (std::size_t i = 0; i < host.size(); ++i)
+    DPLAB_CHECK(!host[i].defined() || where(host[i]) == d,
+                "{}: {}[{}] is on {} but the input is on {}: one collective moves tensors of "
+                "one device", what, name, i, host[i].device(), d);
 }
 
 void scale_for_avg(const Tensor& host, ReduceOp op, int n) {
   if (op != ReduceOp::Avg || host.numel() == 0) return;
   auto* x = static_cast<float*>(host.raw_data());
-  backend_for(Device(DeviceKind::CPU)).unary(UnaryOp::MulScalar, x, x, host.numel(), 1.0f / n);
+  backend_for(host.device()).unary(UnaryOp::MulScalar, x, x, host.numel(), 1.0f / n);
 }
 
 void check_op(ReduceOp op, const Tensor& t, const char* what) {
@@ -111,7 +132,11 @@ struct WorkState : Work {
 }  // namespace
 
 struct ProcessGroup::Impl {
-  std::unique_ptr<Transport> transport;
+  std::unique_ptr<Transport> transport;       // CPU tensors (and staged CUDA tensors)
+  CudaTransportFactory make_cuda;             // set by create_process_group with CUDA
+  std::unique_ptr<Transport> cuda_transport;  // made by make_cuda at the first CUDA call
+  int cuda_index = -1;                        // its logical device
+  bool cuda_in_place = false;                 // a factory was given: CUDA tensors stay put
   std::unique_ptr<CollectiveEngine> engine;  // mpi / nccl: then there is no transport
   std::string broken;  // set by a failed collective: the links' state is unknown after it
   mutable std::mutex stats_mu;
@@ -155,6 +180,29 @@ struct ProcessGroup::Impl {
     return work;
   }
 
+  Tensor to_host(const Tensor& t) const { return parallel::to_host(t, cuda_in_place); }
+
+  // The transport for buffers on d; the cuda_ipc one is made here at the first CUDA call.
+  Transport& transport_for(Device d) {
+    if (d.is_cpu()) return *transport;
+    if (!cuda_transport) {
+      DPLAB_CHECK(make_cuda != nullptr, "process group: a {} buffer reached the collectives, but "
+                  "this group has no cuda_ipc transport (it should have been staged)", d);
+      cuda_transport = make_cuda(d.index);
+      cuda_index = d.index;
+      make_cuda = nullptr;  // made once; this lets go of the store the factory held
+    }
+    DPLAB_CHECK(d.index == cuda_index, "process group: this rank's cuda_ipc transport is on "
+                "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
+                "rank, or a second process group", cuda_index, d);
+    return *cuda_transport;
+  }
+  template <typename Each>
+  void for_each_transport(Each each) {
+    each(*transport);
+    if (cuda_transport) each(*cuda_transport);
+  }
+
   // A blocking call first lets queued async calls finish, so every rank sees one order.
   void drain() {
     std::unique_lock<std::mutex> lock(q_mu);
@@ -162,23 +210,26 @@ struct ProcessGroup::Impl {
     q_cv.wait(lock, [&] { return queue.empty() && !busy; });
   }
 
+  // device: where the buffers are (where(host)); it picks the transport and the backend.
   template <typename Fn>
   void run(const std::string& name, const std::string& context, DType dtype,
-           dplab::ReduceOp op, Fn fn) {
+           dplab::ReduceOp op, Fn fn, Device device = Device(DeviceKind::CPU)) {
     drain();
     if (!broken.empty())
       throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
                                   "make a new one", transport->rank(), context, broken));
-    transport->set_context(context);
     Traffic traffic;
-    Ctx ctx{*transport, dtype, op, traffic};
     auto start = std::chrono::steady_clock::now();
     try {
+      Transport& tr = transport_for(device);
+      tr.set_context(context);
+      Ctx ctx{tr, dtype, op, traffic, device};
       fn(ctx);
     } catch (const std::exception& e) {
       broken = e.what();
-      transport->mark_failed(fmt::format("{} on rank {}: {}", context, transport->rank(),
-                                         e.what()));
+      const std::string why = fmt::format("{} on rank {}: {}", context, transport->rank(),
+                                          e.what());
+      for_each_transport([&](Transport& t) { t.mark_failed(why); });
       throw;
     }
     record(name, traffic.sent, traffic.received, start);
@@ -249,15 +300,30 @@ ProcessGroup::~ProcessGroup() {
     if (unwinding) impl_->engine->abort("left its process group while an exception was propagating");
     return;
   }
-  if (unwinding)
-    impl_->transport->mark_failed(fmt::format(
-        "rank {} left its process group while an exception was propagating", rank_));
-  else
-    impl_->transport->mark_left();
+  impl_->for_each_transport([&](Transport& t) {
+    if (unwinding)
+      t.mark_failed(fmt::format(
+          "rank {} left its process group while an exception was propagating", rank_));
+    else
+      t.mark_left();
+  });
 }
 
 const std::string& ProcessGroup::transport_name() const {
   return impl_->engine ? impl_->engine->name() : impl_->transport->name();
+}
+
+std::string ProcessGroup::transport_name(Device d) const {
+  if (d.is_cpu()) return impl_->transport->name();
+  if (impl_->cuda_in_place) return "cuda_ipc";  // made, or to be made at the first CUDA call
+  return impl_->transport->name() + " (staged through host memory)";
+}
+
+void ProcessGroup::set_cuda_transport_factory(CudaTransportFactory make) {
+  DPLAB_CHECK(!impl_->cuda_transport, "set_cuda_transport_factory: the cuda_ipc transport "
+              "already exists (set the factory before the first collective)");
+  impl_->cuda_in_place = make != nullptr;
+  impl_->make_cuda = std::move(make);
 }
 
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) {
@@ -267,12 +333,12 @@ void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> a
                             model_traffic("all_reduce", t.nbytes(), element_size(t.dtype()), rank_, size_),
                             [&] { impl_->engine->all_reduce(t, op); });
   Algorithm a = algo.value_or(algorithm_);
-  Tensor host = to_host(t);
+  Tensor host = impl_->to_host(t);
   impl_->run("all_reduce", fmt::format("all_reduce({}, {})", algorithm_name(a), reduce_op_name(op)),
              host.dtype(), kernel_op(op), [&](Ctx& c) {
                if (a == Algorithm::Ring) ring_all_reduce(c, block_of(host));
                else star_all_reduce(c, block_of(host));
-             });
+             }, where(host));
   scale_for_avg(host, op, size_);
   write_back(t, host);
 }
@@ -284,9 +350,10 @@ void ProcessGroup::broadcast(Tensor& t, int root) {
     return impl_->on_engine("broadcast", fmt::format("broadcast(root {})", root),
                             model_traffic("broadcast", t.nbytes(), 1, rank_, size_, root),
                             [&] { impl_->engine->broadcast(t, root); });
-  Tensor host = to_host(t);
+  Tensor host = impl_->to_host(t);
   impl_->run("broadcast", fmt::format("broadcast(root {})", root), host.dtype(),
-             dplab::ReduceOp::Sum, [&](Ctx& c) { chain_broadcast(c, block_of(host), root); });
+             dplab::ReduceOp::Sum, [&](Ctx& c) { chain_broadcast(c, block_of(host), root); },
+             where(host));
   write_back(t, host);
 }
 
@@ -297,9 +364,10 @@ void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) {
     return impl_->on_engine("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
                             model_traffic("reduce", t.nbytes(), 1, rank_, size_, root),
                             [&] { impl_->engine->reduce(t, root, op); });
-  Tensor host = to_host(t);
+  Tensor host = impl_->to_host(t);
   impl_->run("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
-             host.dtype(), kernel_op(op), [&](Ctx& c) { star_reduce(c, block_of(host), root); });
+             host.dtype(), kernel_op(op), [&](Ctx& c) { star_reduce(c, block_of(host), root); },
+             where(host));
   if (rank_ == root) {
     scale_for_avg(host, op, size_);
     write_back(t, host);
@@ -316,14 +384,15 @@ void ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input)
   std::vector<Tensor> host(size_);
   std::vector<Block> blocks(size_);
   for (int i = 0; i < size_; ++i) {
-    host[i] = to_host(outputs[i]);
+    host[i] = impl_->to_host(outputs[i]);
     blocks[i] = block_of(host[i]);
   }
-  Tensor in = to_host(input);
-  if (in.numel()) std::memcpy(blocks[rank_].data, in.raw_data(), in.nbytes());
+  Tensor in = impl_->to_host(input);
+  check_where(host, where(in), "all_gather", "outputs");
+  copy_on(where(in), blocks[rank_].data, in.raw_data(), in.nbytes());
   impl_->run("all_gather", "all_gather", input.dtype(), dplab::ReduceOp::Sum, [&](Ctx& c) {
     if (input.numel()) ring_all_gather(c, blocks, -1);  // rank r starts holding block r
-  });
+  }, where(in));
   for (int i = 0; i < size_; ++i) write_back(outputs[i], host[i]);
 }
 
@@ -335,21 +404,28 @@ void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inp
     return impl_->on_engine("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
                             model_traffic("reduce_scatter", output.nbytes(), 1, rank_, size_),
                             [&] { impl_->engine->reduce_scatter(output, inputs, op); });
-  // the ring reduces in place, so it runs on a scratch copy and the inputs stay as they were
+  // the ring reduces in place, so it runs on a scratch copy (on the output's device) and the
+  // inputs stay as they were
   const std::size_t bytes = static_cast<std::size_t>(output.nbytes());
-  std::vector<std::byte> scratch(bytes * size_);
+  Tensor host = impl_->to_host(output);
+  const Device d = where(host);
+  std::vector<std::byte> host_scratch(d.is_cpu() ? bytes * size_ : 0);
+  Tensor gpu_scratch = d.is_cpu() ? Tensor() : Tensor::empty({output.numel() * size_},
+                                                             {.dtype = output.dtype(), .device = d});
+  std::byte* scratch = d.is_cpu() ? host_scratch.data()
+                                  : static_cast<std::byte*>(gpu_scratch.raw_data());
   std::vector<Block> blocks(size_);
   for (int i = 0; i < size_; ++i) {
-    Tensor h = to_host(inputs[i]);
-    blocks[i] = {scratch.data() + i * bytes, output.numel()};
-    if (bytes) std::memcpy(blocks[i].data, h.raw_data(), bytes);
+    Tensor h = impl_->to_host(inputs[i]);
+    check_where({h}, d, "reduce_scatter", "inputs");
+    blocks[i] = {scratch + i * bytes, output.numel()};
+    copy_on(d, blocks[i].data, h.raw_data(), bytes);
   }
   impl_->run("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
              output.dtype(), kernel_op(op), [&](Ctx& c) {
                if (bytes) ring_reduce_scatter(c, blocks, -1);  // rank r ends with block r
-             });
-  Tensor host = to_host(output);
-  if (bytes) std::memcpy(host.raw_data(), blocks[rank_].data, bytes);
+             }, d);
+  copy_on(d, host.raw_data(), blocks[rank_].data, bytes);
   scale_for_avg(host, op, size_);
   write_back(output, host);
 }
@@ -363,21 +439,22 @@ void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int
                             model_traffic("gather", input.nbytes(), 1, rank_, size_, root),
                             [&] { impl_->engine->gather(outputs, input, root); });
   }
-  Tensor in = to_host(input);
+  Tensor in = impl_->to_host(input);
   std::vector<Tensor> host(size_);
   std::vector<Block> blocks(size_);
   if (rank_ == root) {
     check_list(outputs, input, size_, "gather", "outputs");
     for (int i = 0; i < size_; ++i) {
-      host[i] = to_host(outputs[i]);
+      host[i] = impl_->to_host(outputs[i]);
       blocks[i] = block_of(host[i]);
     }
-    if (in.numel()) std::memcpy(blocks[root].data, in.raw_data(), in.nbytes());
+    check_where(host, where(in), "gather", "outputs");
+    copy_on(where(in), blocks[root].data, in.raw_data(), in.nbytes());
   } else {
     blocks[rank_] = block_of(in);
   }
   impl_->run("gather", fmt::format("gather(root {})", root), input.dtype(),
-             dplab::ReduceOp::Sum, [&](Ctx& c) { star_gather(c, blocks, root); });
+             dplab::ReduceOp::Sum, [&](Ctx& c) { star_gather(c, blocks, root); }, where(in));
   if (rank_ == root)
     for (int i = 0; i < size_; ++i) write_back(outputs[i], host[i]);
 }
@@ -396,13 +473,15 @@ void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, in
   if (rank_ == root) {
     check_list(inputs, output, size_, "scatter", "inputs");
     for (int i = 0; i < size_; ++i) {
-      host[i] = to_host(inputs[i]);
+      host[i] = impl_->to_host(inputs[i]);
       blocks[i] = block_of(host[i]);
     }
   }
-  Tensor out = to_host(output);
+  Tensor out = impl_->to_host(output);
+  check_where(host, where(out), "scatter", "inputs");
   impl_->run("scatter", fmt::format("scatter(root {})", root), output.dtype(),
-             dplab::ReduceOp::Sum, [&](Ctx& c) { star_scatter(c, blocks, block_of(out), root); });
+             dplab::ReduceOp::Sum, [&](Ctx& c) { star_scatter(c, blocks, block_of(out), root); },
+             where(out));
   write_back(output, out);
 }
 
@@ -422,9 +501,9 @@ void ProcessGroup::send(const Tensor& t, int dst) {
     return impl_->on_engine("send", fmt::format("send(to {})", dst),
                             model_traffic("send", t.nbytes(), 1, rank_, size_),
                             [&] { impl_->engine->send(t, dst); });
-  Tensor host = to_host(t);
+  Tensor host = impl_->to_host(t);
   impl_->run("send", fmt::format("send(to {})", dst), t.dtype(), dplab::ReduceOp::Sum,
-             [&](Ctx& c) { send_block(c, dst, block_of(host)); });
+             [&](Ctx& c) { send_block(c, dst, block_of(host)); }, where(host));
 }
 
 void ProcessGroup::recv(Tensor& t, int src) {
@@ -435,9 +514,9 @@ void ProcessGroup::recv(Tensor& t, int src) {
     return impl_->on_engine("recv", fmt::format("recv(from {})", src),
                             model_traffic("recv", t.nbytes(), 1, rank_, size_),
                             [&] { impl_->engine->recv(t, src); });
-  Tensor host = to_host(t);
+  Tensor host = impl_->to_host(t);
   impl_->run("recv", fmt::format("recv(from {})", src), t.dtype(), dplab::ReduceOp::Sum,
-             [&](Ctx& c) { recv_copy(c, src, block_of(host)); });
+             [&](Ctx& c) { recv_copy(c, src, block_of(host)); }, where(host));
   write_back(t, host);
 }
 
@@ -491,8 +570,9 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   Seconds saved = store->timeout();
   store->set_timeout(opts.timeout);
   std::unique_ptr<Transport> transport;
+  const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
-    if (dynamic_cast<HashStore*>(store.get()))
+    if (threads)
       transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout);
     else
       transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout);
@@ -502,7 +582,26 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   }
   store->set_timeout(saved);
   if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
-  return std::make_shared<ProcessGroup>(std::move(transport), opts);
+  auto group = std::make_shared<ProcessGroup>(std::move(transport), opts);
+  if (cuda_ipc_compiled()) {
+    // Made later, at the first CUDA collective, by all ranks at once: the store must live
+    // until then, so the factory holds it.
+    group->set_cuda_transport_factory([store, prefix, rank, world_size, threads,
+                                       timeout = opts.timeout, link_gbps = opts.link_gbps](int cuda_index) {
+      Seconds before = store->timeout();
+      store->set_timeout(timeout);
+      try {
+        auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
+                                         cuda_index, threads, timeout);
+        store->set_timeout(before);
+        return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
+      } catch (...) {
+        store->set_timeout(before);
+        throw;
+      }
+    });
+  }
+  return group;
 }
 
 }  // namespace dplab::parallel

@@ -1,6 +1,7 @@
 // process_group.h: the collectives API (torch.distributed's ProcessGroup) and its counters.
 // A ProcessGroup is N ranks that call the same collectives in the same order. It owns a
-// transport (shm between processes, heap between threads; see transport/transport.h) and
+// transport (shm between processes, heap between threads; see transport/transport.h), plus
+// a cuda_ipc one for CUDA tensors (transport/cuda_ipc_transport.h), and
 // runs one of two all-reduce patterns over it: the ring (comm/ring.cpp) or the star, a
 // parameter server (comm/star.cpp). Every collective counts the bytes this rank sent and
 // received, so the textbook volumes can be checked, not just quoted.
@@ -8,6 +9,7 @@
 // collective whole (backends/collective_engine.h); checks, counters and async are the same.
 // Read next: transport/transport.h, then comm/ring.cpp.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +69,17 @@ class ProcessGroup {
   int size() const { return size_; }
   Algorithm default_algorithm() const { return algorithm_; }
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
+  // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
+  // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)".
+  std::string transport_name(Device d) const;
+
+  // Where CUDA tensors go: make(k) builds, collectively, the transport for logical device
+  // cuda:k. It is called at the first collective on a CUDA tensor (every rank reaches it at
+  // the same call, since all call collectives in one order); later CUDA tensors must be on
+  // the same cuda:k. Without a factory CUDA tensors are staged through host memory.
+  // create_process_group sets it when dplab was built with CUDA.
+  using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
+  void set_cuda_transport_factory(CudaTransportFactory make);
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
@@ -110,8 +123,9 @@ class ProcessGroup {
 
 // The thread transport when store is a HashStore (ranks are threads of one process),
 // else shm between processes; for backend "mpi" or "nccl", that engine (rank and
-// world_size must then be the engine's: mpirun's for MPI). CUDA tensors are staged through host memory: the cuda_ipc
-// transport is not built yet.
+// world_size must then be the engine's: mpirun's for MPI). In a build with CUDA a
+// transport group also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created
+// at the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});

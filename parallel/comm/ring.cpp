@@ -18,7 +18,6 @@
  * Read next: star.cpp, the same collective as a parameter server.
  */
 #include <algorithm>
-#include <cstring>
 
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
@@ -48,7 +47,6 @@ void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
   const int64_t seg = c.segment_elems();
   const int64_t out_segs = (out.elems + seg - 1) / seg, in_segs = (in.elems + seg - 1) / seg;
   const std::size_t es = c.elem();
-  Backend& cpu = backend_for(Device(DeviceKind::CPU));
   for (int64_t k = 0; k < std::max(out_segs, in_segs); ++k) {
     if (k < out_segs) {
       // copy segment k of my outgoing chunk into a slot of the link to the right
@@ -65,8 +63,8 @@ void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
           throw CommError(fmt::format("rank {}: ring got a {}-byte segment from rank {}, "
                                       "expected {}: do all ranks pass tensors of one size?",
                                       r, bytes, left, expect));
-        if (reduce) cpu.reduce_into(c.op, c.dtype, dst, data, bytes / es);
-        else std::memcpy(dst, data, bytes);
+        if (reduce) c.reduce(dst, data, bytes);  // Eigen or a CUDA kernel: the Ctx's device
+        else c.copy(dst, data, bytes);
         c.traffic.received += static_cast<int64_t>(bytes);
       });
     }

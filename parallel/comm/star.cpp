@@ -9,8 +9,6 @@
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
 
-#include <cstring>
-
 namespace dplab::parallel {
 
 void send_block(Ctx& c, int peer, const Block& b) {
@@ -45,15 +43,14 @@ void recv_block(Ctx& c, int peer, const Block& b, Into into) {
 }  // namespace
 
 void recv_copy(Ctx& c, int peer, const Block& b) {
-  recv_block(c, peer, b, [](std::byte* dst, const void* src, std::size_t n) {
-    std::memcpy(dst, src, n);
+  recv_block(c, peer, b, [&](std::byte* dst, const void* src, std::size_t n) {
+    c.copy(dst, src, n);
   });
 }
 
 void recv_reduce(Ctx& c, int peer, const Block& b) {
-  Backend& cpu = backend_for(Device(DeviceKind::CPU));
   recv_block(c, peer, b, [&](std::byte* dst, const void* src, std::size_t n) {
-    cpu.reduce_into(c.op, c.dtype, dst, src, static_cast<int64_t>(n / c.elem()));
+    c.reduce(dst, src, n);
   });
 }
 
@@ -105,7 +102,7 @@ void star_scatter(Ctx& c, std::vector<Block>& inputs, Block output, int root) {
   }
   for (int p = 0; p < n; ++p)
     if (p != root) send_block(c, p, inputs[p]);
-  if (output.elems) std::memcpy(output.data, inputs[root].data, output.elems * c.elem());
+  c.copy(output.data, inputs[root].data, output.elems * c.elem());
 }
 
 // Every rank sends an empty token to rank 0; rank 0 answers each once all have arrived.

@@ -43,6 +43,8 @@ inline void cpu_relax() {
 #endif
 }
 
+}  // namespace
+
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so also read its state.
 bool pid_alive(int32_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -56,18 +58,17 @@ bool pid_alive(int32_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-}  // namespace
-
-std::size_t mailbox_bytes(int size) {
+std::size_t mailbox_bytes(int size, std::size_t slot_bytes) {
   std::size_t n = static_cast<std::size_t>(size);
   return round_up(n * sizeof(RankStatus), 64) + round_up(n * n * sizeof(LinkHeader), 64) +
-         n * n * kSlots * kSegmentBytes;
+         n * n * kSlots * slot_bytes;
 }
 
 MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank,
-                                   int size, Seconds timeout, std::string name)
+                                   int size, Seconds timeout, std::string name,
+                                   std::size_t slot_bytes)
     : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout),
-      name_(std::move(name)) {
+      name_(std::move(name)), slot_bytes_(slot_bytes) {
   auto* base = static_cast<std::byte*>(memory);
   std::size_t n = static_cast<std::size_t>(size);
   statuses_ = reinterpret_cast<RankStatus*>(base);
@@ -79,7 +80,15 @@ MailboxTransport::~MailboxTransport() = default;
 
 std::byte* MailboxTransport::slot(int from, int to, uint32_t index) const {
   std::size_t link_index = static_cast<std::size_t>(from) * size_ + to;
-  return slots_ + (link_index * kSlots + index % kSlots) * kSegmentBytes;
+  return slots_ + (link_index * kSlots + index % kSlots) * slot_bytes_;
+}
+
+void MailboxTransport::slot_fill(int to, uint32_t index, const void* src, std::size_t len) {
+  if (len) std::memcpy(slot(rank_, to, index), src, len);
+}
+
+const void* MailboxTransport::slot_view(int from, uint32_t index) {
+  return slot(from, rank_, index);
 }
 
 std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
@@ -141,14 +150,14 @@ void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) 
   DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
               "send_segment: peer must be another rank in [0, {}), got {} (I am rank {})",
               size_, peer, rank_);
-  DPLAB_CHECK(len <= kSegmentBytes, "send_segment: {} bytes exceed the {}-byte slot", len,
-              kSegmentBytes);
+  DPLAB_CHECK(len <= segment_bytes(), "send_segment: {} bytes exceed the {}-byte slot", len,
+              segment_bytes());
   LinkHeader& l = link(rank_, peer);
   uint32_t w = l.written.load(std::memory_order_relaxed);  // only this rank writes it
   // wait until the receiver has freed the slot we are about to fill
   wait_for(l.consumed, [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; },
            peer, "a free slot towards");
-  if (len) std::memcpy(slot(rank_, peer, w), src, len);
+  slot_fill(peer, w, src, len);
   l.lens[w % kSlots] = static_cast<uint32_t>(len);
   l.written.store(w + 1, std::memory_order_release);  // publishes the bytes and the length
   futex_wake(&l.written);
@@ -164,7 +173,8 @@ void MailboxTransport::recv_segment(
   // wait for the write from the peer
   wait_for(l.written, [&] { return l.written.load(std::memory_order_acquire) != c; }, peer,
            "data from");
-  use(slot(peer, rank_, c), l.lens[c % kSlots]);
+  use(slot_view(peer, c), l.lens[c % kSlots]);
+  slot_read_done();  // e.g. a GPU reduce of the slot has finished: it may be overwritten
   l.consumed.store(c + 1, std::memory_order_release);  // the slot may be refilled now
   futex_wake(&l.consumed);
 }

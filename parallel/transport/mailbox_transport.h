@@ -7,6 +7,8 @@
 // counter (not the _PRIVATE variant, so a write in another process wakes us), waking every
 // few ms to check the deadline, the peers' failed flags, and whether the awaited peer
 // still lives (pid) and has not left the group: nothing more can come from it then.
+// Where the slot bytes live is a hook: in this block (shm, threads), or in GPU memory
+// (cuda_ipc_transport.cpp overrides the three slot_* functions; flags and waits stay here).
 // Read next: mailbox_transport.cpp, shm_transport.h, thread_transport.h.
 #pragma once
 #include <atomic>
@@ -36,20 +38,25 @@ struct alignas(64) LinkHeader {
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
 };
 
-// Bytes a world of `size` ranks needs; zero-filled memory of this size is a valid state.
-std::size_t mailbox_bytes(int size);
+// Whether process pid still runs (false for a zombie: killed, not yet reaped).
+bool pid_alive(int32_t pid);
+
+// Bytes a world of `size` ranks needs when each slot holds slot_bytes in the block (0: the
+// slots live elsewhere); zero-filled memory of this size is a valid state.
+std::size_t mailbox_bytes(int size, std::size_t slot_bytes = kSegmentBytes);
 
 class MailboxTransport : public Transport {
  public:
-  // memory: mailbox_bytes(size) bytes, kept alive by `owner` (munmap or free in its deleter).
+  // memory: mailbox_bytes(size, slot_bytes) bytes, kept alive by `owner` (munmap or free in
+  // its deleter).
   MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank, int size,
-                   Seconds timeout, std::string name);
+                   Seconds timeout, std::string name, std::size_t slot_bytes = kSegmentBytes);
   ~MailboxTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  std::size_t segment_bytes() const override { return kSegmentBytes; }
+  std::size_t segment_bytes() const override { return slot_bytes_; }
   void set_context(const std::string& collective) override { context_ = collective; }
   void send_segment(int peer, const void* src, std::size_t len) override;
   void recv_segment(int peer,
@@ -58,6 +65,15 @@ class MailboxTransport : public Transport {
   void mark_left() override;
 
   RankStatus& status(int r) const { return statuses_[r]; }
+
+ protected:
+  // The data plane, in the block by default. slot_fill: copy len bytes into slot `index` of
+  // the link me -> to; they must be readable by `to` when it returns. slot_view: what the
+  // receiver's use() reads for slot `index` of from -> me. slot_read_done: called after
+  // use(), before the slot is freed; asynchronous reads of the slot must be over then.
+  virtual void slot_fill(int to, uint32_t index, const void* src, std::size_t len);
+  virtual const void* slot_view(int from, uint32_t index);
+  virtual void slot_read_done() {}
 
  private:
   LinkHeader& link(int from, int to) const { return links_[from * size_ + to]; }
@@ -72,6 +88,7 @@ class MailboxTransport : public Transport {
   int rank_, size_;
   Seconds timeout_;
   std::string name_;
+  std::size_t slot_bytes_;
   std::string context_ = "(no collective)";
   RankStatus* statuses_;
   LinkHeader* links_;

@@ -48,10 +48,11 @@ void* map_fd(int fd, std::size_t bytes, const std::string& name, int rank) {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
-                                              int rank, int size, Seconds timeout) {
+std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::string& key_prefix,
+                                                   int rank, int size, std::size_t bytes,
+                                                   const MakeMailbox& make) {
   auto mapping = std::make_shared<ShmMapping>();
-  mapping->bytes = mailbox_bytes(size);
+  mapping->bytes = bytes;
   const std::string name_key = key_prefix + "/shm_name";
   if (rank == 0) {
     int fd = -1;
@@ -79,8 +80,7 @@ std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& k
                                   name, std::strerror(errno)));
     mapping->addr = map_fd(fd, mapping->bytes, name, rank);
   }
-  auto transport = std::make_unique<MailboxTransport>(mapping, mapping->addr, rank, size,
-                                                      timeout, "shm");
+  std::unique_ptr<MailboxTransport> transport = make(mapping, mapping->addr);
   transport->status(rank).pid = static_cast<int32_t>(getpid());
   if (rank == 0) {
     store.set(name_key, mapping->name);
@@ -97,6 +97,15 @@ std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& k
     store.get(key_prefix + "/shm_ready");  // all pids are in the segment from here on
   }
   return transport;
+}
+
+std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
+                                              int rank, int size, Seconds timeout) {
+  return make_shm_mailbox(store, key_prefix, rank, size, mailbox_bytes(size),
+                          [&](std::shared_ptr<void> owner, void* memory) {
+                            return std::make_unique<MailboxTransport>(owner, memory, rank, size,
+                                                                      timeout, "shm");
+                          });
 }
 
 }  // namespace dplab::parallel

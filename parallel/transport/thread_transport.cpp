@@ -21,12 +21,12 @@ int64_t next_id = 0;
 
 }  // namespace
 
-std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
-                                                 int rank, int size, Seconds timeout) {
+std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::string& key_prefix,
+                                                    int rank, int size, std::size_t bytes,
+                                                    const MakeMailbox& make) {
   std::shared_ptr<void> block;
   const std::string id_key = key_prefix + "/thread_block";
   if (rank == 0) {
-    std::size_t bytes = mailbox_bytes(size);
     void* p = std::aligned_alloc(64, bytes);
     DPLAB_CHECK(p != nullptr, "thread transport: cannot allocate {} bytes", bytes);
     std::memset(p, 0, bytes);  // zero is the valid empty state
@@ -61,7 +61,16 @@ std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string
     }
     store.set(fmt::format("{}/taken/{}", key_prefix, rank), "1");
   }
-  return std::make_unique<MailboxTransport>(block, block.get(), rank, size, timeout, "thread");
+  return make(block, block.get());
+}
+
+std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
+                                                 int rank, int size, Seconds timeout) {
+  return make_heap_mailbox(store, key_prefix, rank, size, mailbox_bytes(size),
+                           [&](std::shared_ptr<void> owner, void* memory) {
+                             return std::make_unique<MailboxTransport>(owner, memory, rank, size,
+                                                                       timeout, "thread");
+                           });
 }
 
 }  // namespace dplab::parallel

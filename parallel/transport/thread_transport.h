@@ -6,9 +6,14 @@
 #include <memory>
 #include <string>
 
-#include "parallel/transport/transport.h"
+#include "parallel/transport/shm_transport.h"  // MakeMailbox
 
 namespace dplab::parallel {
+
+// The heap twin of make_shm_mailbox: a zeroed block of `bytes`, shared by the rank threads.
+std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::string& key_prefix,
+                                                    int rank, int size, std::size_t bytes,
+                                                    const MakeMailbox& make);
 
 std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
                                                  int rank, int size, Seconds timeout);
