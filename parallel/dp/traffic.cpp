@@ -48,7 +48,7 @@ void TrafficMatrix::wait_for_arrivals(Device d) {
   }
   auto start = LinkClock::now();
   if (until <= start) return;
-  std::this_thread::sleep_until(until);
+  sleep_on_link(until);
   std::lock_guard lock(mutex_);
   seconds_[i] += std::chrono::duration<double>(LinkClock::now() - start).count();
 }

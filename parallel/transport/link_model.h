@@ -58,5 +58,7 @@ std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner
 
 // gbps in bytes per second (1 Gbit/s = 1.25e8 B/s); checks gbps > 0.
 double link_bytes_per_s(double gbps);
+// Waits until `until`: sleeps, then yields the core for the last 100 us (wake-ups come late).
+void sleep_on_link(LinkClock::time_point until);
 
 }  // namespace dplab::parallel

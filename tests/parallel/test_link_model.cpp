@@ -1,6 +1,6 @@
 // test_link_model.cpp: the emulated per-rank link (transport/link_model.h).
 // The virtual clock's arithmetic is checked exactly; the rest is checked through the
-// bounds the model guarantees: a sleep never ends early, so a transfer of b bytes on a link
+// bounds the model guarantees: a wait never ends early, so a transfer of b bytes on a link
 // of B bytes/s takes at least b/B, and the ring and the star must spend at least their
 // textbook volumes over the busiest link: ring 2(N-1)/N * S per rank, star 2(N-1) * S at
 // the master. Their ratio, N at large sizes, is checked with a wide margin.
