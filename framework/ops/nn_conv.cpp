@@ -1,14 +1,22 @@
 // nn_conv.cpp: 2-d convolution as im2col + GEMM, and max / average pooling.
 // im2col unrolls every kh x kw window of the padded input into a column, so a convolution
-// becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, N*oh*ow] for the whole batch. That costs
-// kh*kw times the input's memory for the columns but runs at GEMM speed, the trade-off
-// Caffe made and cuDNN still offers. Pooling has dedicated backend kernels.
+// becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, G*oh*ow] for a group of G images.
+// The columns cost kh*kw times the images' memory, so groups are capped at 8 MiB of them;
+// in return the convolution runs at GEMM speed, the trade-off Caffe made and cuDNN still
+// offers. Pooling has dedicated backend kernels.
 // Read next: nn_norm.cpp; the kernels are backend/cpu/cpu_conv_pool.cpp.
+#include <algorithm>
+
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
 namespace dplab {
 namespace {
+
+// Images per im2col: as many as keep a group's columns within this many floats (8 MiB).
+// One group's GEMMs are still large (N = group * oh*ow), and bounded columns stay out of
+// the kernel's page-fault path (glibc maps blocks over 32 MiB afresh every time) and in cache.
+constexpr int64_t kColumnFloats = int64_t{2} << 20;
 
 // The window geometry shared by conv and pooling; checks what both need.
 Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, int64_t stride,
@@ -33,21 +41,41 @@ void run_gemm(const Tensor& on, GemmArgs args, const float* a, const float* b, f
   backend_of(on).gemm(args, a, b, c);
 }
 
-// dst [B, A, L] <- src [A, B, L]: swaps the two outer dims (images and channels).
-void swap_outer(const Tensor& src, int64_t A, int64_t B, int64_t L, const Tensor& dst) {
+// dst [B, A, L] <- src [A, B, L]: swaps the two outer dims (images and channels). `on`
+// names the device; src and dst may point into the middle of a tensor (one image group).
+void swap_outer(const Tensor& on, const float* src, int64_t A, int64_t B, int64_t L, float* dst) {
   if (A * B * L == 0) return;
   Strided read{.ndim = 3, .shape = {B, A, L}, .strides = {L, B * L, 1}};
-  backend_of(src).strided_copy(DType::Float32, fptr(src), read, fptr(dst));
+  backend_of(on).strided_copy(DType::Float32, src, read, dst);
 }
+
+// How conv2d cuts the batch into groups of images for im2col (see kColumnFloats).
+struct ImageGroups {
+  Window2d w;
+  int64_t O, CK, L, size;  // size: images per group (the last group may have fewer)
+  ImageGroups(const Window2d& window, int64_t out_channels)
+      : w(window), O(out_channels), CK(window.C * window.kh * window.kw),
+        L(window.out_h * window.out_w),
+        size(std::clamp<int64_t>(CK * L > 0 ? kColumnFloats / (CK * L) : window.N, 1,
+                                 std::max<int64_t>(window.N, 1))) {}
+  Window2d window(int64_t n0) const {  // the window of the group starting at image n0
+    Window2d g = w;
+    g.N = std::min(size, w.N - n0);
+    return g;
+  }
+  int64_t x_offset(int64_t n0) const { return n0 * w.C * w.H * w.W; }
+  int64_t y_offset(int64_t n0) const { return n0 * O * L; }
+};
 
 }  // namespace
 
 // x: [N, C, H, W]  weight: [O, C, kh, kw]  bias: [O]  ->  y: [N, O, oh, ow]
-//   cols = im2col(x)                     [C*kh*kw, N*oh*ow]   (all images side by side)
-//   yt   = W [O, C*kh*kw] @ cols + b     [O, N*oh*ow]         (one GEMM for the batch)
-//   y    = yt with its two outer dims swapped                 [N, O, oh*ow]
-// One big GEMM instead of N small ones: the weight gradient's inner dimension becomes
-// N*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
+// For each group of G images (the whole batch when it fits kColumnFloats):
+//   cols = im2col(x[group])              [C*kh*kw, G*oh*ow]   (the images side by side)
+//   yt   = W [O, C*kh*kw] @ cols + b     [O, G*oh*ow]         (one GEMM for the group)
+//   y[group] = yt with its two outer dims swapped              [G, O, oh*ow]
+// One big GEMM instead of G small ones: the weight gradient's inner dimension becomes
+// G*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding) {
   check_float("conv2d", x);
@@ -68,52 +96,61 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                 "conv2d: bias must be [{}] for weight {}, got {}", O, shape_str(weight.shape()),
                 shape_str(bias.shape()));
   }
-  Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
-  const int64_t N = w.N, CK = w.C * w.kh * w.kw, L = w.out_h * w.out_w;
+  const Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
+  const ImageGroups groups(w, O);
+  const int64_t CK = groups.CK, L = groups.L;
 
-  Tensor cols = Tensor::empty({CK, N * L}, x.options());
-  if (cols.numel() > 0) backend_of(x).im2col(fptr(x), w, fptr(cols));
-  Tensor yt = Tensor::empty({O, N * L}, x.options());
-  float beta = 0.0f;
-  if (bias.defined() && yt.numel() > 0) {  // pre-fill yt with b, then GEMM with beta = 1
-    backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, N * L}),
-                               fptr(yt));
-    beta = 1.0f;
-  } else if (CK == 0 && yt.numel() > 0) {
-    yt.detach().zero_();
+  Tensor out = Tensor::empty({w.N, O, w.out_h, w.out_w}, x.options());
+  Tensor cols = Tensor::empty({CK, groups.size * L}, x.options());
+  Tensor yt = Tensor::empty({O, groups.size * L}, x.options());
+  for (int64_t n0 = 0; n0 < w.N; n0 += groups.size) {
+    const Window2d wg = groups.window(n0);
+    const int64_t GL = wg.N * L;
+    if (CK * GL > 0) backend_of(x).im2col(fptr(x) + groups.x_offset(n0), wg, fptr(cols));
+    float beta = 0.0f;
+    if (bias.defined() && O * GL > 0) {  // pre-fill yt with b, then GEMM with beta = 1
+      backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, GL}),
+                                 fptr(yt));
+      beta = 1.0f;
+    } else if (CK == 0 && O * GL > 0) {
+      backend_of(x).fill(DType::Float32, fptr(yt), O * GL, 0.0);
+    }
+    run_gemm(x, {.M = O, .N = GL, .K = CK, .beta = beta}, fptr(weight), fptr(cols), fptr(yt));
+    swap_outer(yt, fptr(yt), O, wg.N, L, fptr(out) + groups.y_offset(n0));
   }
-  run_gemm(x, {.M = O, .N = N * L, .K = CK, .beta = beta}, fptr(weight), fptr(cols), fptr(yt));
-  Tensor out = Tensor::empty({N, O, w.out_h, w.out_w}, x.options());
-  swap_outer(yt, O, N, L, out);
 
-  // Only dW needs the columns: do not keep kh*kw copies of the input alive otherwise.
-  Tensor saved_cols = weight.requires_grad() ? cols : Tensor();
-  // The closure keeps the weight (for dx) but only the shape of x.
+  // dW needs the columns again: keep x (kh*kw times smaller) and unroll it group by group.
+  // dx needs only the weight and the shape of x.
+  Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
   return record(out, "Conv2dBackward", {x, weight, bias},
-                [x_grad, b_grad, sx = x.shape(), weight, saved_cols, w, O, CK, L](const Tensor& g) {
-    Tensor gx, gw, gb;
-    const int64_t N = w.N;
-    // gt [O, N*L]: g [N, O, L] with the images side by side, as the columns are
-    Tensor gt = Tensor::empty({O, N * L}, g.options());
-    swap_outer(g, N, O, L, gt);
-    if (x_grad) {
-      // dcols = W^T [CK, O] @ gt [O, N*L];  dx = col2im(dcols), the adjoint of im2col
-      Tensor dcols = Tensor::empty({CK, N * L}, g.options());
-      if (dcols.numel() > 0 && O == 0) dcols.detach().zero_();
-      run_gemm(g, {.M = CK, .N = N * L, .K = O, .trans_a = true}, fptr(weight), fptr(gt),
-               fptr(dcols));
-      gx = Tensor::empty(sx, g.options());
-      if (gx.numel() > 0) backend_of(g).col2im(fptr(dcols), w, fptr(gx));
-    }
-    if (weight.requires_grad()) {
-      // dW [O, CK] = gt [O, N*L] @ cols^T [N*L, CK]: the sum over images is the GEMM's K
-      gw = zeros(weight.shape(), weight.options());
-      run_gemm(g, {.M = O, .N = CK, .K = N * L, .trans_b = true}, fptr(gt), fptr(saved_cols),
-               fptr(gw));
+                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, groups](const Tensor& g) {
+    const int64_t O = groups.O, CK = groups.CK, L = groups.L;
+    Tensor gx = x_grad ? Tensor::empty(sx, g.options()) : Tensor();
+    Tensor gw = weight.requires_grad() ? zeros(weight.shape(), weight.options()) : Tensor();
+    Tensor gt = Tensor::empty({O, groups.size * L}, g.options());
+    Tensor cols = Tensor::empty({CK, groups.size * L}, g.options());  // dcols for dx, cols for dW
+    for (int64_t n0 = 0; n0 < w.N; n0 += groups.size) {
+      const Window2d wg = groups.window(n0);
+      const int64_t GL = wg.N * L;
+      // gt [O, G*L]: g[group] [G, O, L] with the images side by side, as the columns are
+      swap_outer(g, fptr(g) + groups.y_offset(n0), wg.N, O, L, fptr(gt));
+      if (x_grad && gx.numel() > 0) {
+        // dcols = W^T [CK, O] @ gt [O, G*L];  dx[group] = col2im(dcols), the adjoint of im2col
+        if (O == 0) backend_of(g).fill(DType::Float32, fptr(cols), CK * GL, 0.0);
+        run_gemm(g, {.M = CK, .N = GL, .K = O, .trans_a = true}, fptr(weight), fptr(gt),
+                 fptr(cols));
+        backend_of(g).col2im(fptr(cols), wg, fptr(gx) + groups.x_offset(n0));
+      }
+      if (gw.defined() && CK * GL > 0) {
+        // dW [O, CK] += gt [O, G*L] @ cols^T [G*L, CK]: the sum over images is the GEMM's K
+        backend_of(g).im2col(fptr(saved_x) + groups.x_offset(n0), wg, fptr(cols));
+        run_gemm(g, {.M = O, .N = CK, .K = GL, .trans_b = true, .beta = n0 == 0 ? 0.0f : 1.0f},
+                 fptr(gt), fptr(cols), fptr(gw));
+      }
     }
     // db = sum of g over n, h, w
-    if (b_grad) gb = sum(g, {0, 2, 3});
+    Tensor gb = b_grad ? sum(g, {0, 2, 3}) : Tensor();
     return std::vector<Tensor>{gx, gw, gb};
   });
 }

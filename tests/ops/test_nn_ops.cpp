@@ -183,6 +183,27 @@ TEST_CASE("conv2d gradients for x, weight and bias") {
             {leaf({2, 2, 4, 5}, 23), leaf({3, 2, 2, 3}, 24)});
 }
 
+TEST_CASE("conv2d over several image groups equals conv2d image by image") {
+  // 16 channels, a 5x5 kernel, 28x28 padded by 2: 313,600 column floats per image, so
+  // im2col takes this batch of 13 in groups of 6, 6 and 1 (nn_conv.cpp, kColumnFloats).
+  Tensor x = leaf({13, 16, 28, 28}, 30), w = leaf({4, 16, 5, 5}, 31), b = leaf({4}, 32);
+  Tensor y = conv2d(x, w, b, 1, 2);
+  check_close(y, naive_conv(x, w, b, 1, 2), 1e-3f);
+  Tensor g = leaf(y.shape(), 33).detach();
+  y.backward(g);
+  std::vector<float> gw_sum(w.numel(), 0.0f);
+  for (int64_t n = 0; n < 13; ++n) {
+    CAPTURE(n);
+    Tensor xn = x.detach().narrow(n, 1).clone().requires_grad_(true);
+    Tensor wn = w.detach().clone().requires_grad_(true);
+    conv2d(xn, wn, b.detach(), 1, 2).backward(g.narrow(n, 1).clone());
+    check_close(x.grad().narrow(n, 1).clone(), xn.grad().to_vector<float>(), 1e-4f);
+    std::vector<float> gwn = wn.grad().to_vector<float>();
+    for (size_t i = 0; i < gw_sum.size(); ++i) gw_sum[i] += gwn[i];
+  }
+  check_close(w.grad(), gw_sum, 1e-3f);  // dW sums over the images, across the groups too
+}
+
 TEST_CASE("conv2d errors") {
   Tensor x = zeros({2, 3, 5, 5});
   CHECK_THROWS_WITH_AS(conv2d(x, zeros({4, 2, 3, 3})),
