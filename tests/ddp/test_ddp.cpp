@@ -10,6 +10,7 @@
 #include "framework/tensor/random.h"
 #include "models/toy.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using dplab::parallel::testing::borrow;
@@ -19,42 +20,9 @@ using namespace dplab::parallel;
 using dplab::parallel::testing::run_processes;
 using dplab::parallel::testing::run_threads;
 
+using namespace dplab::parallel::testing;
+
 namespace {
-
-constexpr int kSteps = 3;
-constexpr int64_t kPerRank = 4;
-
-// The global batch of step s: world * kPerRank rows; rank r trains on rows [r*k, (r+1)*k).
-Tensor batch_x(int s, int world) {
-  Generator g(100 + s);
-  return randn({world * kPerRank, 10}, {}, &g);
-}
-Tensor batch_y(int s, int world) {
-  Generator g(200 + s);
-  return randn({world * kPerRank, 5}, {}, &g);
-}
-
-std::vector<std::vector<float>> params_of(nn::Module& m) {
-  std::vector<std::vector<float>> out;
-  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
-  return out;
-}
-
-// Reference: one process, the whole global batch, same model init as rank 0 (seed 0).
-std::vector<std::vector<float>> single_process(int world, int accumulate = 1) {
-  manual_seed(0);
-  auto model = std::make_shared<models::ToyModel>();
-  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a) {
-      Tensor loss = mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world));
-      loss.backward();
-    }
-    opt.step();
-  }
-  return params_of(*model);
-}
 
 // The reference's initial weights (seed 0), made once, outside the rank threads: the
 // default generator is shared by every thread, so seeding it per rank would race.
@@ -80,17 +48,7 @@ std::vector<std::vector<float>> ddp_run(ProcessGroup& pg, DDPOptions opts, int a
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
     pg.reset_comm_stats();
-    for (int a = 0; a < accumulate; ++a) {
-      int b = s * accumulate + a;
-      Tensor x = batch_x(b, world).narrow(r * kPerRank, kPerRank);
-      Tensor y = batch_y(b, world).narrow(r * kPerRank, kPerRank);
-      if (a + 1 < accumulate) {
-        auto guard = ddp.no_sync();
-        mse_loss(ddp.forward(x), y).backward();
-      } else {
-        mse_loss(ddp.forward(x), y).backward();
-      }
-    }
+    for (int a = 0; a < accumulate; ++a) ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
     if (calls_per_step) {
       auto stats = pg.comm_stats().per_collective;
       calls_per_step->push_back(stats.count("all_reduce") ? stats["all_reduce"].calls : 0);

@@ -19,47 +19,16 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/distributed_eval.h"
 #include "parallel/ddp/sync_batch_norm.h"
+#include "tests/ddp/ddp_reference.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
 
 int main(int argc, char** argv) { return testing::run_under_mpirun(argc, argv); }
 
+using namespace dplab::parallel::testing;
+
 namespace {
-
-constexpr int kSteps = 3;
-constexpr int64_t kPerRank = 4;
-
-// The global batch of step s: world * kPerRank rows; rank r trains on rows [r*k, (r+1)*k).
-Tensor batch_x(int s, int world) {
-  Generator g(100 + s);
-  return randn({world * kPerRank, 10}, {}, &g);
-}
-Tensor batch_y(int s, int world) {
-  Generator g(200 + s);
-  return randn({world * kPerRank, 5}, {}, &g);
-}
-
-using Params = std::vector<std::vector<float>>;
-Params params_of(nn::Module& m) {
-  Params out;
-  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
-  return out;
-}
-
-// Reference: one process, the whole global batch, model init from seed 0.
-Params single_process(int world, int accumulate) {
-  manual_seed(0);
-  auto model = std::make_shared<models::ToyModel>();
-  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a)
-      mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world)).backward();
-    opt.step();
-  }
-  return params_of(*model);
-}
 
 // DDP: rank 0 starts from seed 0's weights, the others from another seed: the broadcast at
 // construction must make them identical.
@@ -72,17 +41,7 @@ Params ddp_run(std::shared_ptr<ProcessGroup> pg, int accumulate, bool fp16) {
   optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a) {
-      const int b = s * accumulate + a;
-      Tensor x = batch_x(b, world).narrow(r * kPerRank, kPerRank);
-      Tensor y = batch_y(b, world).narrow(r * kPerRank, kPerRank);
-      if (a + 1 < accumulate) {
-        auto guard = ddp.no_sync();
-        mse_loss(ddp.forward(x), y).backward();
-      } else {
-        mse_loss(ddp.forward(x), y).backward();
-      }
-    }
+    for (int a = 0; a < accumulate; ++a) ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
     opt.step();
   }
   return params_of(*model);

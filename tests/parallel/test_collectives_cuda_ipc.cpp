@@ -27,10 +27,13 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
+#include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
+
+using dplab::parallel::testing::dplab_segments_in_dev_shm;
 
 namespace {
 
@@ -81,16 +84,6 @@ std::vector<ChildOutcome> run_children(const std::string& mode, int n) {
   }
   ::unlink(store.c_str());
   return out;
-}
-
-int dplab_segments_in_dev_shm() {
-  int count = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "dplab-", 6) == 0) ++count;
-    closedir(d);
-  }
-  return count;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -13,12 +13,15 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
+#include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::Outcome;
 using dplab::parallel::testing::run_processes;
+
+using dplab::parallel::testing::dplab_segments_in_dev_shm;
 
 namespace {
 
@@ -42,16 +45,6 @@ void check_all_ok(const std::vector<Outcome>& out) {
     CAPTURE(out[r].message);
     CHECK(out[r].ok);
   }
-}
-
-int dplab_segments_in_dev_shm() {
-  int count = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d))
-      if (std::strncmp(e->d_name, "dplab-", 6) == 0) ++count;
-    closedir(d);
-  }
-  return count;
 }
 
 }  // namespace

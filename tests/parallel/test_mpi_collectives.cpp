@@ -4,6 +4,7 @@
 // reference (float32, int64, float16; sizes 0, 1, fewer than ranks, odd, several MiB) and
 // against the ring backend over shm in the same job, counters included.
 // Read next: mpi_test_main.h, parallel/backends/mpi_engine.cpp.
+#include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/mpi_test_main.h"
 
 #include <algorithm>
@@ -18,33 +19,12 @@ using namespace dplab::parallel;
 
 int main(int argc, char** argv) { return testing::run_under_mpirun(argc, argv); }
 
+using dplab::parallel::testing::make;
+using dplab::parallel::testing::reference;
+using dplab::parallel::testing::value;
+
 namespace {
 
-// Small integers, so float sums are exact and a reference compares with ==.
-template <typename T> T value(int rank, int64_t i, int salt = 0) {
-  return static_cast<T>((rank * 7 + i * 3 + salt) % 11 - 5);
-}
-template <typename T> Tensor make(int rank, int64_t n, int salt = 0) {
-  Tensor t = Tensor::empty({n}, {.dtype = dtype_of<T>()});
-  T* p = t.data<T>();
-  for (int64_t i = 0; i < n; ++i) p[i] = value<T>(rank, i, salt);
-  return t;
-}
-template <typename T> std::vector<T> reference(ReduceOp op, int n_ranks, int64_t n, int salt = 0) {
-  std::vector<T> ref(n);
-  for (int64_t i = 0; i < n; ++i) {
-    T acc = value<T>(0, i, salt);
-    for (int r = 1; r < n_ranks; ++r) {
-      T v = value<T>(r, i, salt);
-      if (op == ReduceOp::Max) acc = std::max(acc, v);
-      else if (op == ReduceOp::Min) acc = std::min(acc, v);
-      else acc += v;
-    }
-    if (op == ReduceOp::Avg) acc = static_cast<T>(acc * (1.0f / n_ranks));
-    ref[i] = acc;
-  }
-  return ref;
-}
 
 // empty, one element, fewer elements than ranks, odd, and a few MiB (several MPI segments)
 const int64_t kSizes[] = {0, 1, 3, 1001, (int64_t{3} << 20) / 4 + 17};

@@ -1,0 +1,67 @@
+// ddp_reference.h: the job every DDP parity test runs, and its single-process answer.
+// ToyModel, SGD (lr 0.05, momentum 0.9), kSteps steps; step s's global batch has
+// world * kPerRank rows, of which rank r trains on rows [r*kPerRank, (r+1)*kPerRank). With
+// `accumulate` micro-batches per step the reference sums their gradients, as no_sync does.
+// Read next: test_ddp.cpp (threads and shm processes), test_ddp_mpi.cpp (mpirun).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "framework/nn/module.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/random.h"
+#include "models/toy.h"
+#include "parallel/ddp/distributed_data_parallel.h"
+
+namespace dplab::parallel::testing {
+
+inline constexpr int kSteps = 3;
+inline constexpr int64_t kPerRank = 4;
+
+// The global batch of step s (inputs [world * kPerRank, 10], targets [..., 5]).
+inline Tensor batch_x(int s, int world) {
+  Generator g(100 + s);
+  return randn({world * kPerRank, 10}, {}, &g);
+}
+inline Tensor batch_y(int s, int world) {
+  Generator g(200 + s);
+  return randn({world * kPerRank, 5}, {}, &g);
+}
+
+using Params = std::vector<std::vector<float>>;
+inline Params params_of(nn::Module& m) {
+  Params out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+// One process, the whole global batch, the model initialised from seed 0.
+inline Params single_process(int world, int accumulate = 1) {
+  manual_seed(0);
+  auto model = std::make_shared<models::ToyModel>();
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int a = 0; a < accumulate; ++a)
+      mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world))
+          .backward();
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+// Rank `rank`'s forward and backward on its rows of micro-batch b. Every micro-batch but a
+// step's last runs under no_sync, so gradients accumulate locally and are all-reduced once.
+inline void ddp_micro_batch(DistributedDataParallel& ddp, int b, int world, int rank, bool last) {
+  Tensor x = batch_x(b, world).narrow(rank * kPerRank, kPerRank);
+  Tensor y = batch_y(b, world).narrow(rank * kPerRank, kPerRank);
+  if (last) {
+    mse_loss(ddp.forward(x), y).backward();
+    return;
+  }
+  auto guard = ddp.no_sync();
+  mse_loss(ddp.forward(x), y).backward();
+}
+
+}  // namespace dplab::parallel::testing
