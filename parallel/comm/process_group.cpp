@@ -9,6 +9,7 @@
 // engine through Impl::on_engine: same drain, counters (model bytes) and async queue.
 // Read next: ring.cpp, star.cpp; backends/collective_engine.h.
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/process_group_impl.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -23,11 +24,6 @@
 #include "framework/error.h"
 #include "parallel/backends/collective_engine.h"
 #include "parallel/comm/collectives.h"
-#include "parallel/comm/hash_store.h"
-#include "parallel/transport/link_model.h"
-#include "parallel/transport/cuda_ipc_transport.h"
-#include "parallel/transport/shm_transport.h"
-#include "parallel/transport/thread_transport.h"
 
 namespace dplab::parallel {
 
@@ -54,14 +50,6 @@ dplab::ReduceOp kernel_op(ReduceOp op) {
 
 Block block_of(const Tensor& t) { return {static_cast<std::byte*>(t.raw_data()), t.numel()}; }
 
-// The tensor a collective works on. CPU tensors, and CUDA tensors when the group moves them
-// with cuda_ipc, are used in place; a CUDA tensor without cuda_ipc goes through a host copy
-// (the fallback, named "host" for it). Every tensor is contiguous (tensor.h), so in place
-// means its raw bytes.
-Tensor to_host(const Tensor& t, bool cuda_in_place) {
-  if (t.device().is_cpu() || cuda_in_place) return t;
-  return t.contiguous_copy_on(Device(DeviceKind::CPU));
-}
 void write_back(Tensor& user, const Tensor& host) {
   if (!user.is_same(host)) user.copy_(host);
 }
@@ -105,166 +93,8 @@ void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, cons
                 list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
 }
 
-struct WorkState : Work {
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  void wait() override {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-    if (error) std::rethrow_exception(error);
-  }
-  bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mu);
-    return done;
-  }
-  void finish(std::exception_ptr e) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      error = e;
-    }
-    cv.notify_all();
-  }
-};
-
 }  // namespace
 
-struct ProcessGroup::Impl {
-  std::unique_ptr<Transport> transport;       // CPU tensors (and staged CUDA tensors)
-  CudaTransportFactory make_cuda;             // set by create_process_group with CUDA
-  std::unique_ptr<Transport> cuda_transport;  // made by make_cuda at the first CUDA call
-  int cuda_index = -1;                        // its logical device
-  bool cuda_in_place = false;                 // a factory was given: CUDA tensors stay put
-  std::unique_ptr<CollectiveEngine> engine;  // mpi / nccl: then there is no transport
-  std::string broken;  // set by a failed collective: the links' state is unknown after it
-  mutable std::mutex stats_mu;
-  CommStats stats;
-
-  // async queue: one worker, call order preserved
-  std::mutex q_mu;
-  std::condition_variable q_cv;
-  std::deque<std::pair<std::function<void()>, std::shared_ptr<WorkState>>> queue;
-  bool busy = false, stopping = false;
-  std::thread worker;
-
-  void worker_loop() {
-    std::unique_lock<std::mutex> lock(q_mu);
-    for (;;) {
-      q_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping and drained
-      auto [fn, work] = std::move(queue.front());
-      queue.pop_front();
-      busy = true;
-      lock.unlock();
-      std::exception_ptr err;
-      try {
-        fn();
-      } catch (...) {
-        err = std::current_exception();
-      }
-      work->finish(err);
-      lock.lock();
-      busy = false;
-      q_cv.notify_all();
-    }
-  }
-
-  WorkPtr enqueue(std::function<void()> fn) {
-    auto work = std::make_shared<WorkState>();
-    std::lock_guard<std::mutex> lock(q_mu);
-    if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
-    queue.emplace_back(std::move(fn), work);
-    q_cv.notify_all();
-    return work;
-  }
-
-  Tensor to_host(const Tensor& t) const { return parallel::to_host(t, cuda_in_place); }
-
-  // The transport for buffers on d; the cuda_ipc one is made here at the first CUDA call.
-  Transport& transport_for(Device d) {
-    if (d.is_cpu()) return *transport;
-    if (!cuda_transport) {
-      DPLAB_CHECK(make_cuda != nullptr, "process group: a {} buffer reached the collectives, but "
-                  "this group has no cuda_ipc transport (it should have been staged)", d);
-      cuda_transport = make_cuda(d.index);
-      cuda_index = d.index;
-      make_cuda = nullptr;  // made once; this lets go of the store the factory held
-    }
-    DPLAB_CHECK(d.index == cuda_index, "process group: this rank's cuda_ipc transport is on "
-                "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
-                "rank, or a second process group", cuda_index, d);
-    return *cuda_transport;
-  }
-  template <typename Each>
-  void for_each_transport(Each each) {
-    each(*transport);
-    if (cuda_transport) each(*cuda_transport);
-  }
-
-  // A blocking call first lets queued async calls finish, so every rank sees one order.
-  void drain() {
-    std::unique_lock<std::mutex> lock(q_mu);
-    if (worker.joinable() && std::this_thread::get_id() == worker.get_id()) return;
-    q_cv.wait(lock, [&] { return queue.empty() && !busy; });
-  }
-
-  // device: where the buffers are (where(host)); it picks the transport and the backend.
-  template <typename Fn>
-  void run(const std::string& name, const std::string& context, DType dtype,
-           dplab::ReduceOp op, Fn fn, Device device = Device(DeviceKind::CPU)) {
-    drain();
-    if (!broken.empty())
-      throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
-                                  "make a new one", transport->rank(), context, broken));
-    Traffic traffic;
-    auto start = std::chrono::steady_clock::now();
-    try {
-      Transport& tr = transport_for(device);
-      tr.set_context(context);
-      Ctx ctx{tr, dtype, op, traffic, device};
-      fn(ctx);
-    } catch (const std::exception& e) {
-      broken = e.what();
-      const std::string why = fmt::format("{} on rank {}: {}", context, transport->rank(),
-                                          e.what());
-      for_each_transport([&](Transport& t) { t.mark_failed(why); });
-      throw;
-    }
-    record(name, traffic.sent, traffic.received, start);
-  }
-
-  // The engine's form of run(): the engine moves the bytes, the counters get model bytes.
-  template <typename Fn>
-  void on_engine(const std::string& name, const std::string& context, ModelTraffic traffic,
-                 Fn fn) {
-    drain();
-    if (!broken.empty())
-      throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
-                                  "make a new one", engine->rank(), context, broken));
-    auto start = std::chrono::steady_clock::now();
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      broken = fmt::format("{} on the {} backend: {}", context, engine->name(), e.what());
-      throw;
-    }
-    record(name, traffic.sent, traffic.received, start);
-  }
-
-  void record(const std::string& name, int64_t sent, int64_t received,
-              std::chrono::steady_clock::time_point start) {
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::lock_guard<std::mutex> lock(stats_mu);
-    for (CollectiveStats* s : {&stats.per_collective[name], &stats.total}) {
-      s->calls += 1;
-      s->bytes_sent += sent;
-      s->bytes_received += received;
-      s->seconds += secs;
-    }
-  }
-};
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGroupOptions& opts)
     : impl_(std::make_unique<Impl>()) {
@@ -545,63 +375,6 @@ CommStats ProcessGroup::comm_stats() const {
 void ProcessGroup::reset_comm_stats() {
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
   impl_->stats = {};
-}
-
-std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
-                                                   int world_size,
-                                                   const ProcessGroupOptions& opts) {
-  DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
-  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}",
-              world_size);
-  DPLAB_CHECK(rank >= 0 && rank < world_size,
-              "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
-  // Groups made on one store are numbered in creation order, which every rank shares; the
-  // count lives in the store itself (one key per rank), so keys never collide between
-  // groups ("dplab/pg0/...", "dplab/pg1/...").
-  const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
-  const std::string prefix = fmt::format("dplab/pg{}", generation);
-  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
-              "emulated link), got {}", opts.link_gbps);
-  DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
-              "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
-              "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
-  if (is_engine_backend(opts.backend))  // mpi, nccl: an existing engine moves the bytes
-    return std::make_shared<ProcessGroup>(make_engine(*store, prefix, rank, world_size, opts), opts);
-  Seconds saved = store->timeout();
-  store->set_timeout(opts.timeout);
-  std::unique_ptr<Transport> transport;
-  const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
-  try {
-    if (threads)
-      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout);
-    else
-      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout);
-  } catch (...) {
-    store->set_timeout(saved);
-    throw;
-  }
-  store->set_timeout(saved);
-  if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
-  auto group = std::make_shared<ProcessGroup>(std::move(transport), opts);
-  if (cuda_ipc_compiled()) {
-    // Made later, at the first CUDA collective, by all ranks at once: the store must live
-    // until then, so the factory holds it.
-    group->set_cuda_transport_factory([store, prefix, rank, world_size, threads,
-                                       timeout = opts.timeout, link_gbps = opts.link_gbps](int cuda_index) {
-      Seconds before = store->timeout();
-      store->set_timeout(timeout);
-      try {
-        auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
-                                         cuda_index, threads, timeout);
-        store->set_timeout(before);
-        return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
-      } catch (...) {
-        store->set_timeout(before);
-        throw;
-      }
-    });
-  }
-  return group;
 }
 
 }  // namespace dplab::parallel

@@ -1,0 +1,75 @@
+// create_process_group.cpp: how a group is made: an engine for mpi/nccl, else the
+// thread transport (ranks are threads, a HashStore) or shm (processes), wrapped in an
+// emulated link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport
+// that every rank builds at its first collective on a CUDA tensor.
+// Read next: process_group.cpp, transport/transport.h.
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/process_group_impl.h"
+
+#include "framework/error.h"
+#include "parallel/comm/hash_store.h"
+#include "parallel/transport/cuda_ipc_transport.h"
+#include "parallel/transport/link_model.h"
+#include "parallel/transport/shm_transport.h"
+#include "parallel/transport/thread_transport.h"
+
+namespace dplab::parallel {
+
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
+                                                   int world_size,
+                                                   const ProcessGroupOptions& opts) {
+  DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
+  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}",
+              world_size);
+  DPLAB_CHECK(rank >= 0 && rank < world_size,
+              "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
+  // Groups made on one store are numbered in creation order, which every rank shares; the
+  // count lives in the store itself (one key per rank), so keys never collide between
+  // groups ("dplab/pg0/...", "dplab/pg1/...").
+  const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
+  const std::string prefix = fmt::format("dplab/pg{}", generation);
+  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
+              "emulated link), got {}", opts.link_gbps);
+  DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
+              "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
+              "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
+  if (is_engine_backend(opts.backend))  // mpi, nccl: an existing engine moves the bytes
+    return std::make_shared<ProcessGroup>(make_engine(*store, prefix, rank, world_size, opts), opts);
+  Seconds saved = store->timeout();
+  store->set_timeout(opts.timeout);
+  std::unique_ptr<Transport> transport;
+  const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
+  try {
+    if (threads)
+      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout);
+    else
+      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout);
+  } catch (...) {
+    store->set_timeout(saved);
+    throw;
+  }
+  store->set_timeout(saved);
+  if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
+  auto group = std::make_shared<ProcessGroup>(std::move(transport), opts);
+  if (cuda_ipc_compiled()) {
+    // Made later, at the first CUDA collective, by all ranks at once: the store must live
+    // until then, so the factory holds it.
+    group->set_cuda_transport_factory([store, prefix, rank, world_size, threads,
+                                       timeout = opts.timeout, link_gbps = opts.link_gbps](int cuda_index) {
+      Seconds before = store->timeout();
+      store->set_timeout(timeout);
+      try {
+        auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
+                                         cuda_index, threads, timeout);
+        store->set_timeout(before);
+        return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
+      } catch (...) {
+        store->set_timeout(before);
+        throw;
+      }
+    });
+  }
+  return group;
+}
+
+}  // namespace dplab::parallel
