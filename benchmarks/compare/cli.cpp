@@ -66,6 +66,9 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
       } else {
         runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
       }
+      // dp, star and ring run behind the emulated links; single crosses none, mpi and nccl
+      // move their bytes themselves.
+      if (n > 1 && (mode == "dp" || mode == "star" || mode == "ring")) runs.back().link_gbps = link_gbps(cfg);
       if (mode == "single" || mode == "dp") {
         tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
         tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())
@@ -139,7 +142,7 @@ int main(int argc, char** argv) {
   int worker_n = 0;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet")->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy"}));
   app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',');
-  app.add_option("--modes", cfg.modes, "any of single,dp,star,ring,mpi,nccl (mpi: DDP on the mpi "
+  app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,mpi,nccl (mpi: DDP on the mpi "
                  "backend, ranks started by mpirun; nccl: with --device cuda, one GPU per rank)")
       ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "mpi", "nccl"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(CLI::PositiveNumber);

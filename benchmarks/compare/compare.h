@@ -55,6 +55,7 @@ struct RunResult {
   double test_accuracy = 0, test_loss = 0;
   int64_t param_count = 0;
   double predicted_step_s = -1;           // alpha-beta prediction (DDP rows), -1: none
+  double link_gbps = 0;                   // the emulated link this run crossed (0: none)
   double samples_per_s() const { return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0; }
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };

@@ -82,7 +82,7 @@ const std::vector<std::string>& csv_columns() {
       "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
       "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
       "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
-      "test_loss", "params", "predicted_step_ms", "prediction_error_pct"};
+      "test_loss", "params", "predicted_step_ms", "prediction_error_pct", "link_gbps"};
   return kColumns;
 }
 
@@ -176,10 +176,10 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
                      r.n, r.global_batch, r.timed_steps, r.samples_per_s(), d.speedup, d.efficiency,
                      1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s, d.mem_max, d.mem_min,
                      d.imbalance);
-    f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:.4f},{:.2f}\n",
+    f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:.4f},{:.2f},{:g}\n",
                      d.master_sent, d.master_recv, d.other_sent, d.other_recv, d.master_weight_sent,
                      d.master_weight_recv, d.other_weight_sent, d.other_weight_recv, r.test_accuracy, r.test_loss,
-                     r.param_count, pred_ms, prediction_error_pct(r));
+                     r.param_count, pred_ms, prediction_error_pct(r), r.link_gbps);
   }
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }

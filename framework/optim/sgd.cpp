@@ -62,7 +62,7 @@ void SGD::state_dict(StateDict& tensors, Metadata& meta) const {
   meta["optim.momentum"] = detail::format_double(options_.momentum);
   meta["optim.dampening"] = detail::format_double(options_.dampening);
   meta["optim.weight_decay"] = detail::format_double(options_.weight_decay);
-  meta["optim.nesterov"] = options_.nesterov ? "1" : "0";
+  meta["optim.nesterov"] = std::string(options_.nesterov ? "1" : "0");  // (a char* ternary trips GCC 12's -Wrestrict)
   for (size_t i = 0; i < params_.size(); ++i)
     if (momentum_buffers_[i].defined())
       tensors.insert(detail::state_key(i, "momentum_buffer"), momentum_buffers_[i]);

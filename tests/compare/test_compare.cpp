@@ -118,7 +118,7 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
       "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
       "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
       "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
-      "test_loss", "params", "predicted_step_ms", "prediction_error_pct"};
+      "test_loss", "params", "predicted_step_ms", "prediction_error_pct", "link_gbps"};
   CHECK(header == expected);
   CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
   for (const auto& row : rows) {
@@ -131,6 +131,8 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
     CHECK(acc <= 100);
     if (row.at("mode") == "ring" || row.at("mode") == "star")
       CHECK(std::isfinite(std::stod(row.at("predicted_step_ms"))));
+    // cpu's default: every device with company sits behind a 10 Gbit/s link; alone, none
+    CHECK(std::stod(row.at("link_gbps")) == (std::stoi(row.at("N")) > 1 ? 10.0 : 0.0));
   }
 }
 
