@@ -85,12 +85,16 @@ Backend& cpu_backend() {
 // every step page-faults its memory in again: 20 MB of columns = 5,000 faults, zero-filled
 // by the kernel, which cost more than the convolution's GEMM. Keep freed blocks up to the
 // largest threshold glibc allows (32 MiB) and never trim, as a caching allocator would.
+// And one arena for all threads: DataParallel starts its replica threads anew each step,
+// and each new thread's arena heap was handed back to the kernel when it ended (the CNN
+// under DataParallel on one device ran at half the single device's speed).
 // memory_stats still counts what tensors hold, not what the heap keeps.
 static void keep_freed_memory() {
   static std::once_flag once;
   std::call_once(once, [] {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_ARENA_MAX, 1);
   });
 }
 
