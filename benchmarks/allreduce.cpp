@@ -6,7 +6,7 @@
 // nccl-tests definition: the bytes a ring must move per rank; equal to link speed when the
 // algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
 // Usage: bench_allreduce [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes 67108864]
-//                        [--mpi-btl vader|tcp] [--csv out.csv] [--no-mpi]
+//                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
 // Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
@@ -46,7 +46,8 @@ int iterations_for(int64_t bytes) {
 
 // Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
 // into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
-std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::vector<Algorithm>& algos) {
+std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::vector<Algorithm>& algos,
+                          double link_gbps) {
   std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
   std::filesystem::remove(store_path);
   int fds[2];
@@ -61,7 +62,7 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
       int code = 0;
       try {
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
-        auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0)});
+        auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps});
         std::string out;
         for (int64_t bytes : sizes)
           for (Algorithm a : algos) {
@@ -192,6 +193,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> backends = {"ring", "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
   std::string csv, btl = "vader";
+  double link_gbps = 0;  // > 0: ring and star behind emulated links (transport/link_model.h)
   std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -200,13 +202,14 @@ int main(int argc, char** argv) {
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--no-mpi") std::erase(backends, "mpi");
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
+    else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
     else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
       for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
       std::fprintf(stderr, "usage: %s [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes N] "
-                   "[--mpi-btl vader|tcp] [--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
+                   "[--mpi-btl vader|tcp] [--link-gbps G] [--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
     }
   }
@@ -229,6 +232,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
     return 2;
   }
+  if (link_gbps < 0) {
+    std::fprintf(stderr, "bench_allreduce: --link-gbps must be >= 0 (0: none), got %g\n", link_gbps);
+    return 2;
+  }
   std::vector<int64_t> sizes;
   for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
 
@@ -236,7 +243,7 @@ int main(int argc, char** argv) {
   try {
     for (int n : ranks) {
       if (!ours.empty()) {
-        auto mine = run_ours(n, sizes, ours);
+        auto mine = run_ours(n, sizes, ours, link_gbps);
         rows.insert(rows.end(), mine.begin(), mine.end());
       }
       if (mpi) {
@@ -254,10 +261,17 @@ int main(int argc, char** argv) {
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
   std::printf("all-reduce of float32, 1 thread per rank: ring and star over dplab's shm, mpi = "
               "dplab's mpi backend over OpenMPI's %s (GB/s = 1e9 bytes/s)\n", btl.c_str());
+  if (link_gbps > 0)
+    std::printf("ring and star: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
+                "a bandwidth-optimal ring's busbw approaches it, the star's time is N x the ring's\n",
+                link_gbps, link_gbps / 8);
   std::printf("%2s %8s", "N", "size");
   for (const std::string& b : backends) std::printf(" | %5s us %9s", b.c_str(), "busbw");
   const bool ratio = mpi && !ours.empty() && ours.front() == Algorithm::Ring;
   if (ratio) std::printf(" | %9s", "mpi/ring");
+  const bool both = std::find(ours.begin(), ours.end(), Algorithm::Ring) != ours.end() &&
+                    std::find(ours.begin(), ours.end(), Algorithm::Star) != ours.end();
+  if (both) std::printf(" | %9s", "star/ring");
   std::printf("\n");
   for (int n : ranks)
     for (int64_t b : sizes) {
@@ -274,6 +288,11 @@ int main(int argc, char** argv) {
         else
           std::printf(" | %9s", "-");
       }
+      if (both) {  // time of the star over time of the ring: the textbook says N (links) or 1
+        auto s = secs.find({n, "star", b}), r = secs.find({n, "ring", b});
+        if (s != secs.end() && r != secs.end() && r->second > 0) std::printf(" | %9.2f", s->second / r->second);
+        else std::printf(" | %9s", "-");
+      }
       std::printf("\n");
     }
   std::printf("busbw = 2(N-1)/N * bytes / time (the slowest rank's); mpi/ring = busbw ratio "
@@ -284,11 +303,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_allreduce: cannot write %s\n", csv.c_str());
       return 1;
     }
-    std::fprintf(f, "ranks,algorithm,bytes,seconds,algbw_gbs,busbw_gbs\n");
+    std::fprintf(f, "ranks,algorithm,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%d,%s,%lld,%.9f,%.4f,%.4f\n", r.n, r.algo.c_str(),
+      std::fprintf(f, "%d,%s,%lld,%.9f,%.4f,%.4f,%g\n", r.n, r.algo.c_str(),
                    static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
-                   busbw(r.n, r.bytes, r.seconds));
+                   busbw(r.n, r.bytes, r.seconds), r.algo == "mpi" ? 0.0 : link_gbps);
     std::fclose(f);
   }
   return 0;
