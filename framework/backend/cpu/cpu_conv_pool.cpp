@@ -110,8 +110,32 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
   }
 }
 
+// Without padding every window lies inside the image: no bounds to compute per output.
+// Same rule as below: the first maximum in row-major order wins.
+static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int64_t* argmax) {
+  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
+  for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
+    const float* img = x + nc * plane;
+    for (int64_t oh = 0; oh < w.out_h; ++oh) {
+      for (int64_t ow = 0; ow < w.out_w; ++ow) {
+        const int64_t corner = oh * w.stride * w.W + ow * w.stride;
+        float best = img[corner];
+        int64_t best_i = corner;
+        for (int64_t i = 0; i < w.kh; ++i)
+          for (int64_t j = 0; j < w.kw; ++j) {
+            const float v = img[corner + i * w.W + j];
+            if (v > best) best = v, best_i = corner + i * w.W + j;
+          }
+        y[nc * L + oh * w.out_w + ow] = best;
+        argmax[nc * L + oh * w.out_w + ow] = best_i;
+      }
+    }
+  }
+}
+
 void CpuBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   check_window("max_pool2d", w);
+  if (w.pad == 0) return max_pool2d_unpadded(x, w, y, argmax);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
