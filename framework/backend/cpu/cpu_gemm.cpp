@@ -4,25 +4,38 @@
 // packing step, so no transposed copy is ever made. noalias() tells Eigen C does not overlap
 // A or B, so it writes straight into C instead of a temporary.
 // Cost: 2*M*N*K flops per batch entry. Speed depends on building with AVX2+FMA
-// (see TOOLCHAIN.md); threads come from cpu_threads.h. Read next: cpu_elementwise.cpp.
+// (see TOOLCHAIN.md). With more than one thread (cpu_threads.h) the columns of C are split
+// between threads, each running Eigen on its slice: Eigen's own split suits square
+// matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
+// threads than on one. Read next: cpu_elementwise.cpp.
 #include <Eigen/Core>
+#include <algorithm>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
 namespace dplab {
 namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstMap = Eigen::Map<const RowMat>;
-using Map = Eigen::Map<RowMat>;
+using Stride = Eigen::OuterStride<>;
+using ConstMap = Eigen::Map<const RowMat, 0, Stride>;
+using Map = Eigen::Map<RowMat, 0, Stride>;
 
-// One batch entry. A is stored [M, K] (or [K, M] when TransA), B [K, N] (or [N, K]).
+// Columns [n0, n0 + n) of one batch entry. A is stored [M, K] (or [K, M] when TransA),
+// B [K, N] (or [N, K]), C [M, N], all row-major; a column slice of B and C keeps their
+// row stride (N), while a slice of a transposed B is a block of its rows.
 template <bool TransA, bool TransB>
-void gemm_one(const GemmArgs& g, const float* a, const float* b, float* c) {
-  ConstMap A(a, TransA ? g.K : g.M, TransA ? g.M : g.K);
-  ConstMap B(b, TransB ? g.N : g.K, TransB ? g.K : g.N);
-  Map C(c, g.M, g.N);
+void gemm_columns(const GemmArgs& g, const float* a, const float* b, float* c, int64_t n0, int64_t n) {
+  // (strides of at least 1: an empty dimension must not give Eigen a zero stride)
+  ConstMap A(a, TransA ? g.K : g.M, TransA ? g.M : g.K, Stride(std::max<int64_t>(1, TransA ? g.M : g.K)));
+  ConstMap B(TransB ? b + n0 * g.K : b + n0, TransB ? n : g.K, TransB ? g.K : n,
+             Stride(std::max<int64_t>(1, TransB ? g.K : g.N)));
+  Map C(c + n0, g.M, n, Stride(g.N));
   // beta == 0 must not read C: it may be uninitialised memory holding NaNs.
   if (g.beta == 0.0f) {
     C.setZero();
@@ -42,10 +55,26 @@ void gemm_one(const GemmArgs& g, const float* a, const float* b, float* c) {
   }
 }
 
+// Below this many columns per thread, splitting costs more than it gains.
+constexpr int64_t kMinColumnsPerThread = 64;
+
 template <bool TransA, bool TransB>
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
+  const int threads = get_num_threads();
+  const int parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
   for (int64_t i = 0; i < g.batch; ++i) {
-    gemm_one<TransA, TransB>(g, a + i * g.stride_a, b + i * g.stride_b, c + i * g.stride_c);
+    const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
+    float* ci = c + i * g.stride_c;
+    if (parts == 1) {
+      gemm_columns<TransA, TransB>(g, ai, bi, ci, 0, g.N);
+      continue;
+    }
+    // Each thread owns a slice of C's columns; inside a parallel region Eigen runs serially.
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int p = 0; p < parts; ++p) {
+      const int64_t n0 = g.N * p / parts, n1 = g.N * (p + 1) / parts;
+      gemm_columns<TransA, TransB>(g, ai, bi, ci, n0, n1 - n0);
+    }
   }
 }
 
