@@ -242,11 +242,22 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
   CHECK(empty_sum == std::vector<float>{0, 0, 0});
 }
 
-TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides") {
-  const int64_t M = 7, N = 13, K = 5, B = 3;
+TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides, split over threads") {
+  const int64_t M = 7, K = 5, B = 3;
+  const int before = get_num_threads();
+  // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
+  // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised.
+  for (auto [N, threads] : {std::pair<int64_t, int>{13, 1}, {301, 3}}) {
+    try {
+      set_num_threads(threads);
+    } catch (const Error&) {  // built without OpenMP: one thread only
+      MESSAGE("skipping ", threads, " threads: built without OpenMP");
+      continue;
+    }
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (int64_t stride_b_mult : {0, 1}) {  // 0: one B shared by every batch entry
+        CAPTURE(N);
         CAPTURE(ta);
         CAPTURE(tb);
         CAPTURE(stride_b_mult);
@@ -270,6 +281,8 @@ TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides") {
         cpu().gemm(g, a.data(), b.data(), c.data());
         check_all_close(c, ref, 1e-5, 1e-5);
       }
+  }
+  set_num_threads(before);
 }
 
 TEST_CASE("gemm: beta = 0 ignores NaN in C; a large square product is right") {
