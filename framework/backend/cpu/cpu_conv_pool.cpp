@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -45,11 +46,18 @@ float* first_row(float* cols, const Window2d& w, int64_t nc) {
   return cols + c * w.kh * w.kw * w.N * L + n * L;
 }
 
+// Threads for a loop over the N*C planes (each writes only its own outputs): all of them
+// when there is enough work to share, else one (a parallel region costs microseconds).
+int plane_threads(const Window2d& w, int64_t work_per_plane) {
+  return w.N * w.C * work_per_plane >= (int64_t{1} << 16) ? get_num_threads() : 1;
+}
+
 }  // namespace
 
 void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
   check_window("im2col", w);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
+#pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     float* out = first_row(cols, w, nc);
@@ -85,6 +93,7 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
   check_window("col2im", w);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   std::fill_n(gx, w.N * w.C * plane, 0.0f);
+#pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     float* img = gx + nc * plane;
     const float* in = first_row(const_cast<float*>(cols), w, nc);
@@ -114,6 +123,7 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
 // Same rule as below: the first maximum in row-major order wins.
 static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
+#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     for (int64_t oh = 0; oh < w.out_h; ++oh) {
@@ -137,6 +147,7 @@ void CpuBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t
   check_window("max_pool2d", w);
   if (w.pad == 0) return max_pool2d_unpadded(x, w, y, argmax);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
+#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     for (int64_t oh = 0; oh < w.out_h; ++oh) {
@@ -186,6 +197,7 @@ void CpuBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
   check_window("avg_pool2d", w);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
+#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     for (int64_t oh = 0; oh < w.out_h; ++oh) {
@@ -210,6 +222,7 @@ void CpuBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float* 
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
   std::fill_n(gx, w.N * w.C * plane, 0.0f);
+#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     float* img = gx + nc * plane;
     for (int64_t oh = 0; oh < w.out_h; ++oh) {
