@@ -66,9 +66,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
       } else {
         runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
       }
-      // dp, star and ring run behind the emulated links; single crosses none, mpi and nccl
-      // move their bytes themselves.
-      if (n > 1 && (mode == "dp" || mode == "star" || mode == "ring")) runs.back().link_gbps = link_gbps(cfg);
+      runs.back().link_gbps = link_gbps(cfg, mode, n);
       if (mode == "single" || mode == "dp") {
         tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
         tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())

@@ -60,8 +60,10 @@ struct RunResult {
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };
 
-// The link bandwidth in effect: cfg.link_gbps, or its default for the device kind.
-double link_gbps(const Config& cfg);
+// The emulated link a run of `mode` on n devices crosses, in Gbit/s: cfg.link_gbps (or its
+// default for the device kind) for dp, star and ring with n > 1; 0 for a lone device and
+// for mpi and nccl, which move their bytes themselves.
+double link_gbps(const Config& cfg, const std::string& mode, int n);
 // Device k of the configured kind ("cpu" -> cpu:k, "cuda" -> cuda:k).
 Device device_of(const Config& cfg, int k);
 // Where each run leaves its files: <out>/runs/<mode>_n<N>[_rank<r>].<ext>

@@ -200,7 +200,7 @@ void write_per_device_csv(const std::string& path, const std::vector<RunResult>&
 }
 
 std::string link_note(const Config& cfg) {
-  const double gbps = link_gbps(cfg);
+  const double gbps = link_gbps(cfg, "ring", 2);  // what every multi-device dp/star/ring run crosses
   if (gbps <= 0)
     return "Links: none emulated: ranks and devices copy at shared-memory speed, so every rank shares one "
            "memory bus and the parameter server's master has no link of its own to saturate.";

@@ -148,9 +148,7 @@ class CommThread {
 void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) {
   const Algorithm algo = algo_name == "star" ? Algorithm::Star : Algorithm::Ring;
   if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
-  // Links are emulated over dplab's own transport; mpi and nccl run on theirs, unpaced.
-  const bool own_transport = algo_name == "ring" || algo_name == "star";
-  auto pg = parallel::init_process_group({.backend = algo_name, .link_gbps = own_transport ? link_gbps(cfg) : 0});
+  auto pg = parallel::init_process_group({.backend = algo_name, .link_gbps = link_gbps(cfg, algo_name, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);

@@ -103,7 +103,7 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   auto model = initial_model(cfg);
   model->to(devices[0]);
   parallel::DataParallel dp(model, devices);
-  dp.emulate_links(link_gbps(cfg));
+  dp.emulate_links(link_gbps(cfg, "dp", n));
   TraceRecorder trace(cfg.trace);
   LoopTimes t = train_loop(cfg, d, dp, devices[0], fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
 
