@@ -1,7 +1,7 @@
 // link_model.cpp: the virtual clocks behind an emulated link, and PacedTransport.
 // A transfer of b bytes on a link of B bytes/s that is free at time f, asked for at time t,
-// runs from max(t, f) to max(t, f) + b/B. Sleeping until the end charges the wall-clock
-// time a real link would take; sleeping costs no CPU, as a NIC's DMA costs none.
+// runs from max(t, f) to max(t, f) + b/B. Waiting until the end charges the wall-clock time
+// a real link would take, mostly asleep, as a NIC's DMA costs the CPU almost nothing.
 // Read next: mailbox_transport.cpp (the transport being wrapped).
 #include "parallel/transport/link_model.h"
 

@@ -88,19 +88,16 @@ Backend& cpu_backend() {
 // And one arena for all threads: DataParallel starts its replica threads anew each step,
 // and each new thread's arena heap was handed back to the kernel when it ended (the CNN
 // under DataParallel on one device ran at half the single device's speed).
-// memory_stats still counts what tensors hold, not what the heap keeps.
-static void keep_freed_memory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_ARENA_MAX, 1);
-  });
+// memory_stats still counts what tensors hold, not what the heap keeps. Set once, when the
+// one CpuBackend is made (cpu_backend()), which is before any host tensor is allocated.
+CpuBackend::CpuBackend() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_ARENA_MAX, 1);
 }
 
 void* CpuBackend::allocate(Device d, std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
-  keep_freed_memory();
   // aligned_alloc wants the size to be a multiple of the alignment.
   std::size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);

@@ -20,6 +20,7 @@ namespace dplab {
 //    only check that indices are >= 0; the op layer checks the upper bound.
 class CpuBackend final : public Backend {
  public:
+  CpuBackend();  // tells glibc's malloc to keep freed memory (cpu_backend.cpp says why)
   void* allocate(Device d, std::size_t nbytes) override;
   void deallocate(Device d, void* p, std::size_t nbytes) override;
   void copy_from_host(Device d, void* dst, const void* src, std::size_t nbytes) override;

@@ -3,7 +3,9 @@
 // cols: [C*kh*kw, N*out_h*out_w], row (c*kh + i)*kw + j, column n*out_h*out_w + oh*out_w + ow,
 // holding x[n, c, oh*stride - pad + i, ow*stride - pad + j] (0 outside the image: zero
 // padding). The images sit side by side, so conv = W[O, C*kh*kw] @ cols is one GEMM for the
-// whole batch, and col2im is its adjoint (scatter-add back), which is the input gradient. Pooling argmax is the flat index ih*W + iw in the (n, c) input plane.
+// N images passed in (ops/nn_conv.cpp passes a group at a time), and col2im is its adjoint
+// (scatter-add back), which is the input gradient. Pooling argmax is the flat index
+// ih*W + iw in the (n, c) input plane. Loops over the N*C planes share them between threads.
 // Cost: im2col writes C*kh*kw*out_h*out_w floats per image, kh*kw times the input.
 // Read next: cpu_optim.cpp.
 #include <algorithm>

@@ -10,9 +10,6 @@
 // threads than on one. Read next: cpu_elementwise.cpp.
 #include <Eigen/Core>
 #include <algorithm>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
