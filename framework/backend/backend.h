@@ -145,6 +145,9 @@ class Backend {
   virtual void im2col(const float* x, const Window2d& w, float* cols) = 0;
   // gx <- every column entry added back to its image position (gx is overwritten, not accumulated)
   virtual void col2im(const float* cols, const Window2d& w, float* gx) = 0;
+  // How many column floats conv2d should unroll at a time: it cuts the batch into groups of
+  // images whose columns fit. 8 MiB by default: GEMMs wide enough to keep a GPU busy.
+  virtual int64_t im2col_group_floats() const { return int64_t{2} << 20; }
   virtual void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
   virtual void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
                                    float* gx) = 0;

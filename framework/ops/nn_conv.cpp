@@ -1,7 +1,7 @@
 // nn_conv.cpp: 2-d convolution as im2col + GEMM, and max / average pooling.
 // im2col unrolls every kh x kw window of the padded input into a column, so a convolution
 // becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, G*oh*ow] for a group of G images.
-// The columns cost kh*kw times the images' memory, so groups are capped at 8 MiB of them;
+// The columns cost kh*kw times the images' memory, so groups are capped (2 to 8 MiB of them);
 // in return the convolution runs at GEMM speed, the trade-off Caffe made and cuDNN still
 // offers. Pooling has dedicated backend kernels.
 // Read next: nn_norm.cpp; the kernels are backend/cpu/cpu_conv_pool.cpp.
@@ -12,11 +12,6 @@
 
 namespace dplab {
 namespace {
-
-// Images per im2col: as many as keep a group's columns within this many floats (8 MiB).
-// One group's GEMMs are still large (N = group * oh*ow), and bounded columns stay out of
-// the kernel's page-fault path (glibc maps blocks over 32 MiB afresh every time) and in cache.
-constexpr int64_t kColumnFloats = int64_t{2} << 20;
 
 // The window geometry shared by conv and pooling; checks what both need.
 Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, int64_t stride,
@@ -49,14 +44,17 @@ void swap_outer(const Tensor& on, const float* src, int64_t A, int64_t B, int64_
   backend_of(on).strided_copy(DType::Float32, src, read, dst);
 }
 
-// How conv2d cuts the batch into groups of images for im2col (see kColumnFloats).
+// How conv2d cuts the batch into groups of images for im2col: as many images as keep a
+// group's columns within the backend's im2col_group_floats(). One group's GEMMs are still
+// large (N = group * oh*ow), and bounded columns stay in cache and out of the kernel's
+// page-fault path (glibc maps blocks over 32 MiB afresh every time).
 struct ImageGroups {
   Window2d w;
   int64_t O, CK, L, size;  // size: images per group (the last group may have fewer)
-  ImageGroups(const Window2d& window, int64_t out_channels)
+  ImageGroups(const Window2d& window, int64_t out_channels, int64_t column_floats)
       : w(window), O(out_channels), CK(window.C * window.kh * window.kw),
         L(window.out_h * window.out_w),
-        size(std::clamp<int64_t>(CK * L > 0 ? kColumnFloats / (CK * L) : window.N, 1,
+        size(std::clamp<int64_t>(CK * L > 0 ? column_floats / (CK * L) : window.N, 1,
                                  std::max<int64_t>(window.N, 1))) {}
   Window2d window(int64_t n0) const {  // the window of the group starting at image n0
     Window2d g = w;
@@ -70,7 +68,7 @@ struct ImageGroups {
 }  // namespace
 
 // x: [N, C, H, W]  weight: [O, C, kh, kw]  bias: [O]  ->  y: [N, O, oh, ow]
-// For each group of G images (the whole batch when it fits kColumnFloats):
+// For each group of G images (the whole batch when its columns fit, see ImageGroups):
 //   cols = im2col(x[group])              [C*kh*kw, G*oh*ow]   (the images side by side)
 //   yt   = W [O, C*kh*kw] @ cols + b     [O, G*oh*ow]         (one GEMM for the group)
 //   y[group] = yt with its two outer dims swapped              [G, O, oh*ow]
@@ -97,7 +95,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                 shape_str(bias.shape()));
   }
   const Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
-  const ImageGroups groups(w, O);
+  const ImageGroups groups(w, O, backend_of(x).im2col_group_floats());
   const int64_t CK = groups.CK, L = groups.L;
 
   Tensor out = Tensor::empty({w.N, O, w.out_h, w.out_w}, x.options());

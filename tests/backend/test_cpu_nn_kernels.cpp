@@ -4,6 +4,7 @@
 // SGD / Adam(W) steps against values computed by hand from torch.optim's formulas.
 // Shares helpers with test_cpu_kernels.cpp through cpu_test_util.h.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
@@ -223,6 +224,12 @@ TEST_CASE("max_pool2d: values, first-max argmax as ih*W+iw, padding never wins, 
         }
     cpu().max_pool2d_backward(gy.data(), am.data(), w, gx.data());
     check_all_close(gx, gref);
+    const int64_t last = static_cast<int64_t>(am.size()) - 1;
+    am[last] = plane;  // a corrupted argmax: one past the end of its plane
+    CHECK_THROWS_WITH_AS(cpu().max_pool2d_backward(gy.data(), am.data(), w, gx.data()),
+                         doctest::Contains(fmt::format("argmax {} out of range [0, {}) at output {}",
+                                                       plane, plane, last).c_str()),
+                         Error);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "framework/backend/backend.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "tests/gradcheck.h"
@@ -184,15 +185,18 @@ TEST_CASE("conv2d gradients for x, weight and bias") {
 }
 
 TEST_CASE("conv2d over several image groups equals conv2d image by image") {
-  // 16 channels, a 5x5 kernel, 28x28 padded by 2: 313,600 column floats per image, so
-  // im2col takes this batch of 13 in groups of 6, 6 and 1 (nn_conv.cpp, kColumnFloats).
-  Tensor x = leaf({13, 16, 28, 28}, 30), w = leaf({4, 16, 5, 5}, 31), b = leaf({4}, 32);
+  // 4 channels, a 5x5 kernel, 14x14 padded by 2: 19,600 column floats per image. A batch of
+  // 2*G + 1 is cut into groups of G, G and 1 images (nn_conv.cpp, ImageGroups).
+  const int64_t per_image = 4 * 5 * 5 * 14 * 14;
+  const int64_t G = backend_for(Device("cpu")).im2col_group_floats() / per_image, N = 2 * G + 1;
+  REQUIRE(G >= 2);  // groups of several images, or the side-by-side layout goes untested
+  Tensor x = leaf({N, 4, 14, 14}, 30), w = leaf({3, 4, 5, 5}, 31), b = leaf({3}, 32);
   Tensor y = conv2d(x, w, b, 1, 2);
   check_close(y, naive_conv(x, w, b, 1, 2), 1e-3f);
   Tensor g = leaf(y.shape(), 33).detach();
   y.backward(g);
   std::vector<float> gw_sum(w.numel(), 0.0f);
-  for (int64_t n = 0; n < 13; ++n) {
+  for (int64_t n = 0; n < N; ++n) {
     CAPTURE(n);
     Tensor xn = x.detach().narrow(n, 1).clone().requires_grad_(true);
     Tensor wn = w.detach().clone().requires_grad_(true);
