@@ -285,6 +285,38 @@ TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides, split o
   set_num_threads(before);
 }
 
+TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided and broadcast") {
+  // [4, 301, 157] = 189,028 elements, past the threshold for threads (cpu_elementwise.cpp),
+  // split 63009 / 63009 / 63010 between three threads: the second starts 52 elements into an
+  // innermost row of 157.
+  const int64_t A = 4, B = 301, C = 157, n = A * B * C;
+  const int before = get_num_threads();
+  try {
+    set_num_threads(3);
+  } catch (const Error&) {
+    MESSAGE("skipping: built without OpenMP");
+    return;
+  }
+  std::vector<float> src = random_vec(n, 40), bias = random_vec(C, 41), out(n), ref(n);
+  // strided_copy reading src stored as [C, B, A]: out[i, j, k] = src[k*B*A + j*A + i]
+  Strided transposed{.ndim = 3, .shape = {A, B, C}, .strides = {1, A, B * A}};
+  cpu().strided_copy(DType::Float32, src.data(), transposed, out.data());
+  for (int64_t i = 0; i < A; ++i)
+    for (int64_t j = 0; j < B; ++j)
+      for (int64_t k = 0; k < C; ++k) ref[(i * B + j) * C + k] = src[k * B * A + j * A + i];
+  CHECK(out == ref);
+  // binary: src [A, B, C] + bias [C] broadcast
+  Strided flat{.ndim = 3, .shape = {A, B, C}, .strides = {B * C, C, 1}};
+  Strided row{.ndim = 3, .shape = {A, B, C}, .strides = {0, 0, 1}};
+  cpu().binary(BinaryOp::Add, src.data(), flat, bias.data(), row, out.data());
+  for (int64_t e = 0; e < n; ++e) ref[e] = src[e] + bias[e % C];
+  CHECK(out == ref);
+  cpu().unary(UnaryOp::Relu, src.data(), out.data(), n, 0.0f);
+  for (int64_t e = 0; e < n; ++e) ref[e] = std::max(src[e], 0.0f);
+  CHECK(out == ref);
+  set_num_threads(before);
+}
+
 TEST_CASE("gemm: beta = 0 ignores NaN in C; a large square product is right") {
   const int64_t n = 67;  // past Eigen's small-matrix path, so the blocked GEMM runs
   std::vector<float> a = random_vec(n * n, 30), b = random_vec(n * n, 31);

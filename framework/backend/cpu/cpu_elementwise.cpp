@@ -12,6 +12,7 @@
 
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_half.h"
+#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -58,17 +59,25 @@ Walk make_walk(const Strided& a, const Strided* b) {
   return w;
 }
 
-// Calls inner(offset_a, offset_b, out_offset) once per innermost row; the output is contiguous.
+// Calls inner(offset_a, offset_b, out_offset, n) for runs of n elements along the innermost
+// dim, covering output elements [e0, e1) (the output is contiguous).
 template <typename Inner>
-void walk_rows(const Walk& w, Inner inner) {
+void walk_range(const Walk& w, int64_t e0, int64_t e1, Inner inner) {
   const int last = w.ndim - 1;
   const int64_t len = w.shape[last];
-  int64_t rows = 1;
-  for (int d = 0; d < last; ++d) rows *= w.shape[d];
+  // Set the odometer over the outer dims to row e0 / len.
   int64_t idx[kMaxDims] = {};
   int64_t oa = 0, ob = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    inner(oa, ob, r * len);
+  for (int64_t d = last - 1, rest = e0 / len; d >= 0; --d) {
+    idx[d] = rest % w.shape[d];
+    rest /= w.shape[d];
+    oa += idx[d] * w.sa[d];
+    ob += idx[d] * w.sb[d];
+  }
+  for (int64_t e = e0, j = e0 % len; e < e1; j = 0) {
+    const int64_t n = std::min(len - j, e1 - e);
+    inner(oa + j * w.sa[last], ob + j * w.sb[last], e, n);
+    e += n;
     // Advance the odometer over the outer dims.
     for (int d = last - 1; d >= 0; --d) {
       oa += w.sa[d];
@@ -81,11 +90,27 @@ void walk_rows(const Walk& w, Inner inner) {
   }
 }
 
+// Below this many elements one thread does it all: a parallel region costs microseconds.
+constexpr int64_t kThreadElems = int64_t{1} << 17;
+
+// Threads to split n elements between.
+int elementwise_threads(int64_t n) { return n >= kThreadElems ? get_num_threads() : 1; }
+
+// walk_range over the whole output, its elements split evenly between the threads.
+template <typename Inner>
+void walk_rows(const Walk& w, Inner inner) {
+  int64_t total = 1;
+  for (int d = 0; d < w.ndim; ++d) total *= w.shape[d];
+  const int threads = elementwise_threads(total);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int p = 0; p < threads; ++p) walk_range(w, total * p / threads, total * (p + 1) / threads, inner);
+}
+
 template <typename T>
 void strided_copy_typed(const T* src, const Strided& layout, T* out) {
   Walk w = make_walk(layout, nullptr);
-  const int64_t len = w.shape[w.ndim - 1], s = w.sa[w.ndim - 1];
-  walk_rows(w, [&](int64_t oa, int64_t, int64_t o) {
+  const int64_t s = w.sa[w.ndim - 1];
+  walk_rows(w, [&](int64_t oa, int64_t, int64_t o, int64_t len) {
     const T* p = src + oa;
     T* q = out + o;
     if (s == 1) {
@@ -101,8 +126,8 @@ void strided_copy_typed(const T* src, const Strided& layout, T* out) {
 template <typename F>
 void binary_rows(const float* a, const float* b, float* out, const Walk& w, F f) {
   const int last = w.ndim - 1;
-  const int64_t len = w.shape[last], sa = w.sa[last], sb = w.sb[last];
-  walk_rows(w, [&](int64_t oa, int64_t ob, int64_t o) {
+  const int64_t sa = w.sa[last], sb = w.sb[last];
+  walk_rows(w, [&](int64_t oa, int64_t ob, int64_t o, int64_t len) {
     const float* pa = a + oa;
     const float* pb = b + ob;
     float* q = out + o;
@@ -174,20 +199,20 @@ void CpuBackend::cast(DType from, const void* src, DType to, void* dst, int64_t 
   }
 }
 
-void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s) {
-  if (n == 0) return;
+// y[0, n) = op(x[0, n)); false for an op this file does not know.
+static bool unary_chunk(UnaryOp op, const float* x, float* y, int64_t n, float s) {
   Eigen::Map<const Eigen::ArrayXf> X(x, n);
   Eigen::Map<Eigen::ArrayXf> Y(y, n);
   switch (op) {
-    case UnaryOp::Neg: Y = -X; return;
-    case UnaryOp::Exp: Y = X.exp(); return;
-    case UnaryOp::Log: Y = X.log(); return;
-    case UnaryOp::Sqrt: Y = X.sqrt(); return;
-    case UnaryOp::Relu: Y = X.max(0.0f); return;
+    case UnaryOp::Neg: Y = -X; return true;
+    case UnaryOp::Exp: Y = X.exp(); return true;
+    case UnaryOp::Log: Y = X.log(); return true;
+    case UnaryOp::Sqrt: Y = X.sqrt(); return true;
+    case UnaryOp::Relu: Y = X.max(0.0f); return true;
     // 1 / (1 + e^-x), written by Eigen so it neither overflows nor loses precision
-    case UnaryOp::Sigmoid: Y = X.logistic(); return;
-    case UnaryOp::Tanh: Y = X.tanh(); return;
-    case UnaryOp::Abs: Y = X.abs(); return;
+    case UnaryOp::Sigmoid: Y = X.logistic(); return true;
+    case UnaryOp::Tanh: Y = X.tanh(); return true;
+    case UnaryOp::Abs: Y = X.abs(); return true;
     case UnaryOp::PowScalar:
       if (s == 2.0f) {
         Y = X.square();
@@ -196,16 +221,28 @@ void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s)
       } else {  // std::pow keeps integer powers of negative bases real: (-2)^3 = -8
         for (int64_t i = 0; i < n; ++i) y[i] = std::pow(x[i], s);
       }
-      return;
-    case UnaryOp::AddScalar: Y = X + s; return;
-    case UnaryOp::MulScalar: Y = X * s; return;
-    case UnaryOp::RsubScalar: Y = s - X; return;
-    case UnaryOp::RdivScalar: Y = s / X; return;
+      return true;
+    case UnaryOp::AddScalar: Y = X + s; return true;
+    case UnaryOp::MulScalar: Y = X * s; return true;
+    case UnaryOp::RsubScalar: Y = s - X; return true;
+    case UnaryOp::RdivScalar: Y = s / X; return true;
     case UnaryOp::GtScalar:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > s ? 1.0f : 0.0f;
-      return;
+      return true;
   }
-  DPLAB_FAIL("unary: unknown UnaryOp {}", static_cast<int>(op));
+  return false;
+}
+
+void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s) {
+  if (n == 0) return;
+  const int threads = elementwise_threads(n);
+  bool known = true;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : known)
+  for (int p = 0; p < threads; ++p) {
+    const int64_t i0 = n * p / threads, i1 = n * (p + 1) / threads;
+    known = unary_chunk(op, x + i0, y + i0, i1 - i0, s) && known;
+  }
+  DPLAB_CHECK(known, "unary: unknown UnaryOp {}", static_cast<int>(op));
 }
 
 void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
