@@ -8,10 +8,15 @@ cross_entropy -> backward -> step), timed the same way: warm-up, then whole step
 --min-time has passed, split into forward / backward / optimizer.
 Run: python3 benchmarks/train_throughput_torch.py [--threads 1,all] [--csv torch.csv]
      [--dplab-csv dplab.csv]   # adds the column dplab samples/s / PyTorch samples/s
+PyTorch runs with the malloc settings dplab makes for itself (cpu_backend.cpp), given to
+glibc through its environment variables; --glibc-defaults runs it without them. Without
+them every step maps its large buffers afresh and page-faults them in, which on this
+project's VM made PyTorch's CNN swing 3x from run to run.
 """
 import argparse
 import csv
 import os
+import sys
 import time
 
 import torch
@@ -41,6 +46,18 @@ class LeNet(nn.Module):
 
 
 MODELS = {"mlp": make_mlp, "cnn": LeNet}
+
+# dplab's mallopt calls (framework/backend/cpu/cpu_backend.cpp) as glibc environment variables:
+# keep blocks up to 32 MiB on the heap, never trim it, one arena.
+DPLAB_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                "MALLOC_ARENA_MAX": "1"}
+
+
+def use_dplab_malloc():
+    """glibc reads these variables at start-up only, so the script starts itself again."""
+    if all(os.environ.get(k) == v for k, v in DPLAB_MALLOC.items()):
+        return
+    os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **DPLAB_MALLOC})
 
 
 def run(name, threads, batch, warmup, min_time, lr, momentum):
@@ -90,7 +107,11 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--csv", default="")
     p.add_argument("--dplab-csv", default="", help="bench_train_throughput's --csv, for ratios")
+    p.add_argument("--glibc-defaults", action="store_true",
+                   help="leave glibc's malloc as it is instead of dplab's settings")
     a = p.parse_args()
+    if not a.glibc_defaults:
+        use_dplab_malloc()
 
     every = os.cpu_count() or 1
     threads = [every if t == "all" else int(t) for t in a.threads.split(",") if t]
@@ -103,7 +124,8 @@ def main():
                     ref[(r["model"], int(r["threads"]))] = float(r["samples_per_s"])
 
     print(f"PyTorch {torch.__version__} training throughput: batch {a.batch_size}, SGD lr {a.lr} "
-          f"momentum {a.momentum}, synthetic [B,1,28,28]")
+          f"momentum {a.momentum}, synthetic [B,1,28,28], malloc: "
+          f"{'glibc defaults' if a.glibc_defaults else 'dplab settings'}")
     head = f"{'model':<6} {'threads':>7} {'steps':>7} {'ms/step':>10} {'fwd ms':>9} {'bwd ms':>9} " \
            f"{'step ms':>9} {'samples/s':>12}"
     print(head + (f" {'dplab/torch':>12}" if ref else ""))
@@ -111,6 +133,7 @@ def main():
     for t in threads:
         for name in names:
             r = run(name, t, a.batch_size, a.warmup, a.min_time, a.lr, a.momentum)
+            r["malloc"] = "glibc" if a.glibc_defaults else "dplab"
             line = (f"{name:<6} {t:>7} {r['steps']:>7} {r['ms_per_step']:>10.3f} "
                     f"{r['forward_ms']:>9.3f} {r['backward_ms']:>9.3f} {r['step_ms']:>9.3f} "
                     f"{r['samples_per_s']:>12.1f}")
