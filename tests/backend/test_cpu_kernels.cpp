@@ -286,7 +286,7 @@ TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides, split o
 }
 
 TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided and broadcast") {
-  // [4, 301, 157] = 189,028 elements, past the threshold for threads (cpu_elementwise.cpp),
+  // [4, 301, 157] = 189,028 elements, past threads_for's threshold (cpu_threads.h),
   // split 63009 / 63009 / 63010 between three threads: the second starts 52 elements into an
   // innermost row of 157.
   const int64_t A = 4, B = 301, C = 157, n = A * B * C;

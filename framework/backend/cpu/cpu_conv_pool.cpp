@@ -39,10 +39,9 @@ float* first_row(float* cols, const Window2d& w, int64_t nc) {
   return cols + c * w.kh * w.kw * w.N * L + n * L;
 }
 
-// Threads for a loop over the N*C planes (each writes only its own outputs): all of them
-// when there is enough work to share, else one (a parallel region costs microseconds).
+// Threads for a loop over the N*C planes, each writing only its own outputs.
 int plane_threads(const Window2d& w, int64_t work_per_plane) {
-  return w.N * w.C * work_per_plane >= (int64_t{1} << 16) ? get_num_threads() : 1;
+  return threads_for(w.N * w.C * work_per_plane);
 }
 
 // dst[0, n) = src[0, n) for a short row (an image row: 14 or 28 floats in the LeNet): whole

@@ -90,18 +90,12 @@ void walk_range(const Walk& w, int64_t e0, int64_t e1, Inner inner) {
   }
 }
 
-// Below this many elements one thread does it all: a parallel region costs microseconds.
-constexpr int64_t kThreadElems = int64_t{1} << 17;
-
-// Threads to split n elements between.
-int elementwise_threads(int64_t n) { return n >= kThreadElems ? get_num_threads() : 1; }
-
 // walk_range over the whole output, its elements split evenly between the threads.
 template <typename Inner>
 void walk_rows(const Walk& w, Inner inner) {
   int64_t total = 1;
   for (int d = 0; d < w.ndim; ++d) total *= w.shape[d];
-  const int threads = elementwise_threads(total);
+  const int threads = threads_for(total);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int p = 0; p < threads; ++p) walk_range(w, total * p / threads, total * (p + 1) / threads, inner);
 }
@@ -235,7 +229,7 @@ static bool unary_chunk(UnaryOp op, const float* x, float* y, int64_t n, float s
 
 void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s) {
   if (n == 0) return;
-  const int threads = elementwise_threads(n);
+  const int threads = threads_for(n);
   bool known = true;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : known)
   for (int p = 0; p < threads; ++p) {

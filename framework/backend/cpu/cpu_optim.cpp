@@ -26,7 +26,7 @@ void CpuBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, flo
               "sgd_step: nesterov needs momentum > 0 and dampening 0, got momentum {} dampening {}",
               a.momentum, a.dampening);
   // Each element is independent: share a large tensor between the threads (see cpu_threads.h).
-#pragma omp parallel for num_threads(n >= (int64_t{1} << 15) ? get_num_threads() : 1) schedule(static)
+#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i] + a.weight_decay * param[i];
     if (use_momentum) {

@@ -4,11 +4,16 @@
 // 2-core machine would fight (torchrun sets OMP_NUM_THREADS=1 for the same reason).
 // The setting is process-wide. Implemented in cpu_backend.cpp.
 #pragma once
+#include <cstdint>
 
 namespace dplab {
 
 // n >= 1; throws Error otherwise. Without OpenMP in the build, only 1 is accepted.
 void set_num_threads(int n);
 int get_num_threads();
+
+// Threads for a loop over `work` independent units (elements, or window reads): all of them
+// from 64K units up, else one, since starting a parallel region costs microseconds.
+int threads_for(int64_t work);
 
 }  // namespace dplab
