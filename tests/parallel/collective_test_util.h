@@ -1,6 +1,6 @@
 // collective_test_util.h: what the collective suites share (threads, shm processes, mpirun,
 // cuda_ipc): inputs whose reductions a test can compute exactly, the serial reference of
-// all_reduce, and a count of dplab's shared-memory segments (none may be left behind).
+// all_reduce, the gather/scatter buffers, and a count of dplab's shared-memory segments (none may be left behind).
 // Read next: test_collectives_threads.cpp.
 #pragma once
 #include <dirent.h>
@@ -43,6 +43,22 @@ template <typename T> std::vector<T> reference(ReduceOp op, int n_ranks, int64_t
   }
   return ref;
 }
+
+// Rank `rank`'s buffers for all_gather, gather, scatter and reduce_scatter over n ranks,
+// size elements each: empty outputs, the root's pieces and this rank's contributions.
+struct GatherScatterBuffers {
+  std::vector<Tensor> outs, gouts;  // int64 outputs of all_gather and gather
+  std::vector<Tensor> ins;          // scatter's pieces: ins[i] is rank i's (read at the root)
+  std::vector<Tensor> rs_ins;       // float32: this rank's contribution to block i of reduce_scatter
+  GatherScatterBuffers(int n, int rank, int64_t size) {
+    for (int i = 0; i < n; ++i) {
+      outs.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
+      gouts.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
+      ins.push_back(make<int64_t>(100 + i, size));
+      rs_ins.push_back(make<float>(rank, size, i));
+    }
+  }
+};
 
 // dplab's POSIX shared-memory segments now in /dev/shm.
 inline int dplab_segments_in_dev_shm() {

@@ -17,6 +17,7 @@ using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
 
+using dplab::parallel::testing::GatherScatterBuffers;
 using dplab::parallel::testing::make;
 using dplab::parallel::testing::reference;
 using dplab::parallel::testing::value;
@@ -104,13 +105,8 @@ TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
       std::vector<std::vector<float>> rs(n);
       run_threads(n, [&](ProcessGroup& pg) {
         const int r = pg.rank();
-        std::vector<Tensor> outs, gouts, ins, rs_ins;
-        for (int i = 0; i < n; ++i) {
-          outs.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
-          gouts.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
-          ins.push_back(make<int64_t>(100 + i, size));      // root's piece for rank i
-          rs_ins.push_back(make<float>(r, size, i));          // my contribution to block i
-        }
+        GatherScatterBuffers buffers(n, r, size);
+        auto& [outs, gouts, ins, rs_ins] = buffers;
         pg.all_gather(outs, make<int64_t>(r, size));
         pg.gather(gouts, make<int64_t>(r, size), n - 1);
         Tensor piece = Tensor::empty({size}, {.dtype = DType::Int64});

@@ -19,6 +19,7 @@ using namespace dplab::parallel;
 
 int main(int argc, char** argv) { return testing::run_under_mpirun(argc, argv); }
 
+using dplab::parallel::testing::GatherScatterBuffers;
 using dplab::parallel::testing::make;
 using dplab::parallel::testing::reference;
 using dplab::parallel::testing::value;
@@ -96,13 +97,8 @@ TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
   const int n = get_world_size(), r = get_rank();
   for (int64_t size : {int64_t{0}, int64_t{5}, int64_t{40001}}) {
     CAPTURE(size);
-    std::vector<Tensor> outs, gouts, ins, rs_ins;
-    for (int i = 0; i < n; ++i) {
-      outs.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
-      gouts.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));
-      ins.push_back(make<int64_t>(100 + i, size));  // root's piece for rank i
-      rs_ins.push_back(make<float>(r, size, i));    // my contribution to block i
-    }
+    GatherScatterBuffers buffers(n, r, size);
+    auto& [outs, gouts, ins, rs_ins] = buffers;
     mpi().all_gather(outs, make<int64_t>(r, size));
     mpi().gather(gouts, make<int64_t>(r, size), n - 1);
     Tensor piece = Tensor::empty({size}, {.dtype = DType::Int64});
