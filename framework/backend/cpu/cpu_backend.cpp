@@ -71,7 +71,7 @@ int get_num_threads() {
   return thread_setting();
 }
 
-int threads_for(int64_t work) { return work >= (int64_t{1} << 16) ? get_num_threads() : 1; }
+int threads_for(int64_t work) { return work >= (int64_t{1} << 15) ? get_num_threads() : 1; }
 
 Backend& cpu_backend() {
   static CpuBackend backend;

@@ -13,7 +13,7 @@ void set_num_threads(int n);
 int get_num_threads();
 
 // Threads for a loop over `work` independent units (elements, or window reads): all of them
-// from 64K units up, else one, since starting a parallel region costs microseconds.
+// from 32K units up, else one, since starting a parallel region costs microseconds.
 int threads_for(int64_t work);
 
 }  // namespace dplab
