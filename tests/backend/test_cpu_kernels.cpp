@@ -1,13 +1,12 @@
-// test_cpu_kernels.cpp: the CPU backend's memory, elementwise, reduction and GEMM kernels,
+// test_cpu_kernels.cpp: the CPU backend's memory, elementwise and reduction kernels,
 // each against a naive loop written here, on odd sizes (7x13, 3x7x5) so no vector-width or
 // block-size luck hides an edge bug. Broadcast layouts cover scalar, trailing-row, column and
-// two-sided broadcasts. test_cpu_nn_kernels.cpp covers softmax, indexing, conv and optimizers.
+// two-sided broadcasts. test_cpu_gemm.cpp covers GEMM; test_cpu_nn_kernels.cpp softmax,
+// indexing, conv and optimizers.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <thread>
 #include <tuple>
 
 #include "framework/backend/cpu/cpu_backend.h"
@@ -242,49 +241,6 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
   CHECK(empty_sum == std::vector<float>{0, 0, 0});
 }
 
-TEST_CASE("gemm: every transpose combination, alpha/beta, batch strides, split over threads") {
-  const int64_t M = 7, K = 5, B = 3;
-  const int before = get_num_threads();
-  // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
-  // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised.
-  for (auto [N, threads] : {std::pair<int64_t, int>{13, 1}, {301, 3}}) {
-    try {
-      set_num_threads(threads);
-    } catch (const Error&) {  // built without OpenMP: one thread only
-      MESSAGE("skipping ", threads, " threads: built without OpenMP");
-      continue;
-    }
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (int64_t stride_b_mult : {0, 1}) {  // 0: one B shared by every batch entry
-        CAPTURE(N);
-        CAPTURE(ta);
-        CAPTURE(tb);
-        CAPTURE(stride_b_mult);
-        GemmArgs g{.batch = B, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb,
-                   .stride_a = M * K, .stride_b = stride_b_mult * K * N, .stride_c = M * N,
-                   .alpha = 0.5f, .beta = 0.25f};
-        std::vector<float> a = random_vec(B * M * K, 20), b = random_vec(B * K * N, 21);
-        std::vector<float> c = random_vec(B * M * N, 22), ref(c.size());
-        for (int64_t p = 0; p < B; ++p)
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = 0; j < N; ++j) {
-              double s = 0;
-              for (int64_t k = 0; k < K; ++k) {
-                double av = a[p * g.stride_a + (ta ? k * M + i : i * K + k)];
-                double bv = b[p * g.stride_b + (tb ? j * K + k : k * N + j)];
-                s += av * bv;
-              }
-              const int64_t ci = p * g.stride_c + i * N + j;
-              ref[ci] = static_cast<float>(0.5 * s + 0.25 * c[ci]);
-            }
-        cpu().gemm(g, a.data(), b.data(), c.data());
-        check_all_close(c, ref, 1e-5, 1e-5);
-      }
-  }
-  set_num_threads(before);
-}
-
 TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided and broadcast") {
   // [4, 301, 157] = 189,028 elements, past threads_for's threshold (cpu_threads.h),
   // split 63009 / 63009 / 63010 between three threads: the second starts 52 elements into an
@@ -315,41 +271,6 @@ TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided 
   for (int64_t e = 0; e < n; ++e) ref[e] = std::max(src[e], 0.0f);
   CHECK(out == ref);
   set_num_threads(before);
-}
-
-TEST_CASE("gemm: beta = 0 ignores NaN in C; a large square product is right") {
-  const int64_t n = 67;  // past Eigen's small-matrix path, so the blocked GEMM runs
-  std::vector<float> a = random_vec(n * n, 30), b = random_vec(n * n, 31);
-  std::vector<float> c(n * n, std::numeric_limits<float>::quiet_NaN()), ref(n * n);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t k = 0; k < n; ++k) s += static_cast<double>(a[i * n + k]) * b[k * n + j];
-      ref[i * n + j] = static_cast<float>(s);
-    }
-  cpu().gemm(GemmArgs{.M = n, .N = n, .K = n}, a.data(), b.data(), c.data());
-  check_all_close(c, ref, 1e-4, 1e-4);
-  // K = 0: C = beta * C
-  std::vector<float> c2 = {1, 2};
-  cpu().gemm(GemmArgs{.M = 1, .N = 2, .K = 0, .beta = 3.0f}, a.data(), b.data(), c2.data());
-  CHECK(c2 == std::vector<float>{3, 6});
-}
-
-// DataParallel runs one replica per thread, each calling GEMM at the same time.
-TEST_CASE("gemm called from four threads at once matches the single-thread result") {
-  const int64_t n = 96;
-  std::vector<float> a = random_vec(n * n, 32), b = random_vec(n * n, 33), ref(n * n);
-  cpu().gemm(GemmArgs{.M = n, .N = n, .K = n}, a.data(), b.data(), ref.data());
-  std::vector<std::vector<float>> out(4, std::vector<float>(n * n));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int rep = 0; rep < 5; ++rep)
-        cpu().gemm(GemmArgs{.M = n, .N = n, .K = n}, a.data(), b.data(), out[t].data());
-    });
-  }
-  for (std::thread& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) CHECK(out[t] == ref);
 }
 
 TEST_CASE("threads: set and get, bad counts throw") {

@@ -4,13 +4,13 @@
 // Read next: cpu_gemm.cpp (the kernel that matters for speed).
 #include "framework/backend/cpu/cpu_backend.h"
 
-#include <Eigen/Core>
 #include <cstdlib>
 #include <cstring>
 #include <malloc.h>
 #include <mutex>
 #include <string>
 
+#include "framework/backend/cpu/cpu_gemm_kernel.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
@@ -19,16 +19,17 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-// Eigen reads its thread count from a process-wide variable; set it once, on first use,
-// from DPLAB_NUM_THREADS (default 1).
+// Eigen reads its thread count from a process-wide variable (one per build of the GEMM kernel,
+// cpu_gemm_kernel.h); set it once, on first use, from DPLAB_NUM_THREADS (default 1).
 int& thread_setting() {
   static int n = 1;
   return n;
 }
 
 void apply_threads(int n) {
-#ifdef _OPENMP
-  Eigen::setNbThreads(n);
+  gemm_kernel::set_threads_baseline(n);
+#ifdef DPLAB_HAVE_AVX512_GEMM
+  gemm_kernel::set_threads_avx512(n);
 #endif
   thread_setting() = n;
 }
@@ -36,9 +37,6 @@ void apply_threads(int n) {
 void init_threads_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Initialises Eigen's static tables (cache sizes) once, before DataParallel's threads
-    // call GEMM concurrently (Eigen's documented requirement for multi-threaded callers).
-    Eigen::initParallel();
     int n = 1;
     if (const char* env = std::getenv("DPLAB_NUM_THREADS"); env != nullptr && *env != '\0') {
       char* end = nullptr;

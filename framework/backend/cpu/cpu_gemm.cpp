@@ -1,76 +1,94 @@
-// cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU, through Eigen's GEMM.
-// The buffers are wrapped in Eigen::Map (no copy) as row-major matrices; a transposed
-// operand is the Map of its stored shape with .transpose(), which Eigen folds into its
-// packing step, so no transposed copy is ever made. noalias() tells Eigen C does not overlap
-// A or B, so it writes straight into C instead of a temporary.
-// Cost: 2*M*N*K flops per batch entry. Speed depends on building with AVX2+FMA
-// (see TOOLCHAIN.md). With more than one thread (cpu_threads.h) the columns of C are split
-// between threads, each running Eigen on its slice: Eigen's own split suits square
-// matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
-// threads than on one. Read next: cpu_elementwise.cpp.
-#include <Eigen/Core>
+// cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU: checks, threads, dispatch.
+// The multiply itself is Eigen's GEMM (cpu_gemm_kernel.cpp), in the build for the best
+// instruction set this CPU has (cpu_isa.h). Cost: 2*M*N*K flops per batch entry.
+// With more than one thread (cpu_threads.h) the columns of C are split between threads, each
+// running the kernel on its slice: Eigen's own split suits square matrices, but made a
+// convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two threads than on one.
+// Read next: cpu_gemm_kernel.cpp, then cpu_elementwise.cpp.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_gemm_kernel.h"
+#include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
 namespace dplab {
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Stride = Eigen::OuterStride<>;
-using ConstMap = Eigen::Map<const RowMat, 0, Stride>;
-using Map = Eigen::Map<RowMat, 0, Stride>;
+bool cpu_has_avx512() {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  // x86-64-v4's set; libgcc also checks that the OS saves the AVX-512 registers (XCR0).
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
 
-// Columns [n0, n0 + n) of one batch entry. A is stored [M, K] (or [K, M] when TransA),
-// B [K, N] (or [N, K]), C [M, N], all row-major; a column slice of B and C keeps their
-// row stride (N), while a slice of a transposed B is a block of its rows.
-template <bool TransA, bool TransB>
-void gemm_columns(const GemmArgs& g, const float* a, const float* b, float* c, int64_t n0, int64_t n) {
+const char* why_no_avx512() {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  return "this CPU has no AVX-512 (or the OS does not enable it); use baseline";
+#else
+  return "this dplab was built without the AVX-512 kernel (not an x86-64 build); use baseline";
+#endif
+}
+
+// The chosen ISA: the best available, unless DPLAB_GEMM_ISA says otherwise. Read once.
+GemmIsa& isa_setting() {
+  static GemmIsa isa = [] {
+    GemmIsa best = gemm_isa_available(GemmIsa::Avx512) ? GemmIsa::Avx512 : GemmIsa::Baseline;
+    const char* env = std::getenv("DPLAB_GEMM_ISA");
+    if (env == nullptr || *env == '\0') return best;
+    GemmIsa asked = parse_gemm_isa(env);
+    DPLAB_CHECK(gemm_isa_available(asked), "DPLAB_GEMM_ISA={}: {}", env, why_no_avx512());
+    return asked;
+  }();
+  return isa;
+}
+
+// C's columns [n0, n0 + n) of one batch entry, as one tile for the kernel. A column slice of
+// B and C keeps their row stride (N), while a slice of a transposed B is a block of its rows.
+gemm_kernel::Tile column_tile(const GemmArgs& g, const float* a, const float* b, float* c,
+                              int64_t n0, int64_t n) {
   // (strides of at least 1: an empty dimension must not give Eigen a zero stride)
-  ConstMap A(a, TransA ? g.K : g.M, TransA ? g.M : g.K, Stride(std::max<int64_t>(1, TransA ? g.M : g.K)));
-  ConstMap B(TransB ? b + n0 * g.K : b + n0, TransB ? n : g.K, TransB ? g.K : n,
-             Stride(std::max<int64_t>(1, TransB ? g.K : g.N)));
-  Map C(c + n0, g.M, n, Stride(g.N));
-  // beta == 0 must not read C: it may be uninitialised memory holding NaNs.
-  if (g.beta == 0.0f) {
-    C.setZero();
-  } else if (g.beta != 1.0f) {
-    C *= g.beta;
-  }
-  if (g.K == 0) return;  // op(A) @ op(B) is all zeros
-  // C += alpha * op(A) @ op(B): Eigen extracts alpha and the transposes into one GEMM call.
-  if constexpr (TransA && TransB) {
-    C.noalias() += g.alpha * (A.transpose() * B.transpose());
-  } else if constexpr (TransA) {
-    C.noalias() += g.alpha * (A.transpose() * B);
-  } else if constexpr (TransB) {
-    C.noalias() += g.alpha * (A * B.transpose());
-  } else {
-    C.noalias() += g.alpha * (A * B);
-  }
+  return {.M = g.M, .N = n, .K = g.K,
+          .lda = std::max<int64_t>(1, g.trans_a ? g.M : g.K),
+          .ldb = std::max<int64_t>(1, g.trans_b ? g.K : g.N),
+          .ldc = g.N,
+          .trans_a = g.trans_a, .trans_b = g.trans_b, .alpha = g.alpha, .beta = g.beta,
+          .a = a, .b = g.trans_b ? b + n0 * g.K : b + n0, .c = c + n0};
+}
+
+void run_tile(GemmIsa isa, const gemm_kernel::Tile& t) {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  if (isa == GemmIsa::Avx512) return gemm_kernel::run_avx512(t);
+#endif
+  gemm_kernel::run_baseline(t);
 }
 
 // Below this many columns per thread, splitting costs more than it gains.
 constexpr int64_t kMinColumnsPerThread = 64;
 
-template <bool TransA, bool TransB>
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
+  const GemmIsa isa = gemm_isa();
   const int threads = get_num_threads();
   const int parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
     float* ci = c + i * g.stride_c;
     if (parts == 1) {
-      gemm_columns<TransA, TransB>(g, ai, bi, ci, 0, g.N);
+      run_tile(isa, column_tile(g, ai, bi, ci, 0, g.N));
       continue;
     }
     // Each thread owns a slice of C's columns; inside a parallel region Eigen runs serially.
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int p = 0; p < parts; ++p) {
       const int64_t n0 = g.N * p / parts, n1 = g.N * (p + 1) / parts;
-      gemm_columns<TransA, TransB>(g, ai, bi, ci, n0, n1 - n0);
+      run_tile(isa, column_tile(g, ai, bi, ci, n0, n1 - n0));
     }
   }
 }
@@ -85,13 +103,30 @@ void CpuBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* 
   DPLAB_CHECK(g.batch <= 1 || g.stride_c != 0,
               "gemm: stride_c is 0 for batch={}; every batch entry needs its own C", g.batch);
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
-  if (g.trans_a) {
-    if (g.trans_b) gemm_batched<true, true>(g, a, b, c);
-    else gemm_batched<true, false>(g, a, b, c);
-  } else {
-    if (g.trans_b) gemm_batched<false, true>(g, a, b, c);
-    else gemm_batched<false, false>(g, a, b, c);
-  }
+  gemm_batched(g, a, b, c);
+}
+
+// ---- the instruction-set choice (cpu_isa.h) ----
+
+bool gemm_isa_available(GemmIsa isa) {
+  static const bool avx512 = cpu_has_avx512();
+  return isa == GemmIsa::Baseline || avx512;
+}
+
+GemmIsa gemm_isa() { return isa_setting(); }
+
+void set_gemm_isa(GemmIsa isa) {
+  DPLAB_CHECK(gemm_isa_available(isa), "set_gemm_isa({}): {}", gemm_isa_name(isa),
+              why_no_avx512());
+  isa_setting() = isa;
+}
+
+const char* gemm_isa_name(GemmIsa isa) { return isa == GemmIsa::Avx512 ? "avx512" : "baseline"; }
+
+GemmIsa parse_gemm_isa(const std::string& name) {
+  if (name == "baseline") return GemmIsa::Baseline;
+  if (name == "avx512") return GemmIsa::Avx512;
+  DPLAB_FAIL("GEMM instruction set: expected 'baseline' or 'avx512', got '{}'", name);
 }
 
 }  // namespace dplab
