@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "framework/tensor/device.h"
 #include "framework/tensor/dtype.h"
@@ -148,6 +149,18 @@ class Backend {
   // How many column floats conv2d should unroll at a time: it cuts the batch into groups of
   // images whose columns fit. 8 MiB by default: GEMMs wide enough to keep a GPU busy.
   virtual int64_t im2col_group_floats() const { return int64_t{2} << 20; }
+
+  // ---- an op cut into independent pieces, run side by side (conv2d's image groups) ----
+  // How many pieces should run at once to keep the device busy: the CPU's threads; 1 on
+  // CUDA, where one kernel already fills the GPU.
+  virtual int lanes() const { return 1; }
+  // Calls piece(i, lane) for every i in [0, n), with lane in [0, lanes): each lane runs its
+  // pieces one after another, so scratch buffers indexed by lane need no lock. This default
+  // runs them all on lane 0; the CPU runs lanes on threads (kernels inside single-threaded)
+  // and rethrows the first exception a piece threw once every lane has stopped.
+  virtual void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) {
+    for (int64_t i = 0; i < n; ++i) piece(i, 0);
+  }
   virtual void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
   virtual void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
                                    float* gx) = 0;

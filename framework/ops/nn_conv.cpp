@@ -1,11 +1,12 @@
 // nn_conv.cpp: 2-d convolution as im2col + GEMM, and max / average pooling.
 // im2col unrolls every kh x kw window of the padded input into a column, so a convolution
 // becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, G*oh*ow] for a group of G images.
-// The columns cost kh*kw times the images' memory, so groups are capped (2 to 8 MiB of them);
+// The columns cost kh*kw times the images' memory, so groups are capped (backend.h);
 // in return the convolution runs at GEMM speed, the trade-off Caffe made and cuDNN still
 // offers. Pooling has dedicated backend kernels.
 // Read next: nn_norm.cpp; the kernels are backend/cpu/cpu_conv_pool.cpp.
 #include <algorithm>
+#include <vector>
 
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -44,26 +45,41 @@ void swap_outer(const Tensor& on, const float* src, int64_t A, int64_t B, int64_
   backend_of(on).strided_copy(DType::Float32, src, read, dst);
 }
 
-// How conv2d cuts the batch into groups of images for im2col: as many images as keep a
-// group's columns within the backend's im2col_group_floats(). One group's GEMMs are still
-// large (N = group * oh*ow), and bounded columns stay in cache and out of the kernel's
-// page-fault path (glibc maps blocks over 32 MiB afresh every time).
+// How conv2d cuts the batch into groups of images for im2col: enough groups that each one's
+// columns fit in the backend's im2col_group_floats(), and at least one per lane so every
+// lane has work. Images are dealt out evenly (group sizes differ by at most one). A group's
+// GEMMs are still large (N = images * oh*ow), and bounded columns stay in cache and out of
+// the kernel's page-fault path (glibc maps blocks over 32 MiB afresh every time).
 struct ImageGroups {
   Window2d w;
-  int64_t O, CK, L, size;  // size: images per group (the last group may have fewer)
-  ImageGroups(const Window2d& window, int64_t out_channels, int64_t column_floats)
+  int64_t O, CK, L, count, max_size;
+  ImageGroups(const Window2d& window, int64_t out_channels, int64_t column_floats, int lanes)
       : w(window), O(out_channels), CK(window.C * window.kh * window.kw),
-        L(window.out_h * window.out_w),
-        size(std::clamp<int64_t>(CK * L > 0 ? column_floats / (CK * L) : window.N, 1,
-                                 std::max<int64_t>(window.N, 1))) {}
-  Window2d window(int64_t n0) const {  // the window of the group starting at image n0
+        L(window.out_h * window.out_w) {
+    const int64_t per_image = CK * L, N = std::max<int64_t>(w.N, 1);
+    count = per_image > 0 ? (N * per_image + column_floats - 1) / column_floats : 1;
+    if (lanes > 1) count = (std::max<int64_t>(count, lanes) + lanes - 1) / lanes * lanes;
+    count = std::clamp<int64_t>(count, 1, N);
+    max_size = (N + count - 1) / count;
+  }
+  int64_t first(int64_t i) const { return w.N * i / count; }  // group i: images [first(i), first(i+1))
+  Window2d window(int64_t i) const {
     Window2d g = w;
-    g.N = std::min(size, w.N - n0);
+    g.N = first(i + 1) - first(i);
     return g;
   }
-  int64_t x_offset(int64_t n0) const { return n0 * w.C * w.H * w.W; }
-  int64_t y_offset(int64_t n0) const { return n0 * O * L; }
+  int64_t x_offset(int64_t i) const { return first(i) * w.C * w.H * w.W; }
+  int64_t y_offset(int64_t i) const { return first(i) * O * L; }
 };
+
+// One scratch buffer per lane, each [rows, max_size * L]: a group's columns or outputs.
+std::vector<Tensor> lane_buffers(int lanes, int64_t rows, const ImageGroups& groups,
+                                 const TensorOptions& options) {
+  std::vector<Tensor> buffers;
+  for (int lane = 0; lane < lanes; ++lane)
+    buffers.push_back(Tensor::empty({rows, groups.max_size * groups.L}, options));
+  return buffers;
+}
 
 }  // namespace
 
@@ -74,6 +90,8 @@ struct ImageGroups {
 //   y[group] = yt with its two outer dims swapped              [G, O, oh*ow]
 // One big GEMM instead of G small ones: the weight gradient's inner dimension becomes
 // G*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
+// Groups are independent pieces: the backend runs them side by side on its lanes (the CPU's
+// threads), each lane with its own columns.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding) {
   check_float("conv2d", x);
@@ -95,58 +113,68 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
                 shape_str(bias.shape()));
   }
   const Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
-  const ImageGroups groups(w, O, backend_of(x).im2col_group_floats());
+  Backend& backend = backend_of(x);
+  const ImageGroups groups(w, O, backend.im2col_group_floats(), backend.lanes());
   const int64_t CK = groups.CK, L = groups.L;
+  const int lanes = static_cast<int>(std::min<int64_t>(backend.lanes(), groups.count));
 
   Tensor out = Tensor::empty({w.N, O, w.out_h, w.out_w}, x.options());
-  Tensor cols = Tensor::empty({CK, groups.size * L}, x.options());
-  Tensor yt = Tensor::empty({O, groups.size * L}, x.options());
-  for (int64_t n0 = 0; n0 < w.N; n0 += groups.size) {
-    const Window2d wg = groups.window(n0);
+  std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, x.options());
+  std::vector<Tensor> yt = lane_buffers(lanes, O, groups, x.options());
+  backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
+    const Window2d wg = groups.window(i);
     const int64_t GL = wg.N * L;
-    if (CK * GL > 0) backend_of(x).im2col(fptr(x) + groups.x_offset(n0), wg, fptr(cols));
+    if (CK * GL > 0) backend.im2col(fptr(x) + groups.x_offset(i), wg, fptr(cols[lane]));
     float beta = 0.0f;
     if (bias.defined() && O * GL > 0) {  // pre-fill yt with b, then GEMM with beta = 1
-      backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, GL}),
-                                 fptr(yt));
+      backend.strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, GL}),
+                           fptr(yt[lane]));
       beta = 1.0f;
     } else if (CK == 0 && O * GL > 0) {
-      backend_of(x).fill(DType::Float32, fptr(yt), O * GL, 0.0);
+      backend.fill(DType::Float32, fptr(yt[lane]), O * GL, 0.0);
     }
-    run_gemm(x, {.M = O, .N = GL, .K = CK, .beta = beta}, fptr(weight), fptr(cols), fptr(yt));
-    swap_outer(yt, fptr(yt), O, wg.N, L, fptr(out) + groups.y_offset(n0));
-  }
+    run_gemm(x, {.M = O, .N = GL, .K = CK, .beta = beta}, fptr(weight), fptr(cols[lane]),
+             fptr(yt[lane]));
+    swap_outer(x, fptr(yt[lane]), O, wg.N, L, fptr(out) + groups.y_offset(i));
+  });
 
   // dW needs the columns again: keep x (kh*kw times smaller) and unroll it group by group.
   // dx needs only the weight and the shape of x.
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
   return record(out, "Conv2dBackward", {x, weight, bias},
-                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, groups](const Tensor& g) {
+                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, groups, lanes](const Tensor& g) {
     const int64_t O = groups.O, CK = groups.CK, L = groups.L;
+    Backend& backend = backend_of(g);
     Tensor gx = x_grad ? Tensor::empty(sx, g.options()) : Tensor();
+    // dW: lane 0 sums its groups into gw, every other lane into its own partial sum, and the
+    // partial sums are added at the end (each lane's groups summed in the same order every run).
     Tensor gw = weight.requires_grad() ? zeros(weight.shape(), weight.options()) : Tensor();
-    Tensor gt = Tensor::empty({O, groups.size * L}, g.options());
-    Tensor cols = Tensor::empty({CK, groups.size * L}, g.options());  // dcols for dx, cols for dW
-    for (int64_t n0 = 0; n0 < w.N; n0 += groups.size) {
-      const Window2d wg = groups.window(n0);
+    std::vector<Tensor> gw_lane{gw};
+    for (int lane = 1; gw.defined() && lane < lanes; ++lane)
+      gw_lane.push_back(zeros(weight.shape(), weight.options()));
+    std::vector<Tensor> gt = lane_buffers(lanes, O, groups, g.options());
+    std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, g.options());  // dcols for dx, cols for dW
+    backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
+      const Window2d wg = groups.window(i);
       const int64_t GL = wg.N * L;
       // gt [O, G*L]: g[group] [G, O, L] with the images side by side, as the columns are
-      swap_outer(g, fptr(g) + groups.y_offset(n0), wg.N, O, L, fptr(gt));
+      swap_outer(g, fptr(g) + groups.y_offset(i), wg.N, O, L, fptr(gt[lane]));
       if (x_grad && gx.numel() > 0) {
         // dcols = W^T [CK, O] @ gt [O, G*L];  dx[group] = col2im(dcols), the adjoint of im2col
-        if (O == 0) backend_of(g).fill(DType::Float32, fptr(cols), CK * GL, 0.0);
-        run_gemm(g, {.M = CK, .N = GL, .K = O, .trans_a = true}, fptr(weight), fptr(gt),
-                 fptr(cols));
-        backend_of(g).col2im(fptr(cols), wg, fptr(gx) + groups.x_offset(n0));
+        if (O == 0) backend.fill(DType::Float32, fptr(cols[lane]), CK * GL, 0.0);
+        run_gemm(g, {.M = CK, .N = GL, .K = O, .trans_a = true}, fptr(weight), fptr(gt[lane]),
+                 fptr(cols[lane]));
+        backend.col2im(fptr(cols[lane]), wg, fptr(gx) + groups.x_offset(i));
       }
       if (gw.defined() && CK * GL > 0) {
         // dW [O, CK] += gt [O, G*L] @ cols^T [G*L, CK]: the sum over images is the GEMM's K
-        backend_of(g).im2col(fptr(saved_x) + groups.x_offset(n0), wg, fptr(cols));
-        run_gemm(g, {.M = O, .N = CK, .K = GL, .trans_b = true, .beta = n0 == 0 ? 0.0f : 1.0f},
-                 fptr(gt), fptr(cols), fptr(gw));
+        backend.im2col(fptr(saved_x) + groups.x_offset(i), wg, fptr(cols[lane]));
+        run_gemm(g, {.M = O, .N = CK, .K = GL, .trans_b = true, .beta = 1.0f}, fptr(gt[lane]),
+                 fptr(cols[lane]), fptr(gw_lane[lane]));
       }
-    }
+    });
+    for (std::size_t lane = 1; lane < gw_lane.size(); ++lane) gw.add_(gw_lane[lane]);
     // db = sum of g over n, h, w
     Tensor gb = b_grad ? sum(g, {0, 2, 3}) : Tensor();
     return std::vector<Tensor>{gx, gw, gb};

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <tuple>
 
 #include "framework/backend/cpu/cpu_backend.h"
@@ -270,6 +271,50 @@ TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided 
   cpu().unary(UnaryOp::Relu, src.data(), out.data(), n, 0.0f);
   for (int64_t e = 0; e < n; ++e) ref[e] = std::max(src[e], 0.0f);
   CHECK(out == ref);
+  set_num_threads(before);
+}
+
+TEST_CASE("run_pieces: every piece once, lane t gets pieces t, t + lanes, ...; errors rethrown") {
+  const int before = get_num_threads();
+  try {
+    set_num_threads(3);
+  } catch (const Error&) {
+    MESSAGE("skipping: built without OpenMP");
+    return;
+  }
+  CHECK(cpu().lanes() == 3);
+  const int64_t n = 8;
+  std::vector<int> lane_of(n, -1), kernel_threads_in(n, -1);
+  std::vector<std::thread::id> thread_of(n);
+  cpu().run_pieces(n, 3, [&](int64_t i, int lane) {
+    lane_of[i] = lane;
+    thread_of[i] = std::this_thread::get_id();
+    kernel_threads_in[i] = kernel_threads();  // a lane's kernels run single-threaded
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(lane_of[i] == i % 3);
+    CHECK(thread_of[i] == thread_of[i % 3]);  // one lane, one thread: its scratch needs no lock
+    CHECK(kernel_threads_in[i] == 1);
+  }
+  CHECK(thread_of[0] != thread_of[1]);
+  CHECK(kernel_threads() == 3);  // outside the lanes, the kernels have all threads again
+  // A piece that throws: the error comes out of run_pieces, after the other lanes stopped.
+  std::vector<int> ran(n, 0);
+  CHECK_THROWS_WITH_AS(cpu().run_pieces(n, 3, [&](int64_t i, int) {
+                         ran[i] = 1;
+                         DPLAB_CHECK(i != 4, "piece {} failed", i);
+                       }),
+                       doctest::Contains("piece 4 failed"), Error);
+  CHECK(ran[3] == 1);  // lane 0's and lane 2's pieces went on
+  CHECK(ran[7] == 0);  // lane 1 stopped at its failed piece
+  // One lane: the pieces run in order on the calling thread.
+  std::vector<int64_t> order;
+  cpu().run_pieces(4, 1, [&](int64_t i, int lane) {
+    CHECK(lane == 0);
+    order.push_back(i);
+  });
+  CHECK(order == std::vector<int64_t>{0, 1, 2, 3});
   set_num_threads(before);
 }
 

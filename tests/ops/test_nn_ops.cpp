@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "tests/gradcheck.h"
@@ -186,7 +188,7 @@ TEST_CASE("conv2d gradients for x, weight and bias") {
 
 TEST_CASE("conv2d over several image groups equals conv2d image by image") {
   // 4 channels, a 5x5 kernel, 14x14 padded by 2: 19,600 column floats per image. A batch of
-  // 2*G + 1 is cut into groups of G, G and 1 images (nn_conv.cpp, ImageGroups).
+  // 2*G + 1 is cut into three groups of about G images (nn_conv.cpp, ImageGroups).
   const int64_t per_image = 4 * 5 * 5 * 14 * 14;
   const int64_t G = backend_for(Device("cpu")).im2col_group_floats() / per_image, N = 2 * G + 1;
   REQUIRE(G >= 2);  // groups of several images, or the side-by-side layout goes untested
@@ -206,6 +208,44 @@ TEST_CASE("conv2d over several image groups equals conv2d image by image") {
     for (size_t i = 0; i < gw_sum.size(); ++i) gw_sum[i] += gwn[i];
   }
   check_close(w.grad(), gw_sum, 1e-3f);  // dW sums over the images, across the groups too
+}
+
+TEST_CASE("conv2d with its image groups on 2 and 3 threads gives the one-thread results") {
+  // On several threads conv2d runs one group per thread (Backend::run_pieces), and each
+  // thread sums its own share of dW, added up at the end. 9 images of 19,600 column floats
+  // fit one group on one thread; 2 and 3 threads cut them into 2 and 3 groups.
+  const int before = get_num_threads();
+  Tensor x = leaf({9, 4, 14, 14}, 40), w = leaf({3, 4, 5, 5}, 41), b = leaf({3}, 42);
+  Tensor g = leaf({9, 3, 14, 14}, 43).detach();
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
+    Tensor y = conv2d(x, w, b, 1, 2);
+    y.backward(g);
+    return std::vector<std::vector<float>>{y.to_vector<float>(), x.grad().to_vector<float>(),
+                                           w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const auto one = run(1);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    try {
+      set_num_threads(threads);
+    } catch (const Error&) {
+      MESSAGE("skipping: built without OpenMP");
+      break;
+    }
+    CHECK(backend_for(Device("cpu")).lanes() == threads);
+    const auto many = run(threads);
+    const std::string names[] = {"y", "dx", "dW", "db"};
+    for (int k = 0; k < 4; ++k) {
+      CAPTURE(names[k]);
+      REQUIRE(many[k].size() == one[k].size());
+      for (size_t i = 0; i < one[k].size(); ++i)
+        REQUIRE_MESSAGE(std::abs(many[k][i] - one[k][i]) <= 1e-4f * (1 + std::abs(one[k][i])),
+                        "element " << i << ": got " << many[k][i] << ", want " << one[k][i]);
+    }
+  }
+  set_num_threads(before);
 }
 
 TEST_CASE("conv2d errors") {

@@ -1,4 +1,4 @@
-// cpu_backend.cpp: the CPU backend's memory, copies and thread count, and the singleton.
+// cpu_backend.cpp: the CPU backend's memory and copies, and the singleton.
 // Host memory is plain aligned_alloc; counting per logical device (cpu:0, cpu:1, ...) is done
 // above us in tensor/allocator.cpp, so every cpu:k shares this one backend object.
 // Read next: cpu_gemm.cpp (the kernel that matters for speed).
@@ -7,10 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <malloc.h>
-#include <mutex>
-#include <string>
 
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
@@ -19,61 +16,11 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-// Eigen reads its thread count from a process-wide variable (one per build of the GEMM kernel,
-// cpu_gemm_kernel.h); set it once, on first use, from DPLAB_NUM_THREADS (default 1).
-int& thread_setting() {
-  static int n = 1;
-  return n;
-}
-
-void apply_threads(int n) {
-  gemm_kernel::set_threads_baseline(n);
-#ifdef DPLAB_HAVE_AVX512_GEMM
-  gemm_kernel::set_threads_avx512(n);
-#endif
-  thread_setting() = n;
-}
-
-void init_threads_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int n = 1;
-    if (const char* env = std::getenv("DPLAB_NUM_THREADS"); env != nullptr && *env != '\0') {
-      char* end = nullptr;
-      long v = std::strtol(env, &end, 10);
-      DPLAB_CHECK(end != env && *end == '\0' && v >= 1 && v <= 1024,
-                  "DPLAB_NUM_THREADS: expected an integer in [1, 1024], got '{}'", env);
-      n = static_cast<int>(v);
-    }
-#ifndef _OPENMP
-    n = 1;  // built without OpenMP: Eigen is single-threaded whatever we ask
-#endif
-    apply_threads(n);
-  });
-}
-
 }  // namespace
-
-void set_num_threads(int n) {
-  init_threads_once();
-  DPLAB_CHECK(n >= 1, "set_num_threads: expected n >= 1, got {}", n);
-#ifndef _OPENMP
-  DPLAB_CHECK(n == 1, "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
-              "is available", n);
-#endif
-  apply_threads(n);
-}
-
-int get_num_threads() {
-  init_threads_once();
-  return thread_setting();
-}
-
-int threads_for(int64_t work) { return work >= (int64_t{1} << 15) ? get_num_threads() : 1; }
 
 Backend& cpu_backend() {
   static CpuBackend backend;
-  init_threads_once();
+  get_num_threads();  // reads DPLAB_NUM_THREADS now, before any kernel runs
   return backend;
 }
 

@@ -62,6 +62,8 @@ class CpuBackend final : public Backend {
   void im2col(const float* x, const Window2d& w, float* cols) override;
   void col2im(const float* cols, const Window2d& w, float* gx) override;
   int64_t im2col_group_floats() const override;
+  int lanes() const override;
+  void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) override;
   void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) override;
   void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
                            float* gx) override;

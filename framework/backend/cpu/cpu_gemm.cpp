@@ -75,7 +75,7 @@ constexpr int64_t kMinColumnsPerThread = 64;
 
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   const GemmIsa isa = gemm_isa();
-  const int threads = get_num_threads();
+  const int threads = kernel_threads();
   const int parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
