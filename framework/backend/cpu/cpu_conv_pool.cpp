@@ -145,6 +145,37 @@ void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
 // them again was 15% slower (25 MiB of columns that left the cache in between).
 int64_t CpuBackend::im2col_group_floats() const { return int64_t{1} << 18; }
 
+// The 2x2 window with stride 2 (LeNet's, VGG's): each output is a tournament, top pair
+// against bottom pair. Ties go to the earlier element at each match, so the winner is the
+// first maximum in row-major order, as in the general loop. Written without branches, so
+// that the compiler vectorises the row (pairs loaded with shuffles): LeNet's pool1 went from
+// 0.79 to 0.33 ms a step. Written with ?: instead of std::max, GCC 12 made it branches.
+static void max_pool2x2(const float* x, const Window2d& w, float* y, int64_t* argmax) {
+  // (locals, not w's fields: argmax stores are int64_t and could alias them, as far as the
+  // compiler knows, which stops it from vectorising)
+  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, W = w.W, out_w = w.out_w;
+  const int32_t W32 = static_cast<int32_t>(W);
+#pragma omp parallel for num_threads(plane_threads(w, L * 4)) schedule(static)
+  for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
+    for (int64_t oh = 0; oh < w.out_h; ++oh) {
+      const int64_t row = 2 * oh * W;  // the window's top-left corner is row + 2*ow
+      const float* top = x + nc * plane + row;
+      const float* bottom = top + W;
+      float* y_row = y + nc * L + oh * out_w;
+      int64_t* a_row = argmax + nc * L + oh * out_w;
+      for (int64_t ow = 0; ow < out_w; ++ow) {
+        const float a = top[2 * ow], b = top[2 * ow + 1];
+        const float c = bottom[2 * ow], d = bottom[2 * ow + 1];
+        // (std::max(p, q) is q only if q > p: ties keep the earlier element)
+        const float upper = std::max(a, b), lower = std::max(c, d);
+        y_row[ow] = std::max(upper, lower);
+        const int32_t b_wins = b > a, d_wins = d > c, lower_wins = lower > upper;
+        a_row[ow] = row + 2 * ow + b_wins + lower_wins * (W32 + d_wins - b_wins);
+      }
+    }
+  }
+}
+
 // Without padding every window lies inside the image: no bounds to compute per output.
 // Same rule as below: the first maximum in row-major order wins.
 static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int64_t* argmax) {
@@ -173,6 +204,7 @@ static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int
 
 void CpuBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   check_window("max_pool2d", w);
+  if (w.pad == 0 && w.kh == 2 && w.kw == 2 && w.stride == 2) return max_pool2x2(x, w, y, argmax);
   if (w.pad == 0) return max_pool2d_unpadded(x, w, y, argmax);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
 #pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
