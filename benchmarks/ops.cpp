@@ -22,6 +22,7 @@
 #include "benchmarks/ops_eigen_direct.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/ops/ops.h"
 
@@ -132,18 +133,26 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (default: DPLAB_NUM_THREADS, else 1)");
   app.add_option("--budget", budget, "seconds of timed runs per measurement")->capture_default_str();
   app.add_option("--sizes", sizes, "matmul sizes n for [n,n]@[n,n]")->capture_default_str();
+  std::string gemm_isa = "baseline";
+  app.add_option("--gemm-isa", gemm_isa,
+                 "dplab's GEMM kernel: baseline (the build Eigen direct is) or avx512")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (threads > 0) dplab::set_num_threads(threads);
+    // Eigen direct is compiled with the build's flags, so the like-for-like comparison is
+    // against dplab's baseline kernel; --gemm-isa avx512 shows what dispatch adds.
+    dplab::set_gemm_isa(dplab::parse_gemm_isa(gemm_isa));
     const int nthreads = dplab::get_num_threads();
     const double mhz = cpu_mhz();
     const double theory = 2.0 * 8 * 2 * mhz * 1e-3;  // 2 FMA units x 8 floats x 2 flops x GHz
     const double measured = measured_fma_peak_gflops();  // one thread: on its CPU clock
     g_use_thread_clock = nthreads == 1;
-    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s\n", nthreads,
-                dplab::bench::eigen_threads(),
-                g_use_thread_clock ? "thread's CPU clock" : "wall clock");
+    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s; dplab's GEMM "
+                "kernel: %s\n", nthreads, dplab::bench::eigen_threads(),
+                g_use_thread_clock ? "thread's CPU clock" : "wall clock",
+                dplab::gemm_isa_name(dplab::gemm_isa()));
     std::printf("single-thread peak context: AVX2 FMA loop measures %.1f GFLOP/s; theory "
                 "2 FMA x 8 floats x 2 flops x %.2f GHz (/proc/cpuinfo) = %.1f GFLOP/s\n"
                 "  (cpuinfo shows the nominal clock; turbo runs above it, so the loop can beat "

@@ -4,6 +4,7 @@
 // forward / backward / optimizer. --device cuda adds a row per model on the GPU (synchronised
 // at each phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
 // train_throughput_torch.py is PyTorch's side (and the ratio, given this program's --csv).
+// --gemm-isa baseline runs the AVX2 GEMM kernel on a CPU with AVX-512 (cpu_isa.h).
 // Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--device cuda] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
   int warmup = 3;
   int64_t batch = 64;
   std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv, device_spec = "cpu";
+  std::string gemm_isa_spec;
   app.add_option("--min-time", min_time, "seconds of timed steps per row");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
@@ -124,6 +127,8 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the rows to this CSV file");
   app.add_option("--device", device_spec,
                  "cpu, or cuda[:k] to add GPU rows and GPU/CPU ratios (CPU rows always run)");
+  app.add_option("--gemm-isa", gemm_isa_spec,
+                 "CPU GEMM kernel: baseline or avx512 (default: the best this CPU has)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -134,8 +139,9 @@ int main(int argc, char** argv) {
     DPLAB_CHECK(!names.empty(), "--models: expected mlp and/or cnn, got \"{}\"", models_spec);
 
     const Device gpu(device_spec);
-    fmt::print("dplab training throughput: batch {}, SGD lr {} momentum {}, synthetic [B,1,28,28]\n",
-               batch, lr, momentum);
+    if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
+    fmt::print("dplab training throughput: batch {}, SGD lr {} momentum {}, synthetic [B,1,28,28], "
+               "CPU GEMM kernel: {}\n", batch, lr, momentum, gemm_isa_name(gemm_isa()));
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
@@ -178,11 +184,12 @@ int main(int argc, char** argv) {
       std::ofstream f(csv);
       DPLAB_CHECK(f.good(), "--csv: cannot write {}", csv);
       f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,"
-           "samples_per_s,device\n";
+           "samples_per_s,device,gemm_isa\n";
       for (const Row& r : rows)
-        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{}\n", r.model,
+        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{}\n", r.model,
                          r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
-                         r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str());
+                         r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
+                         gemm_isa_name(gemm_isa()));
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {
