@@ -1,7 +1,8 @@
 // cpu_backend.h: the CPU backend, every kernel of backend.h on host memory.
-// The kernels are split by concept, one .cpp each: cpu_backend.cpp (memory, copies, threads),
-// cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp (Eigen's GEMM), cpu_nn.cpp (softmax,
-// nll, indexing), cpu_conv_pool.cpp (im2col, pooling), cpu_optim.cpp (fused SGD / Adam).
+// The kernels are split by concept, one .cpp each: cpu_backend.cpp (memory, copies),
+// cpu_threads.cpp (thread count, lanes), cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp
+// (GEMM, on Eigen in cpu_gemm_kernel.cpp), cpu_nn.cpp (softmax, nll, indexing),
+// cpu_conv_pool.cpp (im2col, pooling), cpu_optim.cpp (fused SGD / Adam).
 // This header is public (backend.cpp includes it), so it names no Eigen type: Eigen stays
 // inside the .cpp files of this folder. Read next: cpu_gemm.cpp, then cpu_elementwise.cpp.
 #pragma once
