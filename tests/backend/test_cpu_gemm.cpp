@@ -12,6 +12,7 @@
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 #include "tests/backend/cpu_test_util.h"
+#include "tests/thread_count_scope.h"
 
 using namespace dplab;
 using namespace dplab::test;
@@ -27,13 +28,11 @@ struct IsaScope {
 
 void check_transposes_alpha_beta_batches_threads() {
   const int64_t M = 7, K = 5, B = 3;
-  const int before = get_num_threads();
   // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
   // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised.
   for (auto [N, threads] : {std::pair<int64_t, int>{13, 1}, {301, 3}}) {
-    try {
-      set_num_threads(threads);
-    } catch (const Error&) {  // built without OpenMP: one thread only
+    testing::ThreadCountScope scope(threads);
+    if (!scope.available()) {
       MESSAGE("skipping ", threads, " threads: built without OpenMP");
       continue;
     }
@@ -65,7 +64,6 @@ void check_transposes_alpha_beta_batches_threads() {
           check_all_close(c, ref, 1e-5, 1e-5);
         }
   }
-  set_num_threads(before);
 }
 
 void check_beta_zero_and_large_square() {

@@ -14,6 +14,7 @@
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 #include "tests/backend/cpu_test_util.h"
+#include "tests/thread_count_scope.h"
 
 using namespace dplab;
 using namespace dplab::test;
@@ -247,10 +248,8 @@ TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided 
   // split 63009 / 63009 / 63010 between three threads: the second starts 52 elements into an
   // innermost row of 157.
   const int64_t A = 4, B = 301, C = 157, n = A * B * C;
-  const int before = get_num_threads();
-  try {
-    set_num_threads(3);
-  } catch (const Error&) {
+  testing::ThreadCountScope three(3);
+  if (!three.available()) {
     MESSAGE("skipping: built without OpenMP");
     return;
   }
@@ -271,14 +270,11 @@ TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided 
   cpu().unary(UnaryOp::Relu, src.data(), out.data(), n, 0.0f);
   for (int64_t e = 0; e < n; ++e) ref[e] = std::max(src[e], 0.0f);
   CHECK(out == ref);
-  set_num_threads(before);
 }
 
 TEST_CASE("run_pieces: every piece once, lane t gets pieces t, t + lanes, ...; errors rethrown") {
-  const int before = get_num_threads();
-  try {
-    set_num_threads(3);
-  } catch (const Error&) {
+  testing::ThreadCountScope three(3);
+  if (!three.available()) {
     MESSAGE("skipping: built without OpenMP");
     return;
   }
@@ -315,7 +311,6 @@ TEST_CASE("run_pieces: every piece once, lane t gets pieces t, t + lanes, ...; e
     order.push_back(i);
   });
   CHECK(order == std::vector<int64_t>{0, 1, 2, 3});
-  set_num_threads(before);
 }
 
 TEST_CASE("threads: set and get, bad counts throw") {

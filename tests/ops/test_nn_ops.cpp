@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "tests/gradcheck.h"
+#include "tests/thread_count_scope.h"
 
 using namespace dplab;
 using dplab::testing::gradcheck;
@@ -214,28 +214,28 @@ TEST_CASE("conv2d with its image groups on 2 and 3 threads gives the one-thread 
   // On several threads conv2d runs one group per thread (Backend::run_pieces), and each
   // thread sums its own share of dW, added up at the end. 9 images of 19,600 column floats
   // fit one group on one thread; 2 and 3 threads cut them into 2 and 3 groups.
-  const int before = get_num_threads();
   Tensor x = leaf({9, 4, 14, 14}, 40), w = leaf({3, 4, 5, 5}, 41), b = leaf({3}, 42);
   Tensor g = leaf({9, 3, 14, 14}, 43).detach();
-  auto run = [&](int threads) {
-    set_num_threads(threads);
+  auto run = [&] {
     for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
     Tensor y = conv2d(x, w, b, 1, 2);
     y.backward(g);
     return std::vector<std::vector<float>>{y.to_vector<float>(), x.grad().to_vector<float>(),
                                            w.grad().to_vector<float>(), b.grad().to_vector<float>()};
   };
-  const auto one = run(1);
+  const auto one = [&] {
+    testing::ThreadCountScope single(1);
+    return run();
+  }();
   for (int threads : {2, 3}) {
     CAPTURE(threads);
-    try {
-      set_num_threads(threads);
-    } catch (const Error&) {
+    testing::ThreadCountScope scope(threads);
+    if (!scope.available()) {
       MESSAGE("skipping: built without OpenMP");
       break;
     }
     CHECK(backend_for(Device("cpu")).lanes() == threads);
-    const auto many = run(threads);
+    const auto many = run();
     const std::string names[] = {"y", "dx", "dW", "db"};
     for (int k = 0; k < 4; ++k) {
       CAPTURE(names[k]);
@@ -245,7 +245,6 @@ TEST_CASE("conv2d with its image groups on 2 and 3 threads gives the one-thread 
                         "element " << i << ": got " << many[k][i] << ", want " << one[k][i]);
     }
   }
-  set_num_threads(before);
 }
 
 TEST_CASE("conv2d errors") {

@@ -4,9 +4,9 @@
 // second keeps each thread's im2col columns in its own cache and needs no hand-off between
 // kernels; LeNet's step ran 1.7x faster than with split kernels on two threads.
 // Read next: cpu_gemm.cpp.
+#include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <string>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -69,8 +69,6 @@ int get_num_threads() {
   init_threads_once();
   return thread_setting();
 }
-
-
 
 int kernel_threads() {
 #ifdef _OPENMP
