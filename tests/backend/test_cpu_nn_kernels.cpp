@@ -164,8 +164,15 @@ float at(const std::vector<float>& x, const Window2d& w, int64_t nc, int64_t ih,
 }  // namespace
 
 TEST_CASE("im2col matches the definition; col2im is its adjoint") {
+  // Output rows of 4 to 6 (single floats), 8 (one vector), 13 and 14 (8 + 4 + single floats,
+  // LeNet's second conv), 19 and 28 (several vectors; LeNet's first conv): the row kernels'
+  // vector and tail paths. Stride 2 takes the strided loop.
   for (Window2d w : {window(2, 3, 7, 6, 3, 1, 1), window(1, 2, 9, 8, 3, 2, 1),
-                     window(2, 1, 5, 5, 5, 1, 2), window(1, 1, 4, 7, 2, 2, 0)}) {
+                     window(2, 1, 5, 5, 5, 1, 2), window(1, 1, 4, 7, 2, 2, 0),
+                     window(1, 2, 3, 10, 3, 1, 0), window(2, 2, 4, 13, 3, 1, 1),
+                     window(2, 3, 5, 14, 5, 1, 2), window(1, 1, 3, 19, 3, 1, 1),
+                     window(1, 2, 6, 28, 5, 1, 2)}) {
+    CAPTURE(w.W);
     CAPTURE(w.H);
     CAPTURE(w.stride);
     CAPTURE(w.pad);

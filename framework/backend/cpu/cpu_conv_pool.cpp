@@ -9,7 +9,6 @@
 // Cost: im2col writes C*kh*kw*out_h*out_w floats per image, kh*kw times the input.
 // Read next: cpu_optim.cpp.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 #include <limits>
 
@@ -44,17 +43,24 @@ int plane_threads(const Window2d& w, int64_t work_per_plane) {
   return threads_for(w.N * w.C * work_per_plane);
 }
 
-// dst[0, n) = src[0, n) for a short row (an image row: 14 or 28 floats in the LeNet): whole
-// 8-float vectors, the last one overlapping the one before, instead of a vector loop with a
-// scalar tail, whose bookkeeping cost more than the copying.
+// An unaligned vector of 8 floats (GCC and Clang vector extensions) for copying the short rows
+// of im2col (an image row: 14 or 28 floats in the LeNet). memcpy of 32 bytes came out as 16-byte
+// moves spilled through the stack. may_alias: it reads and writes float arrays. (Plain
+// functions: as a template argument the type would lose its alignment of 4.)
+typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
+inline Floats8 load8(const float* p) { return *reinterpret_cast<const Floats8*>(p); }
+inline void store8(float* p, Floats8 v) { *reinterpret_cast<Floats8*>(p) = v; }
+
+// dst[0, n) = src[0, n) for a short row: whole 8-float vectors, the last one overlapping the
+// one before, instead of a vector loop with a scalar tail, whose bookkeeping cost more than the
+// copying. (col2im's += cannot overlap, and its plain loop measured fastest.)
 inline void copy_row(const float* src, float* dst, int64_t n) {
-  constexpr int64_t kVec = 8;
-  if (n < kVec) {
+  if (n < 8) {
     for (int64_t o = 0; o < n; ++o) dst[o] = src[o];
     return;
   }
-  for (int64_t o = 0; o + kVec < n; o += kVec) std::memcpy(dst + o, src + o, sizeof(float) * kVec);
-  std::memcpy(dst + n - kVec, src + n - kVec, sizeof(float) * kVec);
+  for (int64_t o = 0; o + 8 < n; o += 8) store8(dst + o, load8(src + o));
+  store8(dst + n - 8, load8(src + n - 8));
 }
 
 // One input plane with a border of `pad` zeros: [H + 2*pad, W + 2*pad]. Windows read from it
@@ -71,15 +77,14 @@ struct PaddedPlane {
     thread_local std::vector<float> b;
     return b;
   }
-  // the padded position of output (oh, 0) under kernel tap (i, j)
-  float* window_row(const Window2d& w, int64_t oh, int64_t i, int64_t j) {
-    return buf.data() + (oh * w.stride + i) * cols + j;
-  }
+  // the padded position of output (0, 0) under kernel tap (i, j); output row oh + 1 is
+  // stride * cols floats further on
+  float* window(int64_t i, int64_t j) { return buf.data() + i * cols + j; }
   void load(const float* img, int64_t H, int64_t W) {  // the border stays 0
-    for (int64_t h = 0; h < H; ++h) std::copy_n(img + h * W, W, buf.data() + (h + pad) * cols + pad);
+    for (int64_t h = 0; h < H; ++h) copy_row(img + h * W, buf.data() + (h + pad) * cols + pad, W);
   }
   void store(float* img, int64_t H, int64_t W) const {  // the interior only
-    for (int64_t h = 0; h < H; ++h) std::copy_n(buf.data() + (h + pad) * cols + pad, W, img + h * W);
+    for (int64_t h = 0; h < H; ++h) copy_row(buf.data() + (h + pad) * cols + pad, img + h * W, W);
   }
 };
 
@@ -87,18 +92,19 @@ struct PaddedPlane {
 
 void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
   check_window("im2col", w);
-  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, ow_n = w.out_w, s = w.stride;
+  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
+  const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
 #pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     PaddedPlane padded(w);
     padded.load(x + nc * plane, w.H, w.W);
+    const int64_t src_step = s * padded.cols;  // one output row down
     float* out = first_row(cols, w, nc);
     for (int64_t i = 0; i < w.kh; ++i) {
       for (int64_t j = 0; j < w.kw; ++j) {
-        float* row = out + (i * w.kw + j) * w.N * L;
-        for (int64_t oh = 0; oh < w.out_h; ++oh) {
-          const float* src = padded.window_row(w, oh, i, j);
-          float* dst = row + oh * ow_n;
+        const float* src = padded.window(i, j);
+        float* dst = out + (i * w.kw + j) * NL;
+        for (int64_t oh = 0; oh < oh_n; ++oh, src += src_step, dst += ow_n) {
           if (s == 1) {
             copy_row(src, dst, ow_n);
           } else {
@@ -114,17 +120,18 @@ void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
 // padded plane; what lands on the border (padding) is dropped when the interior is stored.
 void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
   check_window("col2im", w);
-  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, ow_n = w.out_w, s = w.stride;
+  const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
+  const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
 #pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     PaddedPlane padded(w);
+    const int64_t dst_step = s * padded.cols;  // one output row down
     const float* in = first_row(const_cast<float*>(cols), w, nc);
     for (int64_t i = 0; i < w.kh; ++i) {
       for (int64_t j = 0; j < w.kw; ++j) {
-        const float* row = in + (i * w.kw + j) * w.N * L;
-        for (int64_t oh = 0; oh < w.out_h; ++oh) {
-          const float* src = row + oh * ow_n;
-          float* dst = padded.window_row(w, oh, i, j);
+        const float* src = in + (i * w.kw + j) * NL;
+        float* dst = padded.window(i, j);
+        for (int64_t oh = 0; oh < oh_n; ++oh, src += ow_n, dst += dst_step) {
           if (s == 1) {
             for (int64_t o = 0; o < ow_n; ++o) dst[o] += src[o];
           } else {
