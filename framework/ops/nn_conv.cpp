@@ -153,6 +153,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
     std::vector<Tensor> gw_lane{gw};
     for (int lane = 1; gw.defined() && lane < lanes; ++lane)
       gw_lane.push_back(zeros(weight.shape(), weight.options()));
+    // db = sum of g over n, h, w: each group's row sums of gt, which is in its lane's cache
+    // already, one row per group, added up over the groups at the end (in group order)
+    Tensor gb_groups = b_grad ? Tensor::empty({groups.count, O}, g.options()) : Tensor();
     std::vector<Tensor> gt = lane_buffers(lanes, O, groups, g.options());
     std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, g.options());  // dcols for dx, cols for dW
     backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
@@ -160,6 +163,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       const int64_t GL = wg.N * L;
       // gt [O, G*L]: g[group] [G, O, L] with the images side by side, as the columns are
       swap_outer(g, fptr(g) + groups.y_offset(i), wg.N, O, L, fptr(gt[lane]));
+      if (b_grad) backend.reduce(ReduceOp::Sum, fptr(gt[lane]), fptr(gb_groups) + i * O, O, GL, 1);
       if (x_grad && gx.numel() > 0) {
         // dcols = W^T [CK, O] @ gt [O, G*L];  dx[group] = col2im(dcols), the adjoint of im2col
         if (O == 0) backend.fill(DType::Float32, fptr(cols[lane]), CK * GL, 0.0);
@@ -175,8 +179,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       }
     });
     for (std::size_t lane = 1; lane < gw_lane.size(); ++lane) gw.add_(gw_lane[lane]);
-    // db = sum of g over n, h, w
-    Tensor gb = b_grad ? sum(g, {0, 2, 3}) : Tensor();
+    Tensor gb = b_grad ? sum(gb_groups, {0}) : Tensor();
     return std::vector<Tensor>{gx, gw, gb};
   });
 }
