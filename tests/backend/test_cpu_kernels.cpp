@@ -272,7 +272,7 @@ TEST_CASE("elementwise kernels split between threads: rows cut mid-way, strided 
   CHECK(out == ref);
 }
 
-TEST_CASE("run_pieces: every piece once, lane t gets pieces t, t + lanes, ...; errors rethrown") {
+TEST_CASE("run_pieces: every piece once, lane t gets the t-th block of pieces; errors rethrown") {
   testing::ThreadCountScope three(3);
   if (!three.available()) {
     MESSAGE("skipping: built without OpenMP");
@@ -289,21 +289,25 @@ TEST_CASE("run_pieces: every piece once, lane t gets pieces t, t + lanes, ...; e
   });
   for (int64_t i = 0; i < n; ++i) {
     CAPTURE(i);
-    CHECK(lane_of[i] == i % 3);
-    CHECK(thread_of[i] == thread_of[i % 3]);  // one lane, one thread: its scratch needs no lock
+    const int block = i < 2 ? 0 : i < 5 ? 1 : 2;  // 8 pieces on 3 lanes: [0, 2), [2, 5), [5, 8)
+    CHECK(lane_of[i] == block);
+    CHECK(thread_of[i] == thread_of[block == 0 ? 0 : block == 1 ? 2 : 5]);  // one lane, one thread: its scratch needs no lock
     CHECK(kernel_threads_in[i] == 1);
   }
-  CHECK(thread_of[0] != thread_of[1]);
+  CHECK(thread_of[0] != thread_of[2]);
+  CHECK(thread_of[2] != thread_of[5]);
   CHECK(kernel_threads() == 3);  // outside the lanes, the kernels have all threads again
   // A piece that throws: the error comes out of run_pieces, after the other lanes stopped.
   std::vector<int> ran(n, 0);
   CHECK_THROWS_WITH_AS(cpu().run_pieces(n, 3, [&](int64_t i, int) {
                          ran[i] = 1;
-                         DPLAB_CHECK(i != 4, "piece {} failed", i);
+                         DPLAB_CHECK(i != 3, "piece {} failed", i);
                        }),
-                       doctest::Contains("piece 4 failed"), Error);
-  CHECK(ran[3] == 1);  // lane 0's and lane 2's pieces went on
-  CHECK(ran[7] == 0);  // lane 1 stopped at its failed piece
+                       doctest::Contains("piece 3 failed"), Error);
+  CHECK(ran[1] == 1);  // lane 0's and lane 2's pieces went on
+  CHECK(ran[7] == 1);
+  CHECK(ran[2] == 1);  // lane 1 ran [2, 5) in order and stopped at its failed piece 3
+  CHECK(ran[4] == 0);
   // One lane: the pieces run in order on the calling thread.
   std::vector<int64_t> order;
   cpu().run_pieces(4, 1, [&](int64_t i, int lane) {

@@ -81,8 +81,12 @@ int threads_for(int64_t work) { return work >= (int64_t{1} << 15) ? kernel_threa
 
 int CpuBackend::lanes() const { return kernel_threads(); }
 
-// Lane t of the team runs pieces t, t + team, t + 2*team, ...: the same lane gets the same
-// pieces every run, so whatever a lane sums over its pieces is summed in the same order.
+// Lane t of the team runs the t-th contiguous block of pieces, [n*t/team, n*(t+1)/team): the
+// same lane gets the same pieces every run, so whatever a lane sums over its pieces is summed
+// in the same order. Contiguous, not dealt round-robin: conv2d's pieces are image groups, and
+// the plane loops of the kernels before and after it give thread t the t-th block of images
+// too, so a thread's images stay in its own cache from op to op (LeNet's step on two threads
+// 2-4% faster on this VM, where data moving between the two cores is slow).
 // An exception cannot leave an OpenMP region: the first is kept and rethrown after it.
 void CpuBackend::run_pieces(int64_t n, int lanes,
                             const std::function<void(int64_t, int)>& piece) {
@@ -99,7 +103,7 @@ void CpuBackend::run_pieces(int64_t n, int lanes,
 #else
     const int lane = 0, team = 1;
 #endif
-    for (int64_t i = lane; i < n; i += team) {
+    for (int64_t i = n * lane / team; i < n * (lane + 1) / team; ++i) {
       try {
         piece(i, lane);
       } catch (...) {
