@@ -86,8 +86,8 @@ std::vector<Tensor> lane_buffers(int lanes, int64_t rows, const ImageGroups& gro
 // x: [N, C, H, W]  weight: [O, C, kh, kw]  bias: [O]  ->  y: [N, O, oh, ow]
 // For each group of G images (the whole batch when its columns fit, see ImageGroups):
 //   cols = im2col(x[group])              [C*kh*kw, G*oh*ow]   (the images side by side)
-//   yt   = W [O, C*kh*kw] @ cols + b     [O, G*oh*ow]         (one GEMM for the group)
-//   y[group] = yt with its two outer dims swapped              [G, O, oh*ow]
+//   yt   = W [O, C*kh*kw] @ cols         [O, G*oh*ow]         (one GEMM for the group)
+//   y[group] = yt with its two outer dims swapped, + b[o]      [G, O, oh*ow]  (one pass)
 // One big GEMM instead of G small ones: the weight gradient's inner dimension becomes
 // G*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
 // Groups are independent pieces: the backend runs them side by side on its lanes (the CPU's
@@ -125,17 +125,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
     const Window2d wg = groups.window(i);
     const int64_t GL = wg.N * L;
     if (CK * GL > 0) backend.im2col(fptr(x) + groups.x_offset(i), wg, fptr(cols[lane]));
-    float beta = 0.0f;
-    if (bias.defined() && O * GL > 0) {  // pre-fill yt with b, then GEMM with beta = 1
-      backend.strided_copy(DType::Float32, fptr(bias), broadcast_layout({O, 1}, {O, GL}),
-                           fptr(yt[lane]));
-      beta = 1.0f;
-    } else if (CK == 0 && O * GL > 0) {
-      backend.fill(DType::Float32, fptr(yt[lane]), O * GL, 0.0);
+    if (CK == 0 && O * GL > 0) backend.fill(DType::Float32, fptr(yt[lane]), O * GL, 0.0);
+    run_gemm(x, {.M = O, .N = GL, .K = CK}, fptr(weight), fptr(cols[lane]), fptr(yt[lane]));
+    float* y = fptr(out) + groups.y_offset(i);
+    if (!bias.defined()) {
+      swap_outer(x, fptr(yt[lane]), O, wg.N, L, y);
+    } else if (O * GL > 0) {  // y[group] [G, O, L] = yt [O, G, L] swapped, + b[o], in one pass
+      Strided swapped{.ndim = 3, .shape = {wg.N, O, L}, .strides = {L, wg.N * L, 1}};
+      backend.binary(BinaryOp::Add, fptr(yt[lane]), swapped, fptr(bias),
+                     broadcast_layout({1, O, 1}, {wg.N, O, L}), y);
     }
-    run_gemm(x, {.M = O, .N = GL, .K = CK, .beta = beta}, fptr(weight), fptr(cols[lane]),
-             fptr(yt[lane]));
-    swap_outer(x, fptr(yt[lane]), O, wg.N, L, fptr(out) + groups.y_offset(i));
   });
 
   // dW needs the columns again: keep x (kh*kw times smaller) and unroll it group by group.
