@@ -8,6 +8,11 @@ cross_entropy -> backward -> step), timed the same way: warm-up, then whole step
 --min-time has passed, split into forward / backward / optimizer.
 Run: python3 benchmarks/train_throughput_torch.py [--threads 1,all] [--csv torch.csv]
      [--dplab-csv dplab.csv]   # adds the column dplab samples/s / PyTorch samples/s
+Paired rounds, for a noisy machine: --dplab-bin build/benchmarks/bench_train_throughput
+--rounds 5 runs dplab (that binary, one model and thread count at a time) and then PyTorch on
+the same model and thread count, straight after each other, five times over, and prints each
+pair's ratio and the median and range per row. Two runs seconds apart see the same machine;
+a whole table of one framework and then one of the other may not.
 PyTorch runs with the malloc settings dplab makes for itself (cpu_backend.cpp), given to
 glibc through its environment variables; --glibc-defaults runs it without them. Without
 them every step maps its large buffers afresh and page-faults them in, which on this
@@ -16,7 +21,10 @@ project's VM made PyTorch's CNN swing 3x from run to run.
 import argparse
 import csv
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -96,6 +104,42 @@ def run(name, threads, batch, warmup, min_time, lr, momentum):
                 samples_per_s=steps * batch / total)
 
 
+def run_dplab(binary, name, threads, a):
+    """dplab's samples/s for one model and thread count: one row of bench_train_throughput."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "row.csv")
+        subprocess.run([binary, "--models", name, "--threads", str(threads), "--csv", out,
+                        "--batch-size", str(a.batch_size), "--min-time", str(a.min_time),
+                        "--warmup", str(a.warmup), "--lr", str(a.lr), "--momentum", str(a.momentum)],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            rows = [r for r in csv.DictReader(f) if r["device"].startswith("cpu")]
+    return float(rows[0]["samples_per_s"])
+
+
+def paired_rounds(a, threads, names):
+    """dplab, then PyTorch, on the same row, a.rounds times; the ratio's median and range."""
+    print(f"{'round':>5} {'model':<6} {'threads':>7} {'dplab samples/s':>16} "
+          f"{'torch samples/s':>16} {'dplab/torch':>12}")
+    ratios, rows = {}, []
+    for k in range(1, a.rounds + 1):
+        for t in threads:
+            for name in names:
+                ours = run_dplab(a.dplab_bin, name, t, a)
+                theirs = run(name, t, a.batch_size, a.warmup, a.min_time, a.lr, a.momentum)
+                ratio = ours / theirs["samples_per_s"]
+                ratios.setdefault((name, t), []).append(ratio)
+                print(f"{k:>5} {name:<6} {t:>7} {ours:>16.1f} {theirs['samples_per_s']:>16.1f} "
+                      f"{ratio:>12.2f}", flush=True)
+                rows.append(dict(round=k, model=name, threads=t, dplab_samples_per_s=ours,
+                                 torch_samples_per_s=theirs["samples_per_s"], ratio=ratio))
+    print(f"\n{'model':<6} {'threads':>7} {'rounds':>6} {'median dplab/torch':>19} {'range':>14}")
+    for (name, t), r in ratios.items():
+        print(f"{name:<6} {t:>7} {len(r):>6} {statistics.median(r):>19.2f} "
+              f"{min(r):>6.2f}-{max(r):.2f}")
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--min-time", type=float, default=3.0)
@@ -109,7 +153,15 @@ def main():
     p.add_argument("--dplab-csv", default="", help="bench_train_throughput's --csv, for ratios")
     p.add_argument("--glibc-defaults", action="store_true",
                    help="leave glibc's malloc as it is instead of dplab's settings")
+    p.add_argument("--dplab-bin", default="",
+                   help="bench_train_throughput: run it and PyTorch in paired rounds")
+    p.add_argument("--rounds", type=int, default=3, help="paired rounds (with --dplab-bin)")
     a = p.parse_args()
+    if a.dplab_bin and not os.access(a.dplab_bin, os.X_OK):
+        p.error(f"--dplab-bin {a.dplab_bin}: not an executable file (build it: "
+                "ninja -C build benchmarks/bench_train_throughput)")
+    if a.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {a.rounds}")
     if not a.glibc_defaults:
         use_dplab_malloc()
 
@@ -126,9 +178,22 @@ def main():
     print(f"PyTorch {torch.__version__} training throughput: batch {a.batch_size}, SGD lr {a.lr} "
           f"momentum {a.momentum}, synthetic [B,1,28,28], malloc: "
           f"{'glibc defaults' if a.glibc_defaults else 'dplab settings'}")
-    head = f"{'model':<6} {'threads':>7} {'steps':>7} {'ms/step':>10} {'fwd ms':>9} {'bwd ms':>9} " \
-           f"{'step ms':>9} {'samples/s':>12}"
-    print(head + (f" {'dplab/torch':>12}" if ref else ""))
+    if a.dplab_bin:
+        rows = paired_rounds(a, threads, names)
+    else:
+        rows = table(a, threads, names, ref)
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {a.csv}")
+
+
+def table(a, threads, names, ref):
+    """PyTorch alone, one row per model and thread count (ratios from dplab's CSV if given)."""
+    print(f"{'model':<6} {'threads':>7} {'steps':>7} {'ms/step':>10} {'fwd ms':>9} {'bwd ms':>9} "
+          f"{'step ms':>9} {'samples/s':>12}" + (f" {'dplab/torch':>12}" if ref else ""))
     rows = []
     for t in threads:
         for name in names:
@@ -141,12 +206,7 @@ def main():
                 line += f" {ref[(name, t)] / r['samples_per_s']:>12.2f}"
             print(line, flush=True)
             rows.append(r)
-    if a.csv:
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-            w.writeheader()
-            w.writerows(rows)
-        print(f"wrote {a.csv}")
+    return rows
 
 
 if __name__ == "__main__":
