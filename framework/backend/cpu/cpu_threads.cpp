@@ -86,7 +86,7 @@ int CpuBackend::lanes() const { return kernel_threads(); }
 // in the same order. Contiguous, not dealt round-robin: conv2d's pieces are image groups, and
 // the plane loops of the kernels before and after it give thread t the t-th block of images
 // too, so a thread's images stay in its own cache from op to op (LeNet's step on two threads
-// 2-4% faster on this VM, where data moving between the two cores is slow).
+// 1.6-4.6% faster in five runs on this VM, where data moving between the two cores is slow).
 // An exception cannot leave an OpenMP region: the first is kept and rethrown after it.
 void CpuBackend::run_pieces(int64_t n, int lanes,
                             const std::function<void(int64_t, int)>& piece) {
