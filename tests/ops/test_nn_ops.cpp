@@ -186,6 +186,25 @@ TEST_CASE("conv2d gradients for x, weight and bias") {
             {leaf({2, 2, 4, 5}, 23), leaf({3, 2, 2, 3}, 24)});
 }
 
+TEST_CASE("conv2d with no input channels or no output channels") {
+  // C = 0: every GEMM has K = 0, so y is the bias alone and dW is empty; db still sums g.
+  Tensor x = leaf({2, 0, 5, 5}, 25), w = leaf({3, 0, 3, 3}, 26), b = leaf({3}, 27);
+  Tensor y = conv2d(x, w, b, 1, 1);
+  REQUIRE(y.shape() == Shape{2, 3, 5, 5});
+  const std::vector<float> bv = b.to_vector<float>(), yv = y.to_vector<float>();
+  for (size_t i = 0; i < yv.size(); ++i) CHECK(yv[i] == bv[(i / 25) % 3]);
+  CHECK(conv2d(x, w, {}, 1, 1).to_vector<float>() == std::vector<float>(yv.size(), 0.0f));
+  y.backward(ones(y.shape()));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>(3, 50.0f));  // 2 images x 25 positions
+  CHECK(w.grad().shape() == w.shape());
+  // O = 0: y is empty, and the dx GEMM has K = 0, so dx is all zeros.
+  Tensor x2 = leaf({2, 2, 4, 4}, 28), w2 = leaf({0, 2, 3, 3}, 29);
+  Tensor y2 = conv2d(x2, w2, {}, 1, 1);
+  REQUIRE(y2.shape() == Shape{2, 0, 4, 4});
+  y2.backward(ones(y2.shape()));
+  CHECK(x2.grad().to_vector<float>() == std::vector<float>(x2.numel(), 0.0f));
+}
+
 TEST_CASE("conv2d over several image groups equals conv2d image by image") {
   // 4 channels, a 5x5 kernel, 14x14 padded by 2: 19,600 column floats per image. A batch of
   // 2*G + 1 is cut into three groups of about G images (nn_conv.cpp, ImageGroups).
