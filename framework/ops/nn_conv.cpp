@@ -31,10 +31,12 @@ Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, in
   return w;
 }
 
-// c[batch, M, N] (+)= op(a) op(b) on the backend, strides in elements.
+// c[M, N] = op(a) op(b) + beta * c on the backend, beta 0 or 1. With K = 0 (no input or no
+// output channels) the product is all zeros: c is zeroed (beta 0) or left as it is (beta 1).
 void run_gemm(const Tensor& on, GemmArgs args, const float* a, const float* b, float* c) {
-  if (args.M == 0 || args.N == 0 || args.batch == 0 || args.K == 0) return;
-  backend_of(on).gemm(args, a, b, c);
+  if (args.M == 0 || args.N == 0) return;
+  if (args.K > 0) return backend_of(on).gemm(args, a, b, c);
+  if (args.beta == 0.0f) backend_of(on).fill(DType::Float32, c, args.M * args.N, 0.0);
 }
 
 // dst [B, A, L] <- src [A, B, L]: swaps the two outer dims (images and channels). `on`
@@ -125,7 +127,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
     const Window2d wg = groups.window(i);
     const int64_t GL = wg.N * L;
     if (CK * GL > 0) backend.im2col(fptr(x) + groups.x_offset(i), wg, fptr(cols[lane]));
-    if (CK == 0 && O * GL > 0) backend.fill(DType::Float32, fptr(yt[lane]), O * GL, 0.0);
     run_gemm(x, {.M = O, .N = GL, .K = CK}, fptr(weight), fptr(cols[lane]), fptr(yt[lane]));
     float* y = fptr(out) + groups.y_offset(i);
     if (!bias.defined()) {
@@ -165,7 +166,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       if (b_grad) backend.reduce(ReduceOp::Sum, fptr(gt[lane]), fptr(gb_groups) + i * O, O, GL, 1);
       if (x_grad && gx.numel() > 0) {
         // dcols = W^T [CK, O] @ gt [O, G*L];  dx[group] = col2im(dcols), the adjoint of im2col
-        if (O == 0) backend.fill(DType::Float32, fptr(cols[lane]), CK * GL, 0.0);
         run_gemm(g, {.M = CK, .N = GL, .K = O, .trans_a = true}, fptr(weight), fptr(gt[lane]),
                  fptr(cols[lane]));
         backend.col2im(fptr(cols[lane]), wg, fptr(gx) + groups.x_offset(i));
