@@ -1,9 +1,10 @@
 // shm_transport.h: the mailbox protocol over one POSIX shared-memory segment, for ranks
 // that are separate processes on one machine (CPU tensors).
-// Rendezvous: rank 0 creates "/dplab-<pid>-<random>" (O_EXCL; a stale name is unlinked and
-// the create retried), publishes the name in the store, waits until every rank has mapped
-// it, then shm_unlinks it at once. From then on the segment lives only as long as some
-// process maps it, so nothing is left in /dev/shm, even after SIGKILL.
+// Rendezvous: rank 0 creates the block as an anonymous file (memfd_create: it has no name
+// in /dev/shm or anywhere), publishes "/proc/<pid>/fd/<fd>" in the store, and every other
+// rank opens that path and maps the same file. Rank 0 closes its descriptor once all have
+// mapped it. The kernel frees the block with the last mapping, so nothing can be left
+// behind, whatever is killed and when (even during the set-up, even by SIGKILL).
 // Read next: shm_transport.cpp, mailbox_transport.h.
 #pragma once
 #include <functional>
@@ -19,8 +20,8 @@ using MakeMailbox =
     std::function<std::unique_ptr<MailboxTransport>(std::shared_ptr<void> owner, void* memory)>;
 
 // The rendezvous above for a block of `bytes` (>= mailbox_bytes(size, ...)): make() builds
-// the transport once the block is mapped, then this rank's pid is filed and the name
-// unlinked. make_shm_transport is this with a plain MailboxTransport; cuda_ipc reuses it.
+// the transport once the block is mapped, then this rank's pid is filed and rank 0's
+// descriptor closed. make_shm_transport is this with a plain MailboxTransport; cuda_ipc reuses it.
 std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::string& key_prefix,
                                                    int rank, int size, std::size_t bytes,
                                                    const MakeMailbox& make);
