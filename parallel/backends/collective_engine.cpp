@@ -6,6 +6,7 @@
 #include "parallel/backends/collective_engine.h"
 
 #include "framework/error.h"
+#include "parallel/comm/tcp_store.h"
 
 namespace dplab::parallel {
 
@@ -13,9 +14,26 @@ bool is_engine_backend(const std::string& backend) {
   return backend == "mpi" || backend == "nccl";
 }
 
+namespace {
+
+// The watchdog's own store: a second connection to the same TCP store (the first may be
+// busy in the main thread), or the shared store itself when it needs no connection.
+CollectiveWatchdog::Connect watchdog_store(Store& store) {
+  if (auto* tcp = dynamic_cast<TCPStore*>(&store)) {
+    return [host = tcp->host(), port = tcp->port()](Seconds timeout) -> std::shared_ptr<Store> {
+      return std::make_shared<TCPStore>(host, port, false, timeout);
+    };
+  }
+  return [&store](Seconds) { return std::shared_ptr<Store>(&store, [](Store*) {}); };
+}
+
+}  // namespace
+
 std::unique_ptr<CollectiveEngine> make_engine(Store& store, const std::string& prefix, int rank,
                                               int world_size, const ProcessGroupOptions& opts) {
-  if (opts.backend == "mpi") return make_mpi_engine(rank, world_size, opts.timeout);
+  if (opts.backend == "mpi")
+    return make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store),
+                           prefix + "/watchdog");
   if (opts.backend == "nccl") return make_nccl_engine(store, prefix, rank, world_size);
   DPLAB_FAIL("make_engine: backend must be \"mpi\" or \"nccl\", got \"{}\"", opts.backend);
 }

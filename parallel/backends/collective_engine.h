@@ -12,6 +12,7 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/backends/collective_watchdog.h"
 #include "parallel/comm/store.h"
 
 namespace dplab::parallel {
@@ -84,8 +85,12 @@ bool nccl_built();
 
 // The engines' constructors (mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp
 // stand-ins, which throw an Error naming the build option, when dplab was built without).
-// timeout: how long a rank that exits waits for the others before aborting the job.
-std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout);
+// timeout: how long a collective may run before the watchdog names the late rank and aborts
+// the job, and how long a rank that exits waits for the others. watchdog_store: the store
+// the watchdog files its hang report in (collective_watchdog.h), under watchdog_prefix.
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
+                                                  CollectiveWatchdog::Connect watchdog_store,
+                                                  const std::string& watchdog_prefix);
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
                                                    int rank, int world_size);
 

@@ -4,6 +4,8 @@
 // OpenMPI picks the algorithm (ring or Rabenseifner for large all-reduces, trees for small)
 // and the wire (shared memory in a node, TCP / InfiniBand between nodes). Ranks come from
 // mpirun; CUDA tensors are staged through host memory; float16 sums use MPI user ops.
+// A collective that runs past the group's timeout wakes the watchdog (collective_watchdog.h),
+// which names the late rank and aborts the job: MPI itself would wait forever.
 // Read next: nccl_engine.cpp; tests/parallel/test_mpi_collectives.cpp.
 #include <mpi.h>
 
@@ -119,7 +121,8 @@ void scale_for_avg(const Tensor& host, ReduceOp op, int n) {
 
 class MpiEngine final : public CollectiveEngine {
  public:
-  MpiEngine(int rank, int world_size, Seconds timeout) {
+  MpiEngine(int rank, int world_size, Seconds timeout, CollectiveWatchdog::Connect watchdog_store,
+            const std::string& watchdog_prefix) {
     const MpiWorld w = mpi_world();
     state().exit_timeout = timeout;
     DPLAB_CHECK(rank == w.rank && world_size == w.size,
@@ -132,8 +135,18 @@ class MpiEngine final : public CollectiveEngine {
     check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup", rank_, "process group creation");
     // errors come back as codes (turned into CommError) instead of aborting the job
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    // A rank blocked in MPI cannot be interrupted: past the timeout the watchdog names the
+    // late rank and aborts the whole job, instead of every rank spinning forever.
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        std::move(watchdog_store), watchdog_prefix, rank_, size_, timeout,
+        [](const std::string& why) {
+          std::fprintf(stderr, "dplab mpi backend watchdog: %s; aborting the MPI job\n", why.c_str());
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_WORLD, 3);
+        });
   }
   ~MpiEngine() override {
+    watchdog_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
@@ -148,6 +161,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void all_reduce(Tensor& t, ReduceOp op) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "all_reduce");
     Tensor h = host_of(t);
     if (h.numel() > 0 && size_ > 1)
       call(MPI_Allreduce(MPI_IN_PLACE, h.raw_data(), as_count(h.numel(), "all_reduce"),
@@ -159,6 +173,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void broadcast(Tensor& t, int root) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "broadcast");
     Tensor h = host_of(t);
     call(MPI_Bcast(h.raw_data(), as_count(h.nbytes(), "broadcast"), MPI_BYTE, root, comm_),
          "MPI_Bcast", "broadcast");
@@ -167,6 +182,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void reduce(Tensor& t, int root, ReduceOp op) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "reduce");
     Tensor h = host_of(t);
     const int count = as_count(h.numel(), "reduce");
     // the root reduces in place; the others' buffers are only read, so they stay unchanged
@@ -182,6 +198,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "all_gather");
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(static_cast<std::size_t>(bytes * size_));
@@ -193,6 +210,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "reduce_scatter");
     // MPI wants the N blocks back to back; the inputs are separate tensors, so copy them once
     const int64_t bytes = output.nbytes();
     std::vector<std::byte> all(static_cast<std::size_t>(bytes * size_));
@@ -209,6 +227,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "gather");
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(rank_ == root ? static_cast<std::size_t>(bytes * size_) : 0);
@@ -221,6 +240,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "scatter");
     const int64_t bytes = output.nbytes();
     std::vector<std::byte> all(rank_ == root ? static_cast<std::size_t>(bytes * size_) : 0);
     if (rank_ == root)
@@ -235,11 +255,13 @@ class MpiEngine final : public CollectiveEngine {
 
   void barrier() override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "barrier");
     call(MPI_Barrier(comm_), "MPI_Barrier", "barrier");
   }
 
   void send(const Tensor& t, int dst) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "send");
     Tensor h = host_of(t);
     call(MPI_Send(h.raw_data(), as_count(h.nbytes(), "send"), MPI_BYTE, dst, kTag, comm_),
          "MPI_Send", "send");
@@ -247,6 +269,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void recv(Tensor& t, int src) override {
     auto lock = serialize();
+    Watched watched(*watchdog_, "recv");
     Tensor h = host_of(t);
     MPI_Status status;
     call(MPI_Recv(h.raw_data(), as_count(h.nbytes(), "recv"), MPI_BYTE, src, kTag, comm_, &status),
@@ -269,6 +292,13 @@ class MpiEngine final : public CollectiveEngine {
 
  private:
   static constexpr int kTag = 0;  // one communicator per group, so one tag suffices
+
+  // Brackets one collective for the watchdog.
+  struct Watched {
+    CollectiveWatchdog& dog;
+    Watched(CollectiveWatchdog& d, const char* collective) : dog(d) { dog.begin(collective); }
+    ~Watched() { dog.end(); }
+  };
 
   std::unique_lock<std::mutex> serialize() {
     // With MPI_THREAD_MULTIPLE, the async worker and the caller's thread may both be in MPI
@@ -309,6 +339,7 @@ class MpiEngine final : public CollectiveEngine {
   int rank_ = 0;
   int size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 }  // namespace
@@ -361,8 +392,11 @@ std::string mpi_broadcast_string(const std::string& value, int root) {
   return out;
 }
 
-std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout) {
-  return std::make_unique<MpiEngine>(rank, world_size, timeout);
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
+                                                  CollectiveWatchdog::Connect watchdog_store,
+                                                  const std::string& watchdog_prefix) {
+  return std::make_unique<MpiEngine>(rank, world_size, timeout, std::move(watchdog_store),
+                                     watchdog_prefix);
 }
 
 }  // namespace dplab::parallel

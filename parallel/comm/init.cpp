@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -119,6 +120,16 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+Seconds resolve_timeout(Seconds given) {
+  const char* v = std::getenv("DPLAB_TIMEOUT");
+  if (given != kDefaultTimeout || v == nullptr) return given;
+  char* end = nullptr;
+  double secs = std::strtod(v, &end);
+  DPLAB_CHECK(end != v && *end == '\0' && std::isfinite(secs) && secs > 0,
+              "DPLAB_TIMEOUT='{}' is not a number of seconds > 0 (e.g. DPLAB_TIMEOUT=30)", v);
+  return Seconds(secs);
+}
 
 RankInfo rank_info_from_env(const Env& env) {
   RankInfo info;
@@ -291,6 +302,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   std::lock_guard<std::mutex> lock(g.mu);
   DPLAB_CHECK(g.pg == nullptr, "init_process_group: already initialized as rank {} of {}; call "
               "destroy_process_group() first", g.pg->rank(), g.pg->size());
+  const Seconds timeout = resolve_timeout(opts.timeout);
   int rank = opts.rank, world_size = opts.world_size;
   std::shared_ptr<Store> store;
   if (opts.backend == "mpi") {
@@ -301,8 +313,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
                 "(rank {} of {}), but rank {} of {} was passed", w.rank, w.size, rank, world_size);
     rank = w.rank;
     world_size = w.size;
-    store = opts.init_method == "env://" ? mpi_store(rank, opts.timeout)
-                                         : make_store(opts.init_method, rank, world_size, opts.timeout);
+    store = opts.init_method == "env://" ? mpi_store(rank, timeout)
+                                         : make_store(opts.init_method, rank, world_size, timeout);
   } else {
     if (rank < 0 || world_size < 0) {
       RankInfo info = rank_info_from_env();
@@ -312,14 +324,14 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     }
     DPLAB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
                 "init_process_group: rank {} is not in [0, world_size {})", rank, world_size);
-    store = make_store(opts.init_method, rank, world_size, opts.timeout);
+    store = make_store(opts.init_method, rank, world_size, timeout);
   }
-  rendezvous(*store, rank, world_size, opts.timeout);
+  rendezvous(*store, rank, world_size, timeout);
   g.pg = create_process_group(store, rank, world_size,
-                              ProcessGroupOptions{.backend = opts.backend, .timeout = opts.timeout,
+                              ProcessGroupOptions{.backend = opts.backend, .timeout = timeout,
                                                   .link_gbps = opts.link_gbps});
   g.store = store;
-  g.timeout = opts.timeout;
+  g.timeout = timeout;
   return g.pg;
 }
 

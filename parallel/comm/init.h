@@ -21,7 +21,9 @@ struct InitOptions {
   std::string init_method = "env://";  // or "file:///path", "tcp://host:port"
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
-  Seconds timeout = kDefaultTimeout;   // rendezvous and every later collective wait
+  // Rendezvous and every later collective wait. Left at the default (60 s), the
+  // environment variable DPLAB_TIMEOUT (seconds) replaces it; a value set here wins.
+  Seconds timeout = kDefaultTimeout;
   double link_gbps = 0;                // > 0: emulate a link per rank (transport/link_model.h)
 };
 
@@ -59,6 +61,10 @@ struct RankInfo {
 RankInfo rank_info_from_env();
 // The same over an explicit environment, for tests.
 RankInfo rank_info_from_env(const std::map<std::string, std::string>& env);
+
+// The timeout init_process_group uses: `given`, or DPLAB_TIMEOUT's seconds when `given` is
+// the default and the variable is set. Throws Error on a malformed DPLAB_TIMEOUT.
+Seconds resolve_timeout(Seconds given);
 
 // Creates the rendezvous store for init_method ("env://", "tcp://host:port",
 // "file:///path"): rank 0 serves TCP, the others connect. Exposed for tests and tutorials.

@@ -13,11 +13,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <thread>
 
 #include "framework/error.h"
+#include "parallel/transport/hang_report.h"
 
 namespace dplab::parallel {
 namespace {
@@ -45,16 +45,9 @@ inline void cpu_relax() {
 
 }  // namespace
 
-// kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so also read its state.
+// kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.
 bool pid_alive(int32_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;  // no /proc: trust kill()
-  std::string line;
-  std::getline(stat, line);
-  auto close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return true;
-  char state = line[close + 2];
+  char state = process_state(pid);
   return state != 'Z' && state != 'X';
 }
 
@@ -125,6 +118,15 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int pe
     if (ready()) return;
     cpu_relax();
   }
+  // filed while we sleep, so a rank that times out can follow who waits on whom
+  struct Waiting {
+    RankStatus& me;
+    Waiting(RankStatus& s, int peer) : me(s) {
+      me.heartbeat_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      me.waiting_on.store(peer + 1, std::memory_order_release);
+    }
+    ~Waiting() { me.waiting_on.store(0, std::memory_order_release); }
+  } waiting(statuses_[rank_], peer);
   auto start = Clock::now();
   auto next_pid_check = start;
   for (;;) {
@@ -138,12 +140,40 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int pe
       if (ready()) return;
       throw CommError(*why);
     }
-    if (now - start > timeout_)
-      throw CommError(fmt::format("rank {}: {} timed out after {:.1f} s waiting for {} "
-                                  "rank {}", rank_, context_, timeout_.count(), waiting_for,
-                                  peer));
+    statuses_[rank_].heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    if (now - start > timeout_) {
+      throw CommError(fmt::format("rank {}: {} #{} timed out after {:.1f} s waiting for {} "
+                                  "rank {}; {}", rank_, context_, collectives_, timeout_.count(),
+                                  waiting_for, peer, hang_report(peer)));
+    }
     futex_wait(&word, seen);
   }
+}
+
+void MailboxTransport::set_context(const std::string& collective) {
+  context_ = collective;
+  RankStatus& me = statuses_[rank_];
+  std::size_t n = std::min(collective.size(), sizeof(me.collective) - 1);
+  std::memcpy(me.collective, collective.data(), n);
+  me.collective[n] = '\0';
+  me.collectives.store(++collectives_, std::memory_order_release);
+}
+
+std::string MailboxTransport::hang_report(int peer) const {
+  std::vector<RankProgress> ranks(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    const RankStatus& s = statuses_[r];
+    RankProgress& p = ranks[r];
+    p.collectives = s.collectives.load(std::memory_order_acquire);
+    p.collective = std::string(s.collective, strnlen(s.collective, sizeof(s.collective)));
+    if (p.collective.empty()) p.collective = "(no collective yet)";
+    p.waiting_on = s.waiting_on.load(std::memory_order_acquire) - 1;
+    p.process_state = s.pid != 0 ? process_state(s.pid) : '?';
+    const int64_t beat = s.heartbeat_ns.load(std::memory_order_relaxed);
+    p.silent_s = beat == 0 ? 0.0 : std::chrono::duration<double>(
+        Clock::now().time_since_epoch() - Clock::duration(beat)).count();
+  }
+  return describe_hang(rank_, peer, ranks);
 }
 
 void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) {
@@ -182,8 +212,8 @@ void MailboxTransport::recv_segment(
 void MailboxTransport::mark_left() {
   statuses_[rank_].left.store(1, std::memory_order_release);
   for (int a = 0; a < size_; ++a) {
-    futex_wake(&link(rank_, a).consumed);  // waiters for a slot towards me
-    futex_wake(&link(rank_, a).written);   // waiters for data from me
+    futex_wake(&link(a, rank_).consumed);  // a's waits for a free slot towards me
+    futex_wake(&link(rank_, a).written);   // a's waits for data from me
   }
 }
 

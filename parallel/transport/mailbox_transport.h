@@ -7,6 +7,9 @@
 // counter (not the _PRIVATE variant, so a write in another process wakes us), waking every
 // few ms to check the deadline, the peers' failed flags, and whether the awaited peer
 // still lives (pid) and has not left the group: nothing more can come from it then.
+// Each rank also files its progress (collectives started, the current one's name, the peer
+// it waits on), so a rank whose wait times out can name the rank that stopped
+// (hang_report.h) instead of the neighbour it happened to wait on.
 // Where the slot bytes live is a hook: in this block (shm, threads), or in GPU memory
 // (cuda_ipc_transport.cpp overrides the three slot_* functions; flags and waits stay here).
 // Read next: mailbox_transport.cpp, shm_transport.h, thread_transport.h.
@@ -29,7 +32,12 @@ struct alignas(64) RankStatus {
   std::atomic<uint32_t> failed;  // 0 ok, 1 failed (why holds the reason)
   std::atomic<uint32_t> left;    // 1 once its ProcessGroup was destroyed normally
   int32_t pid;                   // 0: do not check liveness (threads of one process)
-  char why[240];
+  char why[1000];                 // long enough for a hang report (hang_report.h)
+  // Progress, for the hang report: read by other ranks only after a wait timed out.
+  std::atomic<uint64_t> collectives;  // collectives started (set_context calls)
+  std::atomic<int32_t> waiting_on;    // peer + 1 while in a wait, 0 while not waiting
+  std::atomic<int64_t> heartbeat_ns;  // steady clock, bumped every sleep slice of a wait
+  char collective[52];                // the current collective's name
 };
 
 struct alignas(64) LinkHeader {
@@ -57,7 +65,8 @@ class MailboxTransport : public Transport {
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
   std::size_t segment_bytes() const override { return slot_bytes_; }
-  void set_context(const std::string& collective) override { context_ = collective; }
+  // Files the collective's name and number in this rank's status, for the hang report.
+  void set_context(const std::string& collective) override;
   void send_segment(int peer, const void* src, std::size_t len) override;
   void recv_segment(int peer,
                     const std::function<void(const void* data, std::size_t len)>& use) override;
@@ -83,6 +92,8 @@ class MailboxTransport : public Transport {
   void wait_for(std::atomic<uint32_t>& word, Ready ready, int peer, const char* waiting_for);
   // Why waiting on `peer` is hopeless (it left, died, or some rank failed), if it is.
   std::optional<std::string> problem(int peer, bool check_pid);
+  // After a timeout: which rank stopped making progress, from every rank's filed status.
+  std::string hang_report(int peer) const;
 
   std::shared_ptr<void> owner_;
   int rank_, size_;
@@ -90,6 +101,7 @@ class MailboxTransport : public Transport {
   std::string name_;
   std::size_t slot_bytes_;
   std::string context_ = "(no collective)";
+  uint64_t collectives_ = 0;  // set_context calls so far: the current collective's number
   RankStatus* statuses_;
   LinkHeader* links_;
   std::byte* slots_;

@@ -1,0 +1,126 @@
+// collective_watchdog.cpp: the watch thread and the diagnosis through the store.
+// The thread sleeps on a condition variable and wakes a few times per timeout; the cost
+// outside a hang is one lock and a clock read per collective.
+// Read next: mpi_engine.cpp.
+#include "parallel/backends/collective_watchdog.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "framework/error.h"
+#include "parallel/transport/hang_report.h"
+
+namespace dplab::parallel {
+
+using Clock = std::chrono::steady_clock;
+
+Seconds CollectiveWatchdog::grace(Seconds timeout) {
+  return std::clamp(timeout * 0.5, Seconds(1.0), Seconds(5.0));
+}
+
+CollectiveWatchdog::CollectiveWatchdog(Connect connect, std::string key_prefix, int rank,
+                                       int size, Seconds timeout,
+                                       std::function<void(const std::string&)> on_hang)
+    : connect_(std::move(connect)), prefix_(std::move(key_prefix)), rank_(rank), size_(size),
+      timeout_(timeout), on_hang_(std::move(on_hang)) {
+  thread_ = std::thread([this] { watch(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CollectiveWatchdog::begin(const std::string& collective) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++number_;
+  collective_ = collective;
+  began_ = Clock::now();
+  in_collective_ = true;
+}
+
+void CollectiveWatchdog::end() {
+  std::lock_guard<std::mutex> lock(mu_);
+  in_collective_ = false;
+}
+
+void CollectiveWatchdog::watch() {
+  const auto tick = std::chrono::duration_cast<Clock::duration>(
+      std::clamp(timeout_ / 10, Seconds(0.01), Seconds(0.5)));
+  std::unique_lock<std::mutex> lock(mu_);
+  auto last_wake = Clock::now();
+  while (!stopping_) {
+    cv_.wait_for(lock, tick);
+    const auto now = Clock::now();
+    // Woken far later than asked: this process itself was stopped (SIGSTOP, a debugger).
+    // Its collective's clock starts again, or it would blame the others when continued.
+    if (now - last_wake > 2 * tick + std::chrono::seconds(1)) began_ = now;
+    last_wake = now;
+    if (stopping_ || !in_collective_ || now - began_ < timeout_) continue;
+    const uint64_t number = number_;
+    const std::string collective = collective_;
+    lock.unlock();
+    std::string message = diagnose(number, collective);
+    on_hang_(message);  // the mpi engine aborts the job here
+    return;
+  }
+}
+
+std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& collective) {
+  const Seconds grace_s = grace(timeout_);
+  std::string head = fmt::format("rank {}: {} #{} did not finish within {:.1f} s", rank_,
+                                 collective, number, timeout_.count());
+  std::vector<std::pair<int, RankProgress>> reported;
+  std::vector<int> silent;
+  try {
+    std::shared_ptr<Store> store = connect_(grace_s);
+    store->set(fmt::format("{}/{}", prefix_, rank_), fmt::format("{} {}", number, collective));
+    // give the others the grace period to find their own collective stuck and file it
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace_s);
+    std::vector<bool> filed(static_cast<size_t>(size_), false);
+    for (bool all = false; !all && Clock::now() < deadline;) {
+      all = true;
+      for (int r = 0; r < size_; ++r) {
+        if (!filed[r]) filed[r] = store->check({fmt::format("{}/{}", prefix_, r)});
+        all = all && filed[r];
+      }
+      if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (!filed[r]) {
+        silent.push_back(r);
+        continue;
+      }
+      // "<number> <name>"
+      const std::string v = store->get(fmt::format("{}/{}", prefix_, r));
+      RankProgress p;
+      auto space = v.find(' ');
+      std::from_chars(v.data(), v.data() + (space == std::string::npos ? v.size() : space),
+                      p.collectives);
+      p.collective = space == std::string::npos ? "?" : v.substr(space + 1);
+      reported.emplace_back(r, p);
+    }
+  } catch (const std::exception& e) {
+    // rank 0 hosts the store: a store that does not answer means rank 0 is not running
+    return fmt::format("{}; rank 0 stopped making progress: the rendezvous store it hosts did "
+                       "not answer within {:.1f} s (rank 0 is stopped or hung; {})", head,
+                       grace_s.count(), e.what());
+  }
+  std::string s = head;
+  if (!silent.empty()) {
+    s += fmt::format("; {} {} stopped making progress: {} not report being stuck in a collective "
+                     "within {:.1f} s (stopped, dead, or busy outside the collectives)",
+                     silent.size() == 1 ? "rank" : "ranks", rank_ranges(silent),
+                     silent.size() == 1 ? "it did" : "they did", grace_s.count());
+  } else {
+    s += "; every rank is stuck in a collective";
+  }
+  if (std::string d = describe_out_of_step(reported); !d.empty()) s += fmt::format(". Out of step: {}", d);
+  return s;
+}
+
+}  // namespace dplab::parallel

@@ -1,0 +1,61 @@
+// collective_watchdog.h: NCCL's watchdog idea for engines whose collectives block inside a
+// library (MPI): a thread per group that notices a collective running past the timeout,
+// finds out which rank is late, and hands a message naming it to on_hang (the mpi engine
+// prints it and aborts the job, since a rank blocked in MPI cannot be interrupted).
+// How the late rank is found: every rank whose collective timed out files "<number> <name>"
+// in the rendezvous store, then waits a grace period for the others. A rank that files
+// nothing is not stuck in a collective: it is stopped, dead, or busy elsewhere, and is the
+// late one; ranks that filed an older collective number are behind. If the store itself
+// does not answer, its host (rank 0) is the one that stopped.
+// Read next: collective_watchdog.cpp; mpi_engine.cpp uses it.
+#pragma once
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "parallel/comm/store.h"
+
+namespace dplab::parallel {
+
+class CollectiveWatchdog {
+ public:
+  // connect() gives the watchdog a store of its own (its own connection, a short timeout),
+  // made only when a collective hangs; keys go under key_prefix ("dplab/pg0/watchdog").
+  using Connect = std::function<std::shared_ptr<Store>(Seconds timeout)>;
+  CollectiveWatchdog(Connect connect, std::string key_prefix, int rank, int size,
+                     Seconds timeout, std::function<void(const std::string&)> on_hang);
+  ~CollectiveWatchdog();
+  CollectiveWatchdog(const CollectiveWatchdog&) = delete;
+  CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
+
+  // Brackets one collective: begin() starts its clock, end() stops it.
+  void begin(const std::string& collective);
+  void end();
+
+  // Seconds other ranks get to file their reports once one rank's collective timed out.
+  static Seconds grace(Seconds timeout);
+
+ private:
+  void watch();
+  std::string diagnose(uint64_t number, const std::string& collective);
+
+  Connect connect_;
+  std::string prefix_;
+  int rank_, size_;
+  Seconds timeout_;
+  std::function<void(const std::string&)> on_hang_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool in_collective_ = false;
+  uint64_t number_ = 0;  // collectives begun: the current one is #number_
+  std::string collective_;
+  std::chrono::steady_clock::time_point began_;
+  std::thread thread_;
+};
+
+}  // namespace dplab::parallel
