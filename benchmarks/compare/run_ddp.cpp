@@ -38,6 +38,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/launch/spawn.h"
+#include "parallel/launch/supervisor.h"
 
 namespace dplab::compare {
 
@@ -248,10 +249,14 @@ void run_worker_process(const std::string& self_exe, std::vector<std::string> ar
   argv.push_back(nullptr);
 
   std::fflush(stdout);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   DPLAB_CHECK(pid >= 0, "fork failed for the {} run", label);
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so a deadline can stop the worker and all its ranks
+    // Ctrl-C reaches only dplab-compare (the worker has its own group): when it dies, the
+    // worker gets SIGTERM and its supervisor stops the ranks.
+    parallel::die_with_parent(parent);
     ::execvp(program.c_str(), argv.data());
     ::_exit(127);
   }

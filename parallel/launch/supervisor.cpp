@@ -9,9 +9,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <optional>
 
 #include "framework/error.h"
+#include "parallel/transport/hang_report.h"
 
 extern char** environ;
 
@@ -42,18 +45,18 @@ class SignalForwarding {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR at once
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    for (size_t i = 0; i < kForwarded.size(); ++i) sigaction(kForwarded[i], &sa, &old_[i]);
   }
   ~SignalForwarding() {
     if (!on_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (size_t i = 0; i < kForwarded.size(); ++i) sigaction(kForwarded[i], &old_[i], nullptr);
   }
 
  private:
+  // Ctrl-C, kill, and a closed terminal: each stops the ranks before the launcher goes.
+  static constexpr std::array<int, 3> kForwarded{SIGINT, SIGTERM, SIGHUP};
   bool on_;
-  struct sigaction old_int_{}, old_term_{};
+  std::array<struct sigaction, 3> old_{};
 };
 
 struct Child {
@@ -136,11 +139,13 @@ int start_one(const RankProcess& p, Child& c, bool tee) {
     DPLAB_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
                 "supervise: pipe2 failed: {}", std::strerror(errno));
   }
+  const pid_t parent = ::getpid();
   int pid = ::fork();
   DPLAB_CHECK(pid >= 0, "supervise: fork failed for rank {}: {}", c.rank, std::strerror(errno));
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec.
     ::setpgid(0, 0);
+    die_with_parent(parent);
     if (tee) {
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
@@ -179,6 +184,12 @@ int start_one(const RankProcess& p, Child& c, bool tee) {
 }
 
 }  // namespace
+
+void die_with_parent(pid_t parent) {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The parent may have died between fork() and prctl(): then nobody would ever signal us.
+  if (::getppid() != parent) ::_exit(128 + SIGTERM);
+}
 
 std::string describe_wait_status(int st) {
   if (WIFEXITED(st)) return fmt::format("exited with status {}", WEXITSTATUS(st));
@@ -242,6 +253,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
     for (size_t r = 0; r < kids.size(); ++r) {
       if (!kids[r].alive) continue;
       signal_group(kids[r], sig);
+      signal_group(kids[r], SIGCONT);  // a stopped rank acts on the signal only when continued
       res.ranks[r].stopped_by_us = true;
     }
     if (!stopping) kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(opts.grace);
@@ -280,6 +292,12 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
       if (failed && !res.ranks[r].stopped_by_us && res.failed_rank < 0 && res.interrupted_by == 0) {
         res.failed_rank = static_cast<int>(r);
         res.failure = fmt::format("rank {} (pid {}) {}", r, kids[r].pid, describe_wait_status(st));
+        // A rank that was stopped (kill -STOP, a debugger) makes its peers time out: the
+        // first to time out is only the messenger, so name the stopped one too.
+        for (const Child& c : kids)
+          if (c.alive && process_state(c.pid) == 'T')
+            res.failure += fmt::format("; rank {} (pid {}) is stopped (SIGSTOP or a debugger): "
+                                       "it stopped making progress", c.rank, c.pid);
         stop_all(SIGTERM);
       }
     }

@@ -4,9 +4,12 @@
 // prefixes each output line with "[rank r] ", and when one rank fails it stops the others:
 // SIGTERM, then SIGKILL after a grace period. Failure = non-zero exit status or a signal.
 // Ranks do not get the terminal's Ctrl-C directly (their own process groups): the
-// supervisor forwards it. A rank that reads the terminal's stdin would be stopped (SIGTTIN).
+// supervisor forwards it. If the supervisor itself dies (kill -9, OOM killer), each rank
+// gets SIGTERM from the kernel (the parent-death signal), so no rank outlives its launcher. A rank that reads the terminal's stdin would be stopped (SIGTTIN).
 // Read next: supervisor.cpp; spawn.h and exe/dplab_run.cpp use it.
 #pragma once
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -61,6 +64,11 @@ struct NodePlacement {
 // nnodes, MASTER_ADDR/MASTER_PORT (rank 0's store, on node 0).
 std::map<std::string, std::string> rank_env(int local_rank, const NodePlacement& where,
                                             const std::string& master_addr, int master_port);
+
+// For a child between fork() and exec(): the kernel sends it SIGTERM when `parent` (the
+// process that forked it) dies; if the parent is already gone, the child exits at once.
+// Async-signal-safe. Used for ranks and for dplab-compare's worker.
+void die_with_parent(pid_t parent);
 
 // "exited with status 3", "was killed by signal 9 (Killed)".
 std::string describe_wait_status(int wait_status);

@@ -174,6 +174,10 @@ TEST_CASE("dplab-run: bad arguments exit 2 with a message") {
   r = run({run_bin, "--nproc-per-node", "1", "/nonexistent/program"});
   CHECK(r.status == 1);
   CHECK(has(r.err, "cannot start rank 0"));
+  // an unknown option is a typo, not a program to run
+  r = run({run_bin, "--bogus", child});
+  CHECK(r.status == 2);
+  CHECK(has(r.err, "unknown option '--bogus'"));
 }
 
 TEST_CASE("dplab-run: N = 3 ranks each see their rendezvous variables") {

@@ -70,8 +70,14 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
   std::vector<std::string> program = app.remaining();
-  if (!program.empty() && program.front() == "--") program.erase(program.begin());
+  const bool separated = !program.empty() && program.front() == "--";
+  if (separated) program.erase(program.begin());
   if (program.empty()) return usage_error("missing PROGRAM to run (dplab-run [options] PROGRAM ARGS...)");
+  // prefix_command() hands an unknown option over as the program: a typo, not a program.
+  if (!separated && program.front().starts_with("-")) {
+    return usage_error("unknown option '" + program.front() + "' (options come before PROGRAM; "
+                       "put -- before a program whose name starts with '-')");
+  }
   if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
   if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
   if (node_rank < 0 || node_rank >= nnodes) {
