@@ -5,8 +5,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include "datasets/idx_file.h"
+#include "framework/io/log.h"
 #include "framework/ops/ops.h"
 
 namespace dplab::datasets {
@@ -18,9 +21,25 @@ struct FashionMNIST::Loaded {
   std::string images_path, labels_path;
 };
 
+namespace {
+
+// True the first time a value is seen in this process.
+bool first_time_for(const std::string& value) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  return seen.insert(value).second;
+}
+
+}  // namespace
+
 std::vector<std::string> fashion_mnist_search_path() {
   std::vector<std::string> dirs;
   if (const char* env = std::getenv("DPLAB_DATA"); env && *env) {
+    std::error_code ec;
+    if (!fs::is_directory(env, ec) && first_time_for(env))  // not once per split
+      log_warning("DPLAB_DATA={} is not a directory; looking for Fashion-MNIST in the usual "
+                  "places instead", env);
     dirs.push_back(env);
     dirs.push_back((fs::path(env) / "fashion-mnist").string());
   }

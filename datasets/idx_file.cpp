@@ -38,6 +38,27 @@ void read_exact(gzFile f, const std::string& path, void* dst, size_t n, const ch
   DPLAB_CHECK(done == n, "{}: file is truncated: expected {} bytes of {}, got {}", path, n, what, done);
 }
 
+// Reads n bytes of data, growing `out` a slice at a time as they arrive: a corrupt header
+// that claims terabytes then fails as a truncated file instead of allocating them first.
+void read_growing(gzFile f, const std::string& path, std::vector<uint8_t>& out, size_t n) {
+  constexpr size_t kSlice = size_t{64} << 20;
+  out.clear();
+  while (out.size() < n) {
+    const size_t done = out.size(), want = std::min(n - done, kSlice);
+    out.resize(done + want);
+    int got = gzread(f, out.data() + done, static_cast<unsigned>(want));
+    if (got < 0) {
+      int code = 0;
+      const char* msg = gzerror(f, &code);
+      DPLAB_FAIL("{}: file is truncated or corrupt: reading data failed after {} of {} bytes: {}",
+                 path, done, n, msg ? msg : "?");
+    }
+    out.resize(done + static_cast<size_t>(got));
+    DPLAB_CHECK(got > 0, "{}: file is truncated: the header promises {} bytes of data, the file "
+                "holds {}", path, n, out.size());
+  }
+}
+
 uint32_t big_endian_u32(const unsigned char* b) {
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
 }
@@ -71,8 +92,7 @@ IdxData read_idx_u8(const std::string& path, int expected_ndims, int64_t limit) 
     if (d > 0) item_bytes *= size;
   }
   const int64_t items = limit > 0 ? std::min(limit, out.dims[0]) : out.dims[0];
-  out.bytes.resize(static_cast<size_t>(items * item_bytes));
-  read_exact(f.get(), path, out.bytes.data(), out.bytes.size(), "data");
+  read_growing(f.get(), path, out.bytes, static_cast<size_t>(items * item_bytes));
   if (items == out.dims[0]) {
     unsigned char extra;
     int got = gzread(f.get(), &extra, 1);

@@ -65,16 +65,7 @@ float test_accuracy(nn::Module& model, data::DataLoader& loader) {
   return 100.0f * static_cast<float>(correct) / static_cast<float>(total);
 }
 
-int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 07: DataParallel"};
-  int devices = 4;
-  int64_t limit = 12000;
-  int epochs = 1;
-  app.add_option("--devices", devices, "logical devices for the training part")->check(CLI::Range(1, 64));
-  app.add_option("--limit", limit, "training images to use (0: all 60000)");
-  app.add_option("--epochs", epochs, "training epochs");
-  CLI11_PARSE(app, argc, argv);
-
+int run(int devices, int64_t limit, int epochs) {
   manual_seed(0);
   seed_example(2);
   seed_example(8);
@@ -107,4 +98,22 @@ int main(int argc, char** argv) {
              static_cast<double>(loads[0].bytes_in + loads[0].bytes_out) /
                  static_cast<double>(std::max<int64_t>(1, loads[1 % loads.size()].bytes_in + loads[1 % loads.size()].bytes_out)));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tutorial 07: DataParallel"};
+  int devices = 4;
+  int64_t limit = 12000;
+  int epochs = 1;
+  app.add_option("--devices", devices, "logical devices for the training part")->check(CLI::Range(1, 64));
+  app.add_option("--limit", limit, "training images to use (0: all 60000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000}));
+  app.add_option("--epochs", epochs, "training epochs")->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(devices, limit, epochs);
+  } catch (const std::exception& e) {  // a missing dataset, a bad file: say it, exit 1
+    fmt::print(stderr, "07_data_parallel: error: {}\n", e.what());
+    return 1;
+  }
 }

@@ -7,6 +7,8 @@
 // CLI11 lives in this file only (it is slow to compile).
 // Read next: compare.h, then run_local.cpp and run_ddp.cpp.
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -130,6 +132,19 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
   return agreement.ok ? 0 : 3;
 }
 
+// CLI11's own range checks print "Value 0 not in range 0.000000 to 1.79e308": say what
+// is expected instead. For a list (--ns) it checks each element.
+CLI::Validator at_least(double min, const std::string& what) {
+  return CLI::Validator(
+      [min, what](std::string& s) -> std::string {
+        char* end = nullptr;
+        double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && *end == '\0' && std::isfinite(v) && v >= min) return "";
+        return fmt::format("expected {}, got '{}'", what, s);
+      },
+      what);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,27 +154,30 @@ int main(int argc, char** argv) {
   std::string worker, plot_script;
   int worker_n = 0;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet")->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy"}));
-  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',');
+  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',')
+      ->check(at_least(1, "device counts >= 1"));
   app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,mpi,nccl (mpi: DDP on the mpi "
                  "backend, ranks started by mpirun; nccl: with --device cuda, one GPU per rank)")
       ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "mpi", "nccl"}));
-  app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(CLI::PositiveNumber);
+  app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(at_least(1, "steps >= 1"));
   int64_t epochs = 0;
   app.add_option("--epochs", epochs,
                  "passes over the training subset; sets --steps to epochs x (train-limit / global-batch)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--warmup", cfg.warmup, "steps left out of the timing")->check(CLI::NonNegativeNumber);
+      ->check(at_least(1, "epochs >= 1"));
+  app.add_option("--warmup", cfg.warmup, "steps left out of the timing")->check(at_least(0, "warm-up steps >= 0"));
   app.add_option("--global-batch", cfg.global_batch,
                  "samples per step in all (GLOBAL): each of N devices gets global/N, so every mode sees the "
-                 "same samples per step")->check(CLI::PositiveNumber);
-  app.add_option("--train-limit", cfg.train_limit, "training subset of Fashion-MNIST")->check(CLI::PositiveNumber);
-  app.add_option("--test-limit", cfg.test_limit, "test subset")->check(CLI::PositiveNumber);
-  app.add_option("--lr", cfg.lr);
-  app.add_option("--momentum", cfg.momentum);
-  app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP bucket size in MiB")->check(CLI::PositiveNumber);
+                 "same samples per step")->check(at_least(1, "a global batch >= 1"));
+  app.add_option("--train-limit", cfg.train_limit, "training subset of Fashion-MNIST")
+      ->check(at_least(1, "a training subset >= 1 example"));
+  app.add_option("--test-limit", cfg.test_limit, "test subset")->check(at_least(1, "a test subset >= 1 example"));
+  app.add_option("--lr", cfg.lr)->check(at_least(0, "a learning rate >= 0"));
+  app.add_option("--momentum", cfg.momentum)->check(at_least(0, "a momentum >= 0"));
+  app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP bucket size in MiB")
+      ->check(at_least(1e-6, "a bucket size > 0 MiB"));
   app.add_option("--link-gbps", cfg.link_gbps,
                  "emulated link per device in Gbit/s, as between machines (default 10 on cpu, none on cuda; "
-                 "0: none, raw shared memory)");
+                 "0: none, raw shared memory)")->check(at_least(0, "a link speed >= 0 Gbit/s (0: no emulated link)"));
   app.add_option("--device", cfg.device, "cpu (logical cpu:k devices) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--out", cfg.out, "output directory");
   app.add_option("--data", cfg.data_root, "Fashion-MNIST directory (default: the usual search path)");

@@ -89,6 +89,32 @@ std::vector<float> read_floats(const fs::path& path) {
 
 }  // namespace
 
+TEST_CASE("bad options exit with a message saying what was expected, never a crash") {
+  struct Bad {
+    std::string args, says;
+  };
+  for (const Bad& bad : {Bad{"--ns 0", "device counts >= 1, got '0'"},
+                         Bad{"--ns -1 --modes dp", "device counts >= 1, got '-1'"},
+                         Bad{"--ns 1,0,2", "device counts >= 1, got '0'"},
+                         Bad{"--steps 0", "steps >= 1, got '0'"},
+                         Bad{"--link-gbps -1", "a link speed >= 0 Gbit/s"},
+                         Bad{"--global-batch 0", "a global batch >= 1"},
+                         Bad{"--lr nan", "a learning rate >= 0"}}) {
+    CAPTURE(bad.args);
+    const std::string cmd = "'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string output;
+    std::array<char, 4096> buf{};
+    while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) output.append(buf.data(), n);
+    const int status = ::pclose(p);
+    CAPTURE(output);
+    CHECK(WIFEXITED(status));  // not killed by SIGFPE or SIGSEGV
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(output.find(bad.says) != std::string::npos);
+  }
+}
+
 TEST_CASE("the short run succeeds and every mode ends with the single device's parameters") {
   const Run& r = short_run();
   INFO(r.output);

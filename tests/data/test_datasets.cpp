@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "datasets/fashion_mnist.h"
 #include "datasets/idx_file.h"
 #include "datasets/synthetic.h"
+#include "framework/io/log.h"
 #include "framework/ops/ops.h"
 
 using namespace dplab;
@@ -106,6 +108,38 @@ TEST_CASE("DPLAB_DATA is searched first") {
   unsetenv("DPLAB_DATA");
   CHECK(ds.size() == 4);
   CHECK(fs::path(ds.images_path()).parent_path() == dir.path);
+}
+
+TEST_CASE("a DPLAB_DATA that is not a directory warns once, then the usual places are searched") {
+  TempDir dir;
+  const std::string missing = (dir.path / "no-such-dir").string();
+  std::ostringstream log;
+  set_log_stream(&log);
+  setenv("DPLAB_DATA", missing.c_str(), 1);
+  auto first = fashion_mnist_search_path();
+  auto second = fashion_mnist_search_path();
+  unsetenv("DPLAB_DATA");
+  set_log_stream(nullptr);
+  CHECK(first.back() == kSystemDir.string());
+  CHECK(second == first);
+  const std::string text = log.str();
+  CAPTURE(text);
+  CHECK(text.find("DPLAB_DATA=" + missing + " is not a directory") != std::string::npos);
+  CHECK(text.find("is not a directory") == text.rfind("is not a directory"));  // once
+}
+
+TEST_CASE("an IDX header that claims terabytes fails as a truncated file, without allocating them") {
+  TempDir dir;
+  const fs::path images = dir.path / "huge-images-idx3-ubyte";
+  // a valid 3-dim header saying 60000 x 65536 x 65536 (each dimension within its cap: the
+  // product, 258 TB, is what must not be allocated), then 1000 bytes of data
+  std::string bytes = {0, 0, 8, 3};
+  for (uint32_t d : {60000u, 65536u, 65536u})
+    for (int shift : {24, 16, 8, 0}) bytes += static_cast<char>((d >> shift) & 0xff);
+  bytes += std::string(1000, '\x01');
+  std::ofstream(images, std::ios::binary) << bytes;
+  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("file is truncated"), Error);
+  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("the file holds 1000"), Error);
 }
 
 TEST_CASE("a missing dataset names every place looked and the package to install") {
