@@ -1,4 +1,4 @@
-// safetensors.cpp: the writer (header build, atomic temp-file-then-rename) and the
+// safetensors.cpp: the writer (header build, atomic temp-file-then-rename: temp_file.h) and the
 // validating reader. POSIX file calls rather than iostreams: we need O_EXCL for the
 // temporary, fsync before rename, and pread to read each tensor straight into its storage.
 // Read next: checkpoint.cpp.
@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 
 #include "framework/backend/backend.h"  // kMaxDims
 #include "framework/io/json.h"
+#include "framework/io/temp_file.h"
 #include "framework/tensor/tensor.h"
 
 namespace dplab {
@@ -86,52 +86,6 @@ void pread_all(int fd, void* data, size_t n, uint64_t offset, const std::string&
     n -= static_cast<size_t>(r);
   }
 }
-
-// Owns the temporary file of one save: closes and unlinks it unless commit() renamed it.
-class TempFile {
- public:
-  explicit TempFile(const std::string& final_path) : final_(final_path) {
-    static std::atomic<uint64_t> counter{0};
-    path_ = fmt::format("{}.tmp-{}-{}", final_path, ::getpid(), counter.fetch_add(1));
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    DPLAB_CHECK(fd_ >= 0, "save_safetensors: cannot create the temporary file {}: {}", path_, errno_str());
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-
-  // fsync so the data is on disk before the name points at it; otherwise a crash after
-  // rename could leave the new name on an empty or partial file.
-  void commit() {
-    DPLAB_CHECK(::fsync(fd_) == 0, "save_safetensors: fsync of {} failed: {}", path_, errno_str());
-    int rc = ::close(fd_);
-    fd_ = -1;
-    DPLAB_CHECK(rc == 0, "save_safetensors: closing {} failed: {}", path_, errno_str());
-    DPLAB_CHECK(::rename(path_.c_str(), final_.c_str()) == 0, "save_safetensors: renaming {} to {} failed: {}",
-                path_, final_, errno_str());
-    committed_ = true;
-    // Make the rename itself durable. Some file systems refuse fsync on a directory
-    // (EINVAL); the file is complete either way, so that is not an error.
-    auto slash = final_.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : final_.substr(0, slash));
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string final_, path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 struct Entry {
   std::string name;
@@ -278,7 +232,9 @@ struct FdGuard {
 }  // namespace
 
 Loaded load_safetensors(const std::string& path, Device map_location) {
-  FdGuard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever; the S_ISREG
+  // check below then refuses it. It changes nothing for a regular file.
+  FdGuard f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   DPLAB_CHECK(f.fd >= 0, "load_safetensors: cannot open \"{}\": {}", path, errno_str());
   struct stat st {};
   DPLAB_CHECK(::fstat(f.fd, &st) == 0, "load_safetensors: cannot stat \"{}\": {}", path, errno_str());

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "framework/ops/ops.h"
@@ -37,7 +38,8 @@ void Optimizer::zero_grad() {
 namespace detail {
 
 void check_non_negative(const char* optimizer, const char* what, double value) {
-  DPLAB_CHECK(value >= 0.0, "{}: invalid {}: expected >= 0, got {}", optimizer, what, value);
+  DPLAB_CHECK(value >= 0.0 && std::isfinite(value), "{}: invalid {}: expected a finite value >= 0, "
+              "got {}", optimizer, what, value);
 }
 
 Tensor checked_grad(const char* optimizer, const std::vector<Tensor>& params, size_t i) {
@@ -72,6 +74,9 @@ double meta_double(const Metadata& meta, const std::string& key) {
   double v = std::strtod(s.c_str(), &end);
   DPLAB_CHECK(!s.empty() && end == s.c_str() + s.size() && errno == 0,
               "optimizer state dict: \"{}\" should be a number, got \"{}\"", key, s);
+  // a checkpoint edited or corrupted to lr = inf would train on silently into NaN
+  DPLAB_CHECK(std::isfinite(v), "optimizer state dict: \"{}\" should be a finite number, got "
+              "\"{}\"", key, s);
   return v;
 }
 
