@@ -1,0 +1,296 @@
+// test_faults.cpp: the fault-injection suite. Each case starts fault_trainer under dplab-run
+// (or mpirun), hits it at a random moment (kill -9 a rank, SIGSTOP a rank, kill or hang up
+// or interrupt the launcher, kill during the shared-memory set-up or a checkpoint save), and
+// asserts what a user would check: the exit status, that the message names the right rank,
+// how long the job took to end, that no process of the job is left (by session id), that
+// /dev/shm holds nothing of ours, and that a checkpoint's final path never holds half a file.
+// Timing is random (FAULT_SEED replays it; FAULT_TRIALS=k runs k times as many trials).
+// Read next: fault_harness.h, fault_trainer.cpp.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "framework/io/safetensors.h"
+#include "framework/ops/ops.h"
+#include "tests/faults/fault_harness.h"
+
+using namespace dplab::faults;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kTimeout = 3.0;  // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
+constexpr double kGrace = 1.0;    // dplab-run --grace-period: SIGTERM, then SIGKILL after it
+constexpr int kForever = 1000000;  // steps: the job runs until we hit it
+
+std::string env_path(const char* var) {
+  const char* p = std::getenv(var);
+  REQUIRE_MESSAGE(p != nullptr, var << " is not set: run this suite through `meson test`");
+  return p;
+}
+
+std::map<std::string, std::string> job_env() {
+  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)}, {"OMP_NUM_THREADS", "1"},
+          {"DPLAB_NUM_THREADS", "1"}};
+}
+
+std::vector<std::string> dplab_run(const std::string& backend, int n,
+                                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv{env_path("DPLAB_RUN"), "--nproc-per-node", std::to_string(n),
+                                "--grace-period", fmt::format("{}", kGrace),
+                                env_path("FAULT_TRAINER"), backend, std::to_string(kForever)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// Waits until all n ranks said "ready"; their pids by rank.
+std::map<int, pid_t> wait_ready(const Job& job, int n) {
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  std::map<int, pid_t> pids;
+  while (Clock::now() < deadline && static_cast<int>(pids.size()) < n) {
+    wait_for_output(job, "ready", 0.05);
+    pids = rank_pids(job);
+  }
+  REQUIRE_MESSAGE(static_cast<int>(pids.size()) == n, "not every rank started:\n" << output(job));
+  return pids;
+}
+
+// Every job must end whole: nothing of its session left, nothing of ours in /dev/shm.
+void check_nothing_left(const Job& job, double within_s, const std::string& what) {
+  auto gone = wait_session_gone(job.pid, within_s);
+  CHECK_MESSAGE(gone.has_value(), what << ": processes of the job still run " << within_s
+                                       << " s later:\n" << output(job));
+  CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
+}
+
+struct Setup {
+  std::string backend;
+  int n;
+};
+const std::vector<Setup> kSetups{{"ring", 2}, {"ring", 4}, {"star", 2}, {"star", 4}};
+
+}  // namespace
+
+TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stops the rest") {
+  int count = 0;
+  double worst = 0;
+  for (const Setup& s : kSetups) {
+    for (int t = 0; t < trials(2); ++t, ++count) {
+      Job job = start_job(dplab_run(s.backend, s.n), job_env());
+      auto pids = wait_ready(job, s.n);
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+      const int victim = std::uniform_int_distribution<int>(0, s.n - 1)(rng());
+      const auto hit = Clock::now();
+      ::kill(pids[victim], SIGKILL);
+      auto st = wait_exit(job, kTimeout + kGrace + 5);
+      const double took = std::chrono::duration<double>(Clock::now() - hit).count();
+      worst = std::max(worst, took);
+      const std::string what = fmt::format("{} N={} rank {} killed", s.backend, s.n, victim);
+      REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
+      CHECK(exit_code(*st) == 1);
+      CHECK_MESSAGE(output(job).find(fmt::format("rank {} (pid {}) was killed by signal 9", victim,
+                                                 pids[victim])) != std::string::npos,
+                    what << ":\n" << output(job));
+      check_nothing_left(job, 2.0, what);
+      kill_job(job);
+    }
+  }
+  fmt::print("kill -9 a rank: {} trials, the launcher ended at most {:.2f} s after the kill\n",
+             count, worst);
+}
+
+TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") {
+  int count = 0;
+  for (const Setup& s : kSetups) {
+    for (int t = 0; t < trials(1); ++t, ++count) {
+      Job job = start_job(dplab_run(s.backend, s.n), job_env());
+      auto pids = wait_ready(job, s.n);
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+      const int victim = std::uniform_int_distribution<int>(0, s.n - 1)(rng());
+      ::kill(pids[victim], SIGSTOP);
+      auto st = wait_exit(job, kTimeout + kGrace + 10);
+      const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
+      REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
+      CHECK(exit_code(*st) == 1);
+      const std::string out = output(job);
+      // the ranks' diagnosis and the launcher's line both name the stopped rank
+      CHECK_MESSAGE(out.find(fmt::format("rank {} stopped making progress", victim)) !=
+                        std::string::npos, what << ":\n" << out);
+      CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pids[victim])) !=
+                        std::string::npos, what << ":\n" << out);
+      check_nothing_left(job, 2.0, what);
+      kill_job(job);
+    }
+  }
+  fmt::print("SIGSTOP a rank: {} trials, each named the stopped rank\n", count);
+}
+
+TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
+  struct Hit {
+    int sig;
+    int expect_exit;  // the launcher's own exit code; -1: it dies by the signal
+  };
+  int count = 0;
+  double worst = 0;
+  for (Hit hit : {Hit{SIGKILL, 128 + SIGKILL}, Hit{SIGHUP, 128 + SIGHUP}, Hit{SIGINT, 128 + SIGINT},
+                  Hit{SIGTERM, 128 + SIGTERM}}) {
+    for (const Setup& s : {Setup{"ring", 2}, Setup{"star", 4}}) {
+      for (int t = 0; t < trials(1); ++t, ++count) {
+        Job job = start_job(dplab_run(s.backend, s.n), job_env());
+        wait_ready(job, s.n);
+        std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+        const auto t0 = Clock::now();
+        ::kill(job.pid, hit.sig);
+        const std::string what = fmt::format("{} N={}, launcher got {}", s.backend, s.n,
+                                             strsignal(hit.sig));
+        auto st = wait_exit(job, 5.0);
+        REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end");
+        CHECK_MESSAGE(exit_code(*st) == hit.expect_exit, what << ":\n" << output(job));
+        // the target: every rank gone within 5 s of the launcher's end
+        auto gone = wait_session_gone(job.pid, 5.0);
+        CHECK_MESSAGE(gone.has_value(), what << ": ranks outlived the launcher");
+        worst = std::max(worst, std::chrono::duration<double>(Clock::now() - t0).count());
+        check_nothing_left(job, 0.1, what);
+        kill_job(job);
+      }
+    }
+  }
+  fmt::print("launcher killed / hung up / interrupted / terminated: {} trials, every rank gone at "
+             "most {:.2f} s after the signal\n", count, worst);
+}
+
+TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory set-up)") {
+  int count = 0;
+  for (const Setup& s : kSetups) {
+    for (int t = 0; t < trials(2); ++t, ++count) {
+      Job job = start_job(dplab_run(s.backend, s.n), job_env());
+      // Somewhere between exec and the first step: ranks connect to the store, rank 0
+      // creates the shared block, the others map it.
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.3)));
+      const bool interrupt = t % 2 == 1;
+      std::string what = fmt::format("{} N={}, {} during start-up", s.backend, s.n,
+                                     interrupt ? "Ctrl-C" : "kill -9 of a rank");
+      if (interrupt) {
+        ::kill(job.pid, SIGINT);
+      } else {
+        std::vector<pid_t> ranks;
+        for (pid_t p : alive_in_session(job.pid))
+          if (p != job.pid) ranks.push_back(p);
+        if (!ranks.empty())
+          ::kill(ranks[std::uniform_int_distribution<size_t>(0, ranks.size() - 1)(rng())], SIGKILL);
+        else
+          ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
+      }
+      auto st = wait_exit(job, kTimeout + kGrace + 10);
+      REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
+      CHECK_MESSAGE(exit_code(*st) != 0, what << ": the job claims success:\n" << output(job));
+      check_nothing_left(job, 5.0, what);
+      kill_job(job);
+    }
+  }
+  fmt::print("kill / Ctrl-C during start-up: {} trials, no process and no /dev/shm entry left\n",
+             count);
+}
+
+TEST_CASE("killed during a checkpoint save: the final path is whole or absent, temporaries go") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("dplab_faults_ckpt_{}", ::getpid());
+  fs::create_directories(dir);
+  const fs::path ckpt = dir / "model.safetensors";
+  constexpr int kMb = 48;
+  int count = 0, landed_in_save = 0;
+  for (int sig : {SIGTERM, SIGINT, SIGKILL}) {
+    for (int t = 0; t < trials(2); ++t, ++count) {
+      fs::remove(ckpt);
+      Job job = start_job(dplab_run("ring", 2, {ckpt.string(), std::to_string(kMb)}), job_env());
+      auto pids = wait_ready(job, 2);
+      const int step = std::uniform_int_distribution<int>(1, 3)(rng());
+      REQUIRE_MESSAGE(wait_for_output(job, fmt::format("saving {}", step), 30),
+                      "no save started:\n" << output(job));
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.03)));
+      landed_in_save += output(job).find(fmt::format("saved {}", step)) == std::string::npos;
+      // SIGINT as from Ctrl-C goes to the launcher, which forwards it; the others hit rank 0
+      ::kill(sig == SIGINT ? job.pid : pids[0], sig);
+      const std::string what = fmt::format("{} during save {}", strsignal(sig), step);
+      REQUIRE_MESSAGE(wait_exit(job, kTimeout + kGrace + 10).has_value(), what);
+      check_nothing_left(job, 5.0, what);
+      if (fs::exists(ckpt)) {  // whole: it loads, and holds every byte of the padding
+        auto loaded = dplab::load_safetensors(ckpt.string());
+        CHECK(loaded.tensors.at("padding").numel() == (int64_t{kMb} << 18));
+      }
+      auto temps = files_starting_with(dir, "model.safetensors.tmp-");
+      if (sig != SIGKILL) {
+        CHECK_MESSAGE(temps.empty(), what << ": a temporary was left: " << temps.front());
+      } else if (!temps.empty()) {
+        // SIGKILL cannot be caught: the next save of that path removes it
+        dplab::save_safetensors(ckpt.string(), {});
+        CHECK_MESSAGE(files_starting_with(dir, "model.safetensors.tmp-").empty(),
+                      what << ": the next save did not remove the dead process's temporary");
+      }
+      kill_job(job);
+    }
+  }
+  fs::remove_all(dir);
+  fmt::print("signals during checkpoint saves: {} trials ({} landed while the file was being "
+             "written); no half file at the final path\n", count, landed_in_save);
+}
+
+// ---- the mpi backend: mpirun is the launcher; the engine's watchdog names a stopped rank ----
+
+namespace {
+
+bool have_mpirun() { return std::getenv("MPIRUN") != nullptr; }
+
+std::vector<std::string> mpirun(int n) {
+  return {env_path("MPIRUN"), "--bind-to", "none", "-np", std::to_string(n), env_path("FAULT_TRAINER"),
+          "mpi", std::to_string(kForever)};
+}
+
+}  // namespace
+
+TEST_CASE("mpi: a rank killed by SIGKILL ends the whole job" * doctest::skip(!have_mpirun())) {
+  int count = 0;
+  for (int n : {2, 3}) {
+    for (int t = 0; t < trials(1); ++t, ++count) {
+      Job job = start_job(mpirun(n), job_env());
+      auto pids = wait_ready(job, n);
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+      const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
+      ::kill(pids[victim], SIGKILL);
+      const std::string what = fmt::format("mpi N={} rank {} killed", n, victim);
+      auto st = wait_exit(job, kTimeout + 20);
+      REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
+      CHECK(exit_code(*st) != 0);
+      check_nothing_left(job, 5.0, what);
+      kill_job(job);
+    }
+  }
+  fmt::print("mpi, kill -9 a rank: {} trials, mpirun ended the job each time\n", count);
+}
+
+TEST_CASE("mpi: a stopped rank is named by the watchdog, which aborts the job" *
+          doctest::skip(!have_mpirun())) {
+  int count = 0;
+  for (int n : {2, 3}) {
+    for (int t = 0; t < trials(1); ++t, ++count) {
+      Job job = start_job(mpirun(n), job_env());
+      auto pids = wait_ready(job, n);
+      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+      const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
+      ::kill(pids[victim], SIGSTOP);
+      const std::string what = fmt::format("mpi N={} rank {} stopped", n, victim);
+      auto st = wait_exit(job, kTimeout + 20);
+      REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
+      CHECK(exit_code(*st) != 0);
+      CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
+                        std::string::npos, what << ":\n" << output(job));
+      ::kill(pids[victim], SIGCONT);  // if mpirun left it stopped, let the SIGKILL below land
+      check_nothing_left(job, 5.0, what);
+      kill_job(job);
+    }
+  }
+  fmt::print("mpi, SIGSTOP a rank: {} trials, the watchdog named the stopped rank each time\n", count);
+}
