@@ -99,16 +99,20 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
                        rank_, context_, peer, p.pid, rank_);
   // Failed flags are read after that, so a rank that failed and then exited is reported
   // with its reason rather than as merely dead.
+  // Name the first cause: a rank that failed on its own, rather than one that only failed
+  // because another had (its reason would nest the cause's).
+  std::optional<std::string> echo;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     RankStatus& s = statuses_[r];
-    if (s.failed.load(std::memory_order_acquire)) {
-      std::string why(s.why, strnlen(s.why, sizeof(s.why)));
-      return fmt::format("rank {}: {} failed because rank {} failed ({}) while waiting on "
-                         "rank {}", rank_, context_, r, why, peer);
-    }
+    if (!s.failed.load(std::memory_order_acquire)) continue;
+    std::string why(s.why, strnlen(s.why, sizeof(s.why)));
+    std::string msg = fmt::format("rank {}: {} failed because rank {} failed ({}) while "
+                                  "waiting on rank {}", rank_, context_, r, why, peer);
+    if (why.find("failed because rank") == std::string::npos) return msg;
+    if (!echo) echo = msg;
   }
-  return gone;
+  return echo ? echo : gone;
 }
 
 template <typename Ready>
