@@ -41,10 +41,11 @@ void read_exact(gzFile f, const std::string& path, void* dst, size_t n, const ch
 // Reads n bytes of data, growing `out` a slice at a time as they arrive: a corrupt header
 // that claims terabytes then fails as a truncated file instead of allocating them first.
 void read_growing(gzFile f, const std::string& path, std::vector<uint8_t>& out, size_t n) {
-  constexpr size_t kSlice = size_t{64} << 20;
+  size_t slice = size_t{1} << 20;  // doubles up to 64 MiB: a short file costs little
   out.clear();
   while (out.size() < n) {
-    const size_t done = out.size(), want = std::min(n - done, kSlice);
+    const size_t done = out.size(), want = std::min(n - done, slice);
+    slice = std::min(slice * 2, size_t{64} << 20);
     out.resize(done + want);
     int got = gzread(f, out.data() + done, static_cast<unsigned>(want));
     if (got < 0) {
