@@ -15,7 +15,6 @@
 #include "benchmarks/compare/training.h"
 #include "framework/io/progress.h"
 #include "framework/ops/ops.h"
-#include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
 #include "parallel/dp/data_parallel.h"
 
@@ -27,13 +26,15 @@ struct LoopTimes {
   double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;  // seconds: median step x steps
   std::vector<double> step_times;
   int64_t timed_steps = 0;
+  int64_t optim_state_bytes = 0;  // the optimizer's state at the end (on the master)
 };
 
 // The training loop both local modes share. `net` is the model or its DataParallel
 // wrapper; `on_timing_start` resets the counters when the timed steps begin.
 LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Device input_device,
                      const std::string& label, TraceRecorder& trace, const std::function<void()>& on_timing_start) {
-  optim::SGD opt(net.parameters(), {.lr = cfg.lr, .momentum = cfg.momentum});
+  auto optimizer = make_optimizer(cfg, net.parameters());
+  optim::Optimizer& opt = *optimizer;
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
   ProgressBar bar({.total = cfg.steps, .desc = label, .unit = "steps"});
   LoopTimes t;
@@ -64,6 +65,7 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Dev
   }
   bar.close();
   t.seconds = median(t.step_times) * double(t.timed_steps);
+  t.optim_state_bytes = optimizer_state_bytes(opt);
   return t;
 }
 
@@ -92,6 +94,7 @@ RunResult run_single(const Config& cfg) {
   // One device computes everything: no communication, nothing to wait for.
   r.compute_s = t.seconds / double(t.timed_steps);
   r.devices = {DeviceFigures{.peak_bytes = memory_stats(dev).peak_bytes}};
+  fill_memory(r.devices[0], model->parameters(), t.optim_state_bytes, 0);
   finish(cfg, r, *model, d, dev, trace);
   return r;
 }
@@ -126,6 +129,14 @@ RunResult run_data_parallel(const Config& cfg, int n) {
                                               tm.phase_bytes_out(DpPhase::Reduce, i),
                          .weight_bytes_received = tm.phase_bytes_in(DpPhase::Replicate, i) +
                                                   tm.phase_bytes_in(DpPhase::Reduce, i)});
+  }
+  // memory: the master holds the model, its gradients and the optimizer state; a worker's
+  // replica holds a copy of the weights and their gradients while the step runs
+  fill_memory(r.devices[0], model->parameters(), t.optim_state_bytes, 0);
+  for (int i = 1; i < n; ++i) {
+    DeviceFigures& w = r.devices[static_cast<size_t>(i)];
+    w.param_bytes = w.grad_bytes = r.devices[0].param_bytes;
+    w.activation_bytes = std::max<int64_t>(0, w.peak_bytes - w.param_bytes - w.grad_bytes);
   }
   // compute: a device's mean busy time; communication: the master's copies; waiting: the
   // workers' mean idle time, i.e. how long the replicas stand still while the master
