@@ -18,6 +18,9 @@
 //   ZeroRedundancyOptimizer opt(ddp.parameters(), sgd_options, {.stage = 2});  // ...ZeRO reduces
 // With DDP's default hook the gradients arrive averaged: pass .gradients_averaged = true and
 // ZeRO only all-gathers (PyTorch's ZeroRedundancyOptimizer: all-reduce + all-gather).
+// Construct ZeRO after DDP (its stage-2 hook must run after DDP's has read the gradient).
+// Backends: ring, star (whose group runs reduce_scatter and all_gather as the ring too: only
+// all_reduce has a star form) and mpi; the traffic counters are the collectives'.
 // Read next: zero_redundancy_optimizer.cpp, then tutorials/18_zero.md.
 #pragma once
 #include <cstdint>
