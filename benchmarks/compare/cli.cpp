@@ -107,7 +107,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
         "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead", cfg.model));
 
   std::cout << '\n' << format_table(runs) << '\n' << link_note(cfg) << '\n';
-  std::cout << "\nmemory per device (MiB; rest = activations and transient buffers at the peak):\n"
+  std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and communication):\n"
             << format_memory_table(runs);
   std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the single device:\n";
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';

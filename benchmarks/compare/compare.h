@@ -46,9 +46,10 @@ struct DeviceFigures {
   int64_t peak_bytes = 0;
   int64_t bytes_sent = 0, bytes_received = 0;  // all traffic of this device / rank
   int64_t weight_bytes_sent = 0, weight_bytes_received = 0;  // weights & gradients only
-  // The peak split by what holds it (fill_memory in training.cpp): parameters, gradients
-  // (full, or ZeRO-2's shard), optimizer state (ZeRO: this rank's shard), and the rest of the
-  // peak, activations with the transient buffers of backward and communication.
+  // What holds the memory (fill_memory in training.cpp): parameters, gradients (full, or
+  // ZeRO-2's shard), optimizer state (ZeRO: this rank's shard) after training, and the
+  // activations of a step at their peak, the end of forward (ActivationMeter, training.h).
+  // The peak's remainder is backward's and communication's transient buffers.
   int64_t param_bytes = 0, grad_bytes = 0, optim_state_bytes = 0, activation_bytes = 0;
 };
 
@@ -78,8 +79,8 @@ std::string run_file(const Config& cfg, const std::string& mode, int n, int rank
 
 // The optimizer of every mode but zero1/zero2: SGD (cfg.lr, cfg.momentum) or Adam (cfg.lr).
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor> params);
-// Fills d's memory split on `dev` after training: parameter and gradient bytes of params (and
-// extra_grad_bytes, ZeRO-2's shards), optimizer state of state_bytes, and the rest of d.peak_bytes.
+// Fills d's memory split after training: parameter and gradient bytes of params (plus
+// extra_grad_bytes, ZeRO-2's shards) and the optimizer's state_bytes.
 void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes, int64_t extra_grad_bytes);
 int64_t optimizer_state_bytes(const optim::Optimizer& opt);
 

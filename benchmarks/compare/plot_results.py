@@ -5,8 +5,8 @@
 
   throughput.png   samples/s and scaling efficiency vs N, one line per mode
   memory.png       peak memory of every device / rank of every run, stacked: parameters,
-                   gradients, optimizer state, the rest (activations, buffers): the DP master's
-                   excess, DDP's equal replicas, ZeRO's 1/N optimizer state
+                   gradients, optimizer state, activations, other transient buffers: the DP
+                   master's excess, DDP's equal replicas, ZeRO's 1/N optimizer state
   traffic.png      MiB sent and received per step by every device / rank
   step_split.png   compute / communication / waiting per step, one bar per run
   projection.png   alpha-beta projection to N = 1024: step time and efficiency, ring vs star
@@ -148,8 +148,7 @@ def plot_projection(rows, measured, out):
 
 
 MEMORY_PARTS = [("param_bytes", "tab:blue", "parameters"), ("grad_bytes", "tab:orange", "gradients"),
-                ("optim_state_bytes", "tab:green", "optimizer state"),
-                ("activation_bytes", "tab:grey", "activations, buffers")]
+                ("optim_state_bytes", "tab:green", "optimizer state"), ("activation_bytes", "tab:red", "activations")]
 
 
 def plot_memory(dev_rows, out):
@@ -167,11 +166,14 @@ def plot_memory(dev_rows, out):
         start = x
         for d in devs:
             bottom = 0.0
+            first = (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0")
             for key, colour, label in MEMORY_PARTS:
                 mib = f(d, key) / 2**20
-                first = (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0")
                 ax.bar(x, mib, bottom=bottom, width=0.8, color=colour, label=label if first else None)
                 bottom += mib
+            # the rest of the peak: backward's and communication's transient buffers
+            other = max(0.0, f(d, "peak_mib") - bottom)
+            ax.bar(x, other, bottom=bottom, width=0.8, color="lightgrey", label="other (transient)" if first else None)
             x += 1
         ticks.append((start + x - 1) / 2)
         labels.append(f"{mode}\nN={n}")

@@ -166,14 +166,16 @@ std::string format_table(const std::vector<RunResult>& runs) {
 
 // Per device: the peak and what holds it (fill_memory in training.cpp), in MiB.
 std::string format_memory_table(const std::vector<RunResult>& runs) {
-  std::string s = fmt::format("{:<6} {:>2} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "mode", "N", "dev", "params",
-                              "grads", "optim", "rest", "peak MiB");
+  std::string s = fmt::format("{:<6} {:>2} {:>3} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}\n", "mode", "N", "dev",
+                              "params", "grads", "optim", "activations", "other", "peak MiB");
   for (const RunResult& r : runs)
     for (size_t i = 0; i < r.devices.size(); ++i) {
       const DeviceFigures& d = r.devices[i];
-      s += fmt::format("{:<6} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}\n", r.mode, r.n, i,
+      const int64_t other = d.peak_bytes - d.param_bytes - d.grad_bytes - d.optim_state_bytes - d.activation_bytes;
+      s += fmt::format("{:<6} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}\n", r.mode, r.n, i,
                        mib(double(d.param_bytes)), mib(double(d.grad_bytes)), mib(double(d.optim_state_bytes)),
-                       mib(double(d.activation_bytes)), mib(double(d.peak_bytes)));
+                       mib(double(d.activation_bytes)), mib(double(std::max<int64_t>(0, other))),
+                       mib(double(d.peak_bytes)));
     }
   return s;
 }

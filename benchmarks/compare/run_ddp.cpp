@@ -186,6 +186,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     optimizer = make_optimizer(cfg, net->parameters());
   }
   optim::Optimizer& opt = *optimizer;
+  ActivationMeter activations({dev});
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
   ProgressOptions bar_opts{.total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
   if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
@@ -203,8 +204,10 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     opt.zero_grad();
     Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev);
     Tensor y = batch_rows(d.train_y, d, cfg, step, rank, n).to(dev);
+    activations.before_forward();
     Tensor loss = cross_entropy(net->forward(x), y);
     const float loss_value = loss.item();
+    if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
     loss.backward();  // buckets all-reduce while it runs; it returns when all are averaged
     const auto t2 = Clock::now();
@@ -247,6 +250,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     }
   fill_memory(mine, model->parameters(), zero ? zero->optimizer_state_bytes() : optimizer_state_bytes(opt),
               zero ? zero->gradient_shard_bytes() : 0);
+  mine.activation_bytes = activations.bytes(0);
   const std::vector<float> params = flat_params(*model);
   r.param_count = static_cast<int64_t>(params.size());
   if (rank == 0) {

@@ -18,6 +18,7 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/sgd.h"
+#include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
 #include "models/models.h"
 
@@ -194,7 +195,18 @@ void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t st
   }
   d.grad_bytes += extra_grad_bytes;
   d.optim_state_bytes = state_bytes;
-  d.activation_bytes = std::max<int64_t>(0, d.peak_bytes - d.param_bytes - d.grad_bytes - d.optim_state_bytes);
+}
+
+ActivationMeter::ActivationMeter(std::vector<Device> devices)
+    : devices_(std::move(devices)), before_(devices_.size()), peak_(devices_.size()) {}
+
+void ActivationMeter::before_forward() {
+  for (size_t i = 0; i < devices_.size(); ++i) before_[i] = memory_stats(devices_[i]).allocated_bytes;
+}
+
+void ActivationMeter::after_forward() {
+  for (size_t i = 0; i < devices_.size(); ++i)
+    peak_[i] = std::max(peak_[i], memory_stats(devices_[i]).allocated_bytes - before_[i]);
 }
 
 }  // namespace dplab::compare
