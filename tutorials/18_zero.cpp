@@ -125,7 +125,7 @@ StateDict initial_weights(const std::vector<int64_t>& hidden) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int n = 4;
   std::string cap = "320M";
   bool wide = true;
@@ -197,4 +197,13 @@ int main(int argc, char** argv) {
   }
   fmt::print("\n{}\n", ok ? "every claim above checked" : "SOME CLAIM FAILED");
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // bad arguments, DPLAB_DEVICE_MEMORY too small, ...
+    fmt::print(stderr, "18_zero: {}\n", e.what());
+    return 1;
+  }
 }

@@ -60,7 +60,7 @@ void one_step(nn::Sequential& seq, const Tensor& x, int segments, Device d, Meas
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   int depth = 16, steps = 9;
   int64_t width = 512, batch = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -113,4 +113,13 @@ int main(int argc, char** argv) {
   fmt::print("\ngradients with 2 and 4 segments: {} those without checkpointing\n",
              ok ? "bit for bit equal to" : "NOT equal to (or a peak off its prediction)");
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // bad arguments, DPLAB_DEVICE_MEMORY too small, ...
+    fmt::print(stderr, "19_gradient_checkpointing: {}\n", e.what());
+    return 1;
+  }
 }

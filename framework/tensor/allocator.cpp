@@ -22,7 +22,12 @@ struct Counters {
 int64_t env_cap() {
   static const int64_t cap = [] {
     const char* v = std::getenv("DPLAB_DEVICE_MEMORY");
-    return v && *v ? parse_memory_size(v) : int64_t{0};
+    if (!v || !*v) return int64_t{0};
+    try {
+      return parse_memory_size(v);
+    } catch (const Error& e) {
+      throw Error(fmt::format("DPLAB_DEVICE_MEMORY={}: {}", v, e.what()));
+    }
   }();
   return cap;
 }

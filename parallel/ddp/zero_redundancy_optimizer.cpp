@@ -14,16 +14,18 @@
  *      shard r over all ranks, c_i elements. Stage 2 frees the full gradient here.
  *   2. the inner optimizer (SGD or Adam, unchanged) steps shard r, a view into the parameter.
  *   3. all-gather the N updated shards: every rank writes the others' into its parameter.
- * (1) is skipped when DDP has already averaged the gradient (gradients_averaged).
+ * (1) is skipped when DDP has already averaged the gradient (gradients_averaged). Stage 2 on
+ * its own runs (1) during backward, as soon as each gradient is final (a post-accumulate
+ * hook), so that at most one full gradient exists at a time.
  *
  * Cost per rank, per parameter: the ring's reduce-scatter sends (N-1) c_i elements and
  * receives as many; the all-gather the same. Together 2(N-1) c_i = 2(N-1)/N * (N c_i): the
  * bytes of one ring all-reduce of the padded gradient, what DDP moves. ZeRO is free in
- * bandwidth; it costs latency instead: two collectives per parameter, each with 2(N-1)
- * steps' worth of handshakes, where DDP's buckets batch many parameters into one all-reduce.
+ * bandwidth; it costs latency instead: two collectives per parameter, each N-1 ring steps
+ * with their handshakes, where DDP's buckets batch many parameters into one all-reduce.
  * Memory per rank (Adam, P parameters): params 4P, gradients 4P (stage 1) or 4P/N kept
  * after the step (stage 2), optimizer state 8P/N.
- * Read next: tutorials/18_zero.md (the table measured), tests/ddp/test_zero.cpp.
+ * Read next: tutorials/18_zero.md (the table measured), tests/zero/test_zero.cpp.
  */
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 
@@ -130,6 +132,10 @@ Tensor ZeroRedundancyOptimizer::padded_chunk(const Tensor& flat, int j) const {
 // 1. reduce-scatter parameter i's gradient: block j is shard j of my gradient, and I receive
 // shard r averaged over the ranks. Stage 2 frees the full gradient at once.
 void ZeroRedundancyOptimizer::reduce_gradient(size_t i) {
+  DPLAB_CHECK(!reduced_[i].defined(),
+              "ZeroRedundancyOptimizer stage 2 (rank {}): parameter {} got a second gradient before step(); "
+              "stage 2 reduce-scatters each gradient during backward, so it cannot accumulate several "
+              "backward passes: use stage 1 for gradient accumulation", pg_->rank(), i);
   NoGradGuard no_grad;
   const int n = pg_->size();
   Tensor flat_grad = params_[i].grad().flatten();
@@ -169,8 +175,7 @@ void ZeroRedundancyOptimizer::step() {
   if (opts_.stage == 1)
     for (Tensor& s : shards_) s.set_grad(Tensor());  // stage 1 keeps the full .grad instead
   // 3. all-gather: every rank's updated shard into every rank's parameter
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (n == 1) break;
+  for (size_t i = 0; i < params_.size() && n > 1; ++i) {
     Tensor flat = params_[i].detach().flatten();
     const int64_t c = padded_numel(i);
     std::vector<Tensor> gathered(n);

@@ -179,6 +179,17 @@ TEST_CASE("consolidate_state_dict: loads into the plain optimizer and back, trai
   }
 }
 
+TEST_CASE("ZeRO-2 refuses a second backward before step() (its gradients are already reduce-scattered)") {
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto model = std::make_shared<models::ToyModel>();
+    ZeroRedundancyOptimizer opt(model->parameters(), kSgd, {.stage = 2, .process_group = borrow(pg)});
+    Tensor x = batch_x(0, 2).narrow(pg.rank() * kPerRank, kPerRank), y = batch_y(0, 2).narrow(pg.rank() * kPerRank, kPerRank);
+    mse_loss(model->forward(x), y).backward();
+    CHECK_THROWS_WITH_AS(mse_loss(model->forward(x), y).backward(),
+                         doctest::Contains("got a second gradient before step(); stage 2 reduce-scatters"), Error);
+  });
+}
+
 TEST_CASE("ZeRO: bad use gives clear errors") {
   run_threads(1, [&](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyModel>();
