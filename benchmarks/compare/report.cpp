@@ -255,8 +255,12 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
   }
   f << "\nModes: `single` one device; `dp` DataParallel (parameter server, threads, one process); "
        "`star` DDP with the star all-reduce (parameter server over processes); `ring` DDP with the ring "
-       "all-reduce. Traffic is MiB per step; device 0 is the master for `dp` and `star`. "
+       "all-reduce; `zero1` / `zero2` ZeRO stage 1 / 2 over the ring (tutorials/18_zero.md). Traffic is MiB "
+       "per step; device 0 is the master for `dp` and `star`. "
        "Column meanings: benchmarks/compare/report.cpp; formulas: tutorials/16_ps_vs_ring.md.\n\n";
+  f << "## Memory per device\n\nMiB; parameters, gradients and optimizer state after training, activations "
+       "at the end of forward, other = the rest of the peak (backward's and the collectives' transient "
+       "buffers).\n\n```\n" << format_memory_table(runs) << "```\n\n";
   f << "## Agreement with the single device\n\n";
   for (const std::string& l : agreement.lines) f << "- " << l << '\n';
   f << (agreement.ok ? "\nAll modes agree (parameters within tolerance, accuracy within 0.5 points).\n"
