@@ -109,6 +109,8 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
         "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead", cfg.model));
 
   std::cout << '\n' << format_table(runs) << '\n' << link_note(cfg) << '\n';
+  std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and communication):\n"
+            << format_memory_table(runs);
   std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the single device:\n";
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
   std::cout << (agreement.ok ? "all modes agree: accuracy within 0.5 points of the single device\n"
@@ -153,12 +155,16 @@ int main(int argc, char** argv) {
   Config cfg;
   std::string worker, plot_script;
   int worker_n = 0;
-  app.add_option("--model", cfg.model, "mlp | cnn | resnet")->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy"}));
+  app.add_option("--model", cfg.model, "mlp | cnn | resnet | wide_mlp")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp"}));
   app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
-  app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,mpi,nccl (mpi: DDP on the mpi "
-                 "backend, ranks started by mpirun; nccl: with --device cuda, one GPU per rank)")
-      ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "mpi", "nccl"}));
+  app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,zero1,zero2,mpi,nccl (zero1/zero2: "
+                 "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi backend, ranks started by mpirun; "
+                 "nccl: with --device cuda, one GPU per rank)")
+      ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl"}));
+  app.add_option("--optimizer", cfg.optimizer, "sgd (with --momentum) or adam (lr = --lr)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(at_least(1, "steps >= 1"));
   int64_t epochs = 0;
   app.add_option("--epochs", epochs,
@@ -186,7 +192,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-projection", cfg.projection, "skip the ping-pong and the alpha-beta projection");
   app.add_flag("!--no-plots", cfg.plots, "skip plot_results.py");
   app.add_option("--plot-script", plot_script, "path of plot_results.py (default: next to the source)");
-  app.add_option("--worker", worker, "internal: ring | star | mpi | nccl | pingpong")->group("");
+  app.add_option("--worker", worker, "internal: ring | star | zero1 | zero2 | mpi | nccl | pingpong")->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
   CLI11_PARSE(app, argc, argv);
   if (epochs > 0) {

@@ -6,9 +6,11 @@
 // Read next: training.h (the loop every mode shares), then run_ddp.cpp (processes).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "framework/optim/optimizer.h"
 #include "framework/tensor/device.h"
 
 namespace dplab::compare {
@@ -24,6 +26,7 @@ struct Config {
   int64_t test_limit = 2000;             // test subset for the final accuracy and loss
   double lr = 0.05;
   double momentum = 0.9;
+  std::string optimizer = "sgd";         // sgd (with momentum) | adam (lr = cfg.lr)
   double bucket_cap_mb = 25.0;           // DDP bucket size
   std::string device = "cpu";            // cpu | cuda
   // Emulated link per device / rank in Gbit/s (parallel/transport/link_model.h), so that the
@@ -43,10 +46,15 @@ struct DeviceFigures {
   int64_t peak_bytes = 0;
   int64_t bytes_sent = 0, bytes_received = 0;  // all traffic of this device / rank
   int64_t weight_bytes_sent = 0, weight_bytes_received = 0;  // weights & gradients only
+  // What holds the memory (fill_memory in training.cpp): parameters, gradients (full, or
+  // ZeRO-2's shard), optimizer state (ZeRO: this rank's shard) after training, and the
+  // activations of a step at their peak, the end of forward (ActivationMeter, training.h).
+  // The peak's remainder is backward's and communication's transient buffers.
+  int64_t param_bytes = 0, grad_bytes = 0, optim_state_bytes = 0, activation_bytes = 0;
 };
 
 struct RunResult {
-  std::string mode;  // single | dp | star | ring
+  std::string mode;  // single | dp | star | ring | zero1 | zero2 | mpi | nccl
   int n = 1;
   int64_t steps = 0, timed_steps = 0, global_batch = 0;
   double seconds = 0;                     // median step time x timed_steps (training.h: median)
@@ -68,6 +76,13 @@ double link_gbps(const Config& cfg, const std::string& mode, int n);
 Device device_of(const Config& cfg, int k);
 // Where each run leaves its files: <out>/runs/<mode>_n<N>[_rank<r>].<ext>
 std::string run_file(const Config& cfg, const std::string& mode, int n, int rank, const std::string& ext);
+
+// The optimizer of every mode but zero1/zero2: SGD (cfg.lr, cfg.momentum) or Adam (cfg.lr).
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor> params);
+// Fills d's memory split after training: parameter and gradient bytes of params (plus
+// extra_grad_bytes, ZeRO-2's shards) and the optimizer's state_bytes.
+void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes, int64_t extra_grad_bytes);
+int64_t optimizer_state_bytes(const optim::Optimizer& opt);
 
 // The modes (run_single.cpp, run_dp.cpp, run_ddp.cpp). The DDP ones start N processes of
 // this program in its hidden --worker mode and read back each rank's result file.

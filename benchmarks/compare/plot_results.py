@@ -4,7 +4,9 @@
     python3 plot_results.py results/
 
   throughput.png   samples/s and scaling efficiency vs N, one line per mode
-  memory.png       peak memory of every device / rank of every run (the master stands out)
+  memory.png       peak memory of every device / rank of every run, stacked: parameters,
+                   gradients, optimizer state, activations, other transient buffers: the DP
+                   master's excess, DDP's equal replicas, ZeRO's 1/N optimizer state
   traffic.png      MiB sent and received per step by every device / rank
   step_split.png   compute / communication / waiting per step, one bar per run
   projection.png   alpha-beta projection to N = 1024: step time and efficiency, ring vs star
@@ -20,7 +22,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-MODE_STYLE = {"single": ("k", "o"), "dp": ("tab:orange", "s"), "star": ("tab:red", "^"), "ring": ("tab:blue", "D")}
+MODE_STYLE = {"single": ("k", "o"), "dp": ("tab:orange", "s"), "star": ("tab:red", "^"), "ring": ("tab:blue", "D"),
+              "zero1": ("tab:green", "v"), "zero2": ("tab:olive", "P")}
 
 
 def read_csv(path):
@@ -39,7 +42,7 @@ def f(row, key):
 
 def plot_throughput(rows, out):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for mode in ["single", "dp", "star", "ring"]:
+    for mode in MODE_STYLE:
         pts = sorted((int(r["N"]), f(r, "samples_per_s"), f(r, "efficiency")) for r in rows if r["mode"] == mode)
         if not pts:
             continue
@@ -144,6 +147,47 @@ def plot_projection(rows, measured, out):
     plt.close(fig)
 
 
+MEMORY_PARTS = [("param_bytes", "tab:blue", "parameters"), ("grad_bytes", "tab:orange", "gradients"),
+                ("optim_state_bytes", "tab:green", "optimizer state"), ("activation_bytes", "tab:red", "activations")]
+
+
+def plot_memory(dev_rows, out):
+    """One bar per device of every run, stacked by what holds the bytes at the peak."""
+    runs = []
+    for r in dev_rows:
+        key = (r["mode"], int(r["N"]))
+        if key not in runs:
+            runs.append(key)
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(dev_rows) + 2), 4))
+    x = 0
+    ticks, labels = [], []
+    for mode, n in runs:
+        devs = [r for r in dev_rows if r["mode"] == mode and int(r["N"]) == n]
+        start = x
+        for d in devs:
+            bottom = 0.0
+            first = (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0")
+            for key, colour, label in MEMORY_PARTS:
+                mib = f(d, key) / 2**20
+                ax.bar(x, mib, bottom=bottom, width=0.8, color=colour, label=label if first else None)
+                bottom += mib
+            # the rest of the peak: backward's and communication's transient buffers
+            other = max(0.0, f(d, "peak_mib") - bottom)
+            ax.bar(x, other, bottom=bottom, width=0.8, color="lightgrey", label="other (transient)" if first else None)
+            x += 1
+        ticks.append((start + x - 1) / 2)
+        labels.append(f"{mode}\nN={n}")
+        x += 0.7
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set(ylabel="MiB at the peak", title="memory per device / rank")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "memory.png"), dpi=110)
+    plt.close(fig)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "results"
     rows = read_csv(os.path.join(out, "results.csv"))
@@ -151,8 +195,7 @@ def main():
     if not rows:
         sys.exit(f"plot_results.py: no {os.path.join(out, 'results.csv')}: run dplab-compare first")
     plot_throughput(rows, out)
-    per_run_bars(dev_rows, out, "memory.png", [("peak_mib", "tab:purple", "peak MiB")], "peak MiB",
-                 "peak memory per device / rank")
+    plot_memory(dev_rows, out)
     per_run_bars(dev_rows, out, "traffic.png",
                  [("sent_mib_per_step", "tab:blue", "sent"), ("recv_mib_per_step", "tab:orange", "received")],
                  "MiB per step", "traffic per device / rank")

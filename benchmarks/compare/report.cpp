@@ -164,6 +164,22 @@ std::string format_table(const std::vector<RunResult>& runs) {
   return s;
 }
 
+// Per device: the peak and what holds it (fill_memory in training.cpp), in MiB.
+std::string format_memory_table(const std::vector<RunResult>& runs) {
+  std::string s = fmt::format("{:<6} {:>2} {:>3} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}\n", "mode", "N", "dev",
+                              "params", "grads", "optim", "activations", "other", "peak MiB");
+  for (const RunResult& r : runs)
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+      const DeviceFigures& d = r.devices[i];
+      const int64_t other = d.peak_bytes - d.param_bytes - d.grad_bytes - d.optim_state_bytes - d.activation_bytes;
+      s += fmt::format("{:<6} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}\n", r.mode, r.n, i,
+                       mib(double(d.param_bytes)), mib(double(d.grad_bytes)), mib(double(d.optim_state_bytes)),
+                       mib(double(d.activation_bytes)), mib(double(std::max<int64_t>(0, other))),
+                       mib(double(d.peak_bytes)));
+    }
+  return s;
+}
+
 void write_results_csv(const std::string& path, const std::vector<RunResult>& runs) {
   std::ofstream f(path);
   const auto& cols = csv_columns();
@@ -186,14 +202,17 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
 
 void write_per_device_csv(const std::string& path, const std::vector<RunResult>& runs) {
   std::ofstream f(path);
-  f << "mode,N,device,peak_mib,sent_mib_per_step,recv_mib_per_step,weight_sent_mib_per_step,weight_recv_mib_per_step\n";
+  f << "mode,N,device,peak_mib,sent_mib_per_step,recv_mib_per_step,weight_sent_mib_per_step,weight_recv_mib_per_step,"
+       "param_bytes,grad_bytes,optim_state_bytes,activation_bytes\n";
   for (const RunResult& r : runs) {
     const double steps = std::max<double>(1, double(r.timed_steps));
     for (size_t i = 0; i < r.devices.size(); ++i) {
       const DeviceFigures& x = r.devices[i];
-      f << fmt::format("{},{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f}\n", r.mode, r.n, i, mib(double(x.peak_bytes)),
-                       mib(double(x.bytes_sent)) / steps, mib(double(x.bytes_received)) / steps,
-                       mib(double(x.weight_bytes_sent)) / steps, mib(double(x.weight_bytes_received)) / steps);
+      f << fmt::format("{},{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{},{},{},{}\n", r.mode, r.n, i,
+                       mib(double(x.peak_bytes)), mib(double(x.bytes_sent)) / steps,
+                       mib(double(x.bytes_received)) / steps, mib(double(x.weight_bytes_sent)) / steps,
+                       mib(double(x.weight_bytes_received)) / steps, x.param_bytes, x.grad_bytes,
+                       x.optim_state_bytes, x.activation_bytes);
     }
   }
   DPLAB_CHECK(f.good(), "could not write {}", path);
@@ -236,8 +255,12 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
   }
   f << "\nModes: `single` one device; `dp` DataParallel (parameter server, threads, one process); "
        "`star` DDP with the star all-reduce (parameter server over processes); `ring` DDP with the ring "
-       "all-reduce. Traffic is MiB per step; device 0 is the master for `dp` and `star`. "
+       "all-reduce; `zero1` / `zero2` ZeRO stage 1 / 2 over the ring (tutorials/18_zero.md). Traffic is MiB "
+       "per step; device 0 is the master for `dp` and `star`. "
        "Column meanings: benchmarks/compare/report.cpp; formulas: tutorials/16_ps_vs_ring.md.\n\n";
+  f << "## Memory per device\n\nMiB; parameters, gradients and optimizer state after training, activations "
+       "at the end of forward, other = the rest of the peak (backward's and the collectives' transient "
+       "buffers).\n\n```\n" << format_memory_table(runs) << "```\n\n";
   f << "## Agreement with the single device\n\n";
   for (const std::string& l : agreement.lines) f << "- " << l << '\n';
   f << (agreement.ok ? "\nAll modes agree (parameters within tolerance, accuracy within 0.5 points).\n"

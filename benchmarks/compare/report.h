@@ -28,6 +28,10 @@ struct Agreement {
 Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs);
 
 std::string format_table(const std::vector<RunResult>& runs);
+// Memory per device: parameters, gradients, optimizer state, activations, the other bytes
+// of the peak (backward's and communication's buffers) and the peak, in MiB: DP's master,
+// DDP's equal replicas, ZeRO's 1/N state.
+std::string format_memory_table(const std::vector<RunResult>& runs);
 // One sentence on the emulated links in effect (or their absence), for the table and report.
 std::string link_note(const Config& cfg);
 void write_results_csv(const std::string& path, const std::vector<RunResult>& runs);

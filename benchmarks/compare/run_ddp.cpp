@@ -12,6 +12,10 @@
 // all_reduce(Avg) in launch order and stamps its start and end, and the Work it returns
 // stamps how long backward's end waited for it. That is where the trace's bucket events
 // and the table's communication and waiting columns come from.
+// zero1 and zero2 are ZeRO (parallel/ddp/zero_redundancy_optimizer.h) over the same ring
+// group, without DDP: each rank steps 1/N of the parameters; the reduce-scatter and
+// all-gather run inside backward (zero2) or the step, so their time is communication the
+// step waits for.
 // Read next: report.cpp.
 #include <fmt/core.h>
 #include <signal.h>
@@ -37,6 +41,7 @@
 #include "parallel/backends/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/ddp/zero_redundancy_optimizer.h"
 #include "parallel/launch/spawn.h"
 #include "parallel/launch/supervisor.h"
 
@@ -146,19 +151,43 @@ class CommThread {
   std::thread thread_;  // last: started once everything above exists
 };
 
+// ZeRO's optimizer for `zero1` / `zero2`: the configured one, sharded.
+std::unique_ptr<parallel::ZeroRedundancyOptimizer> make_zero(const Config& cfg, int stage, nn::Module& model,
+                                                             std::shared_ptr<ProcessGroup> pg) {
+  parallel::InnerOptions inner = optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum};
+  if (cfg.optimizer == "adam") inner = optim::AdamOptions{.lr = cfg.lr};
+  return std::make_unique<parallel::ZeroRedundancyOptimizer>(model.parameters(), inner,
+                                                             parallel::ZeroOptions{.stage = stage, .process_group = pg});
+}
+
 void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) {
   const Algorithm algo = algo_name == "star" ? Algorithm::Star : Algorithm::Ring;
+  const int zero_stage = algo_name == "zero1" ? 1 : algo_name == "zero2" ? 2 : 0;
+  const std::string backend = zero_stage ? "ring" : algo_name;
   if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
-  auto pg = parallel::init_process_group({.backend = algo_name, .link_gbps = link_gbps(cfg, algo_name, n)});
+  auto pg = parallel::init_process_group({.backend = backend, .link_gbps = link_gbps(cfg, algo_name, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
   model->to(dev);
   TraceRecorder trace(cfg.trace);
   CommThread comm(*pg, algo, trace);
-  parallel::DistributedDataParallel ddp(model, {.device = dev, .bucket_cap_mb = cfg.bucket_cap_mb, .algorithm = algo,
-                                                .process_group = pg, .comm_hook = comm.hook()});
-  optim::SGD opt(ddp.parameters(), {.lr = cfg.lr, .momentum = cfg.momentum});
+  // DDP for star / ring / mpi / nccl; ZeRO alone (no DDP) for zero1 / zero2
+  std::shared_ptr<nn::Module> net = model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  parallel::ZeroRedundancyOptimizer* zero = nullptr;
+  if (zero_stage) {
+    auto z = make_zero(cfg, zero_stage, *model, pg);
+    zero = z.get();
+    optimizer = std::move(z);
+  } else {
+    net = std::make_shared<parallel::DistributedDataParallel>(
+        model, parallel::DDPOptions{.device = dev, .bucket_cap_mb = cfg.bucket_cap_mb, .algorithm = algo,
+                                    .process_group = pg, .comm_hook = comm.hook()});
+    optimizer = make_optimizer(cfg, net->parameters());
+  }
+  optim::Optimizer& opt = *optimizer;
+  ActivationMeter activations({dev});
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
   ProgressOptions bar_opts{.total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
   if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
@@ -176,8 +205,10 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     opt.zero_grad();
     Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev);
     Tensor y = batch_rows(d.train_y, d, cfg, step, rank, n).to(dev);
-    Tensor loss = cross_entropy(ddp.forward(x), y);
+    activations.before_forward();
+    Tensor loss = cross_entropy(net->forward(x), y);
     const float loss_value = loss.item();
+    if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
     loss.backward();  // buckets all-reduce while it runs; it returns when all are averaged
     const auto t2 = Clock::now();
@@ -198,10 +229,11 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   // not a slice of the step); waiting: time backward's end sat waiting for them; compute:
   // the rest of the step.
   const double steps = double(r.timed_steps);
+  const parallel::CommStats stats = pg->comm_stats();
   r.comm_s = comm.comm_seconds() / steps;
   r.wait_s = comm.wait_seconds() / steps;
+  if (zero_stage) r.comm_s = r.wait_s = stats.total.seconds / steps;  // ZeRO's collectives block the step
   r.compute_s = std::max(0.0, r.seconds / steps - r.wait_s);
-  const parallel::CommStats stats = pg->comm_stats();
   const auto ar = stats.per_collective.find("all_reduce");
   r.devices.assign(static_cast<size_t>(n), {});
   DeviceFigures& mine = r.devices[static_cast<size_t>(rank)];
@@ -212,6 +244,14 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     mine.weight_bytes_sent = ar->second.bytes_sent;
     mine.weight_bytes_received = ar->second.bytes_received;
   }
+  for (const char* c : {"reduce_scatter", "all_gather"})  // ZeRO's gradients and weights
+    if (auto it = stats.per_collective.find(c); it != stats.per_collective.end()) {
+      mine.weight_bytes_sent += it->second.bytes_sent;
+      mine.weight_bytes_received += it->second.bytes_received;
+    }
+  fill_memory(mine, model->parameters(), zero ? zero->optimizer_state_bytes() : optimizer_state_bytes(opt),
+              zero ? zero->gradient_shard_bytes() : 0);
+  mine.activation_bytes = activations.bytes(0);
   const std::vector<float> params = flat_params(*model);
   r.param_count = static_cast<int64_t>(params.size());
   if (rank == 0) {
@@ -228,8 +268,9 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
 }  // namespace
 
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
-  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl",
-              "--worker: expected ring, star, mpi or nccl, got '{}'", algo);
+  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl" || algo == "zero1" ||
+                  algo == "zero2",
+              "--worker: expected ring, star, mpi, nccl, zero1 or zero2, got '{}'", algo);
   if (algo == "mpi") {  // mpirun started this process as one of the n ranks
     const parallel::MpiWorld w = parallel::mpi_world();
     DPLAB_CHECK(w.size == n, "--worker mpi: mpirun started {} ranks, expected {}", w.size, n);

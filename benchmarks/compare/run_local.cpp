@@ -15,7 +15,6 @@
 #include "benchmarks/compare/training.h"
 #include "framework/io/progress.h"
 #include "framework/ops/ops.h"
-#include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
 #include "parallel/dp/data_parallel.h"
 
@@ -27,13 +26,18 @@ struct LoopTimes {
   double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;  // seconds: median step x steps
   std::vector<double> step_times;
   int64_t timed_steps = 0;
+  int64_t optim_state_bytes = 0;  // the optimizer's state at the end (on the master)
+  std::vector<int64_t> activation_bytes;  // per device of `devices`: what forward adds
 };
 
 // The training loop both local modes share. `net` is the model or its DataParallel
 // wrapper; `on_timing_start` resets the counters when the timed steps begin.
-LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Device input_device,
+LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, const std::vector<Device>& devices,
                      const std::string& label, TraceRecorder& trace, const std::function<void()>& on_timing_start) {
-  optim::SGD opt(net.parameters(), {.lr = cfg.lr, .momentum = cfg.momentum});
+  const Device input_device = devices.at(0);
+  ActivationMeter activations(devices);
+  auto optimizer = make_optimizer(cfg, net.parameters());
+  optim::Optimizer& opt = *optimizer;
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
   ProgressBar bar({.total = cfg.steps, .desc = label, .unit = "steps"});
   LoopTimes t;
@@ -43,8 +47,10 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Dev
     opt.zero_grad();
     Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device);
     Tensor y = batch_rows(d.train_y, d, cfg, step, 0, 1).to(input_device);
+    activations.before_forward();
     Tensor loss = cross_entropy(net.forward(x), y);
     const float loss_value = loss.item();  // waits for a GPU, so the split below is honest
+    if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
     loss.backward();
     const auto t2 = Clock::now();
@@ -64,6 +70,8 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, Dev
   }
   bar.close();
   t.seconds = median(t.step_times) * double(t.timed_steps);
+  t.optim_state_bytes = optimizer_state_bytes(opt);
+  for (size_t i = 0; i < devices.size(); ++i) t.activation_bytes.push_back(activations.bytes(i));
   return t;
 }
 
@@ -86,12 +94,14 @@ RunResult run_single(const Config& cfg) {
   auto model = initial_model(cfg);
   model->to(dev);
   TraceRecorder trace(cfg.trace);
-  LoopTimes t = train_loop(cfg, d, *model, dev, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
+  LoopTimes t = train_loop(cfg, d, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
   RunResult r{.mode = "single", .n = 1, .steps = cfg.steps, .timed_steps = t.timed_steps,
               .global_batch = cfg.global_batch, .seconds = t.seconds};
   // One device computes everything: no communication, nothing to wait for.
   r.compute_s = t.seconds / double(t.timed_steps);
   r.devices = {DeviceFigures{.peak_bytes = memory_stats(dev).peak_bytes}};
+  fill_memory(r.devices[0], model->parameters(), t.optim_state_bytes, 0);
+  r.devices[0].activation_bytes = t.activation_bytes[0];
   finish(cfg, r, *model, d, dev, trace);
   return r;
 }
@@ -105,7 +115,7 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   parallel::DataParallel dp(model, devices);
   dp.emulate_links(link_gbps(cfg, "dp", n));
   TraceRecorder trace(cfg.trace);
-  LoopTimes t = train_loop(cfg, d, dp, devices[0], fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
+  LoopTimes t = train_loop(cfg, d, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
 
   RunResult r{.mode = "dp", .n = n, .steps = cfg.steps, .timed_steps = t.timed_steps,
               .global_batch = cfg.global_batch, .seconds = t.seconds};
@@ -126,6 +136,15 @@ RunResult run_data_parallel(const Config& cfg, int n) {
                                               tm.phase_bytes_out(DpPhase::Reduce, i),
                          .weight_bytes_received = tm.phase_bytes_in(DpPhase::Replicate, i) +
                                                   tm.phase_bytes_in(DpPhase::Reduce, i)});
+  }
+  // memory: the master holds the model, its gradients and the optimizer state; a worker's
+  // replica (kept from step to step) holds a copy of the weights and their gradients
+  fill_memory(r.devices[0], model->parameters(), t.optim_state_bytes, 0);
+  r.devices[0].activation_bytes = t.activation_bytes[0];
+  for (int i = 1; i < n; ++i) {
+    DeviceFigures& w = r.devices[static_cast<size_t>(i)];
+    w.param_bytes = w.grad_bytes = r.devices[0].param_bytes;
+    w.activation_bytes = t.activation_bytes[static_cast<size_t>(i)];
   }
   // compute: a device's mean busy time; communication: the master's copies; waiting: the
   // workers' mean idle time, i.e. how long the replicas stand still while the master

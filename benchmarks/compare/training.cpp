@@ -16,13 +16,16 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
+#include "framework/optim/adam.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
 #include "models/models.h"
 
 namespace dplab::compare {
 
 double link_gbps(const Config& cfg, const std::string& mode, int n) {
-  if (n < 2 || (mode != "dp" && mode != "star" && mode != "ring")) return 0.0;
+  if (n < 2 || (mode != "dp" && mode != "star" && mode != "ring" && mode != "zero1" && mode != "zero2")) return 0.0;
   if (cfg.link_gbps >= 0) return cfg.link_gbps;
   return cfg.device == "cpu" ? 10.0 : 0.0;  // logical CPU devices stand for machines on 10 GbE
 }
@@ -130,6 +133,7 @@ void write_rank_file(const std::string& path, const RunResult& r, int rank) {
                      r.param_count);
     f << fmt::format("device {} {} {} {} {}\n", d.peak_bytes, d.bytes_sent, d.bytes_received,
                      d.weight_bytes_sent, d.weight_bytes_received);
+    f << fmt::format("memory {} {} {} {}\n", d.param_bytes, d.grad_bytes, d.optim_state_bytes, d.activation_bytes);
     DPLAB_CHECK(f.good(), "could not write {}", tmp);
   }
   std::filesystem::rename(tmp, path);  // a reader never sees half a file
@@ -153,6 +157,9 @@ void read_rank_file(const std::string& path, RunResult& r, int rank) {
   DeviceFigures& d = r.devices[static_cast<size_t>(rank)];
   dev >> d.peak_bytes >> d.bytes_sent >> d.bytes_received >> d.weight_bytes_sent >> d.weight_bytes_received;
   DPLAB_CHECK(!dev.fail(), "{}: malformed device line '{}'", path, get("device"));
+  std::istringstream mem(get("memory"));
+  mem >> d.param_bytes >> d.grad_bytes >> d.optim_state_bytes >> d.activation_bytes;
+  DPLAB_CHECK(!mem.fail(), "{}: malformed memory line '{}'", path, get("memory"));
   if (rank != 0) return;
   r.steps = std::stoll(get("steps"));
   r.timed_steps = std::stoll(get("timed_steps"));
@@ -163,6 +170,43 @@ void read_rank_file(const std::string& path, RunResult& r, int rank) {
   r.test_accuracy = std::stod(get("test_accuracy"));
   r.test_loss = std::stod(get("test_loss"));
   r.param_count = std::stoll(get("param_count"));
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor> params) {
+  if (cfg.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = cfg.lr});
+  DPLAB_CHECK(cfg.optimizer == "sgd", "--optimizer: expected sgd or adam, got '{}'", cfg.optimizer);
+  return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
+}
+
+int64_t optimizer_state_bytes(const optim::Optimizer& opt) {
+  StateDict sd;
+  Metadata meta;
+  opt.state_dict(sd, meta);
+  int64_t bytes = 0;
+  for (const auto& [name, t] : sd) bytes += t.nbytes();
+  return bytes;
+}
+
+void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes, int64_t extra_grad_bytes) {
+  d.param_bytes = d.grad_bytes = 0;
+  for (const Tensor& p : params) {
+    d.param_bytes += p.nbytes();
+    if (p.grad().defined()) d.grad_bytes += p.grad().nbytes();
+  }
+  d.grad_bytes += extra_grad_bytes;
+  d.optim_state_bytes = state_bytes;
+}
+
+ActivationMeter::ActivationMeter(std::vector<Device> devices)
+    : devices_(std::move(devices)), before_(devices_.size()), peak_(devices_.size()) {}
+
+void ActivationMeter::before_forward() {
+  for (size_t i = 0; i < devices_.size(); ++i) before_[i] = memory_stats(devices_[i]).allocated_bytes;
+}
+
+void ActivationMeter::after_forward() {
+  for (size_t i = 0; i < devices_.size(); ++i)
+    peak_[i] = std::max(peak_[i], memory_stats(devices_[i]).allocated_bytes - before_[i]);
 }
 
 }  // namespace dplab::compare

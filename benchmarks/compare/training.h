@@ -47,6 +47,21 @@ Evaluation evaluate(nn::Module& model, const TrainData& d, Device device);
 
 std::vector<float> flat_params(const nn::Module& model);
 
+// A step's activations on each device: what forward added (allocated after it minus before
+// it). At the end of forward every activation backward needs is alive, and backward has not
+// yet made anything, so this is their peak. The largest over the steps measured is kept.
+class ActivationMeter {
+ public:
+  explicit ActivationMeter(std::vector<Device> devices);
+  void before_forward();
+  void after_forward();
+  int64_t bytes(size_t device_index) const { return peak_.at(device_index); }
+
+ private:
+  std::vector<Device> devices_;
+  std::vector<int64_t> before_, peak_;
+};
+
 // The median of per-step times: the step time every mode reports. On a shared machine other
 // processes' bursts land on random steps; the median ignores them, the mean does not.
 double median(std::vector<double> v);

@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -217,6 +218,47 @@ TEST_CASE("report, trace and plots are written") {
     CHECK(fs::exists(r.out / png));
     if (fs::exists(r.out / png)) CHECK(fs::file_size(r.out / png) > 1000);
   }
+}
+
+TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state (zero2: 1/N gradients too)") {
+  const fs::path out = fs::temp_directory_path() / ("dplab-compare-zero-test-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+                          "' --model mlp --modes ring,zero1,zero2 --ns 3 --steps 3 --warmup 1 --global-batch 48 "
+                          "--train-limit 240 --test-limit 200 --no-projection --no-plots --out '" + out.string() +
+                          "' >/dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const int n = 3;
+  const int64_t p4 = 235146 * 4;  // the MLP's parameter bytes; SGD momentum is as many again
+  const std::vector<float> ring = read_floats(out / "runs" / "ring_n3.params");
+  const auto rows = read_csv(out / "per_device.csv", nullptr);
+  auto sum = [&](const std::string& mode, const char* key) {
+    int64_t total = 0;
+    for (const auto& row : rows)
+      if (row.at("mode") == mode) total += std::stoll(row.at(key));
+    return total;
+  };
+  auto sent = [&](const std::string& mode, int d) {
+    for (const auto& row : rows)
+      if (row.at("mode") == mode && std::stoi(row.at("device")) == d) return std::stod(row.at("weight_sent_mib_per_step"));
+    return -1.0;
+  };
+  for (const std::string mode : {"zero1", "zero2"}) {
+    CAPTURE(mode);
+    const std::vector<float> p = read_floats(out / "runs" / (mode + "_n3.params"));
+    REQUIRE(p.size() == ring.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(p[i] - ring[i])));
+    CHECK(max_diff < 1e-5);
+    for (int d = 0; d < n; ++d) CHECK(sent(mode, d) == doctest::Approx(sent("ring", d)).epsilon(1e-4));
+    CHECK(sum(mode, "param_bytes") == n * p4);
+    CHECK(sum(mode, "optim_state_bytes") == p4);  // the shards add up to one copy
+    CHECK(sum(mode, "grad_bytes") == (mode == "zero1" ? n * p4 : p4));
+  }
+  CHECK(sum("ring", "optim_state_bytes") == n * p4);  // a full copy on every rank
+  CHECK(sum("ring", "grad_bytes") == n * p4);
+  CHECK(sum("ring", "activation_bytes") > 0);
+  fs::remove_all(out);
 }
 
 // The program's path comes first on the command line, doctest's options after.
