@@ -16,7 +16,7 @@ bool is_engine_backend(const std::string& backend) {
 std::unique_ptr<CollectiveEngine> make_engine(Store& store, const std::string& prefix, int rank,
                                               int world_size, const ProcessGroupOptions& opts) {
   if (opts.backend == "mpi") return make_mpi_engine(rank, world_size, opts.timeout);
-  if (opts.backend == "nccl") return make_nccl_engine(store, prefix, rank, world_size);
+  if (opts.backend == "nccl") return make_nccl_engine(store, prefix, rank, world_size, opts.timeout);
   DPLAB_FAIL("make_engine: backend must be \"mpi\" or \"nccl\", got \"{}\"", opts.backend);
 }
 

@@ -84,9 +84,10 @@ bool nccl_built();
 
 // The engines' constructors (mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp
 // stand-ins, which throw an Error naming the build option, when dplab was built without).
-// timeout: how long a rank that exits waits for the others before aborting the job.
+// timeout: how long a rank that exits waits for the others before aborting the job (mpi);
+// how long a collective may take before the communicator is aborted (nccl).
 std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout);
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
-                                                   int rank, int world_size);
+                                                   int rank, int world_size, Seconds timeout);
 
 }  // namespace dplab::parallel
