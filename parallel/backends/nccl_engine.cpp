@@ -88,8 +88,7 @@ class NcclEngine final : public CollectiveEngine {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     nccl(ncclCommInitRankConfig(&comm_, world_size, id, rank, &config), "ncclCommInitRankConfig",
-         "process group creation");
-    settle("process group creation");
+         "process group creation");  // waits while it answers ncclInProgress
     CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
@@ -99,7 +98,6 @@ class NcclEngine final : public CollectiveEngine {
     if (comm_ != nullptr) {
       try {
         nccl(ncclCommFinalize(comm_), "ncclCommFinalize", "process group destruction");
-        settle("process group destruction");
         ncclCommDestroy(comm_);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "dplab nccl backend: %s\n", e.what());  // aborted by then
@@ -284,10 +282,13 @@ class NcclEngine final : public CollectiveEngine {
     CUDA_CHECK(cudaMemcpyAsync(dst, static_cast<const char*>(all.raw_data()) + i * bytes, bytes,
                                cudaMemcpyDeviceToDevice, s));
   }
-  // A call's own result: ncclInProgress is the non-blocking communicator's "queued";
-  // anything else but success aborts (peers blocked with us would otherwise hang) and throws.
+  // A call's own result. ncclInProgress is the non-blocking communicator's "being queued":
+  // the work reaches the stream only once the state turns to success, so wait for that
+  // before recording an event behind it. Anything else aborts (peers blocked with us would
+  // otherwise hang) and throws.
   void nccl(ncclResult_t r, const char* call, const char* collective) {
-    if (r == ncclSuccess || r == ncclInProgress) return;
+    if (r == ncclSuccess) return;
+    if (r == ncclInProgress) return settle(collective);
     const std::string last = ncclGetLastError(comm_);
     abort_comm();
     throw CommError(fmt::format("rank {}: {} failed in {} on the nccl backend: {} ({}); the "
