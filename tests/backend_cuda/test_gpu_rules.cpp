@@ -5,6 +5,7 @@
 // Read next: framework/backend/cuda/gpu_probe.h, framework/backend/cuda/cuda_pure.h.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -133,4 +134,37 @@ TEST_CASE("overlapping device copies are detected (memmove's contract)") {
   CHECK(!cuda::ranges_overlap(p, p + 16, 16));   // back to back
   CHECK(!cuda::ranges_overlap(p + 16, p, 16));
   CHECK(!cuda::ranges_overlap(p, p + 8, 0));     // nothing to copy
+}
+
+TEST_CASE("two-pass reduction plans cover r exactly, with no empty slice, within grid limits") {
+  int two_pass = 0;
+  for (int64_t outer : std::vector<int64_t>{1, 2, 3, 64, 512, 513, 4096}) {
+    for (int64_t r : std::vector<int64_t>{1, 2, 17, 4095, 4096, 4097, 100003, int64_t{1} << 26,
+                                          (int64_t{1} << 31) + 77}) {
+      for (int64_t inner : std::vector<int64_t>{1, 2, 64, 1000, int64_t{1} << 20}) {
+        CAPTURE(outer);
+        CAPTURE(r);
+        CAPTURE(inner);
+        const cuda::ReducePlan p = cuda::reduce_plan(outer, r, inner, 256);
+        if (p.slices < 2) {
+          CHECK(p.slices == 1);
+          CHECK(p.slice_len == r);
+          continue;
+        }
+        ++two_pass;
+        CHECK(p.slices <= 65535);
+        CHECK(p.slices * p.slice_len >= r);        // every element in a slice
+        CHECK((p.slices - 1) * p.slice_len < r);   // the last slice is not empty
+        if (inner == 1) CHECK(outer <= 65535);     // the row kernel's grid y
+        // pass 1 reads with about 2^18 threads, never fewer than 2^16 when r allows
+        const int64_t threads = inner == 1 ? outer * p.slices * 256 : outer * p.slices * inner;
+        CHECK(threads <= (int64_t{1} << 19));
+      }
+    }
+  }
+  CHECK(two_pass > 20);
+  // the shape that ran on one warp: the whole tensor of 64M floats
+  const cuda::ReducePlan all = cuda::reduce_plan(1, int64_t{64} << 20, 1, 256);
+  CHECK(all.slices == 1024);
+  CHECK(all.slice_len == 65536);
 }

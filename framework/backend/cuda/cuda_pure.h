@@ -3,7 +3,8 @@
 // tests them (tests/backend_cuda/test_cuda_pure.cpp) and the kernels run the same code.
 //  - when a device copy must go through scratch memory (overlapping ranges: memmove);
 //  - how float16 Max / Min treat NaN and how NaN is written as a half: exactly as the CPU
-//    backend (cpu_half.cpp), so CPU and GPU ranks put the same bytes on the wire.
+//    backend (cpu_half.cpp), so CPU and GPU ranks put the same bytes on the wire;
+//  - how a reduction is split into slices for its two passes (cuda_reduce.cu).
 // Read next: cuda_half.cu, cuda_backend.cpp (copy_device).
 #pragma once
 #include <cstddef>
@@ -49,6 +50,35 @@ DPLAB_HD inline float reduce_like_cpu(int op, float dst, float src) {
   if (op == 1) return dst < src ? src : dst;  // std::max(dst, src)
   if (op == 2) return src < dst ? src : dst;  // std::min(dst, src)
   return dst + src;
+}
+
+// The two-pass plan of a reduction of x as [outer, r, inner] over r (cuda_reduce.cu):
+// each output's r elements are cut into `slices` slices of `slice_len` (the last shorter,
+// none empty); slices < 2 means one pass. Rows (inner == 1) get a block of `threads` per
+// slice, at least 16 floats per thread; columns a thread per slice, at least 16 floats.
+// Either way about 2^18 threads read in pass 1, enough to keep an H100's memory busy.
+struct ReducePlan {
+  int64_t slices = 1;
+  int64_t slice_len = 0;
+};
+inline ReducePlan reduce_plan(int64_t outer, int64_t r, int64_t inner, int64_t threads) {
+  constexpr int64_t kTargetThreads = int64_t{1} << 18;
+  constexpr int64_t kPerThread = 16;
+  if (outer <= 0 || inner <= 0 || r <= 0) return {1, r};
+  int64_t slices = 0;
+  if (inner == 1) {
+    const int64_t by_len = (r + kPerThread * threads - 1) / (kPerThread * threads);
+    const int64_t by_grid = kTargetThreads / threads / outer;  // blocks per row
+    slices = by_len < by_grid ? by_len : by_grid;
+  } else {
+    const int64_t by_len = (r + kPerThread - 1) / kPerThread;
+    const int64_t by_grid = kTargetThreads / (outer * inner);
+    slices = by_len < by_grid ? by_len : by_grid;
+  }
+  if (slices < 2) return {1, r};
+  if (slices > 65535) slices = 65535;  // a grid dimension's limit (the row kernel's x)
+  const int64_t len = (r + slices - 1) / slices;
+  return {(r + len - 1) / len, len};  // recount: no empty slice
 }
 
 }  // namespace dplab::cuda

@@ -9,7 +9,7 @@
 //    and writes P partials per row; pass 2 reduces each row's P partials with one warp.
 //  - few long columns (inner > 1, outer*inner small): two passes too. Pass 1 gives each
 //    thread a slice of r for one output, P slices per output, written as [outer, P, inner];
-//    pass 2 is the one-thread-per-output kernel over r = P.
+//    pass 2 gives each output a warp over its P partials.
 // P is chosen so that about kTargetThreads threads read in pass 1 (an H100 holds 270K);
 // the partials (scratch from the caller, reduce_scratch_bytes) are a few KiB to MiB.
 // Argmax partials carry (value, index); ties keep the first index, so the answer is the
@@ -18,37 +18,17 @@
 // Read next: cuda_nn.cu.
 #include "framework/backend/cuda/cuda_kernels.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
+#include "framework/backend/cuda/cuda_pure.h"
 
 namespace dplab::cuda {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int64_t kTargetThreads = int64_t{1} << 18;   // threads reading in pass 1
-constexpr int64_t kRowSliceMin = 16 * kThreads;        // floats per block, at least
-constexpr int64_t kColumnSliceMin = 16;                // floats per thread, at least
 constexpr int kWarps = kThreads / 32;
+using Plan = ReducePlan;
 
-// The two-pass plan: P slices per output row / column (P < 2: one pass).
-struct Plan {
-  int64_t slices = 1;
-  int64_t slice_len = 0;
-};
 Plan plan_for(int64_t outer, int64_t r, int64_t inner) {
-  Plan p;
-  if (inner == 1) {
-    const int64_t by_len = (r + kRowSliceMin - 1) / kRowSliceMin;
-    const int64_t by_grid = (kTargetThreads / kThreads) / outer;  // blocks per row
-    p.slices = by_len < by_grid ? by_len : by_grid;
-  } else {
-    const int64_t by_len = (r + kColumnSliceMin - 1) / kColumnSliceMin;
-    const int64_t by_grid = kTargetThreads / (outer * inner);
-    p.slices = by_len < by_grid ? by_len : by_grid;
-  }
-  if (p.slices < 2) return {1, r};
-  if (p.slices > 65535) p.slices = 65535;  // gridDim.y / .x limits for the row kernel
-  p.slice_len = (r + p.slices - 1) / p.slices;
-  p.slices = (r + p.slice_len - 1) / p.slice_len;  // no empty slice
-  return p;
+  return reduce_plan(outer, r, inner, kThreads);
 }
 
 // (value, index) pairs combine so that the larger value wins and ties keep the first index.
@@ -224,24 +204,34 @@ __global__ void column_slices_kernel(KReduce op, const float* x, int64_t outer, 
   }
 }
 
-// Pass 2 of argmax over columns: the first slice holding the maximum gives its index.
-__global__ void argmax_pick_kernel(const float* part, const int64_t* part_k, int64_t* out,
-                                   int64_t outer, int64_t slices, int64_t inner) {
-  DPLAB_GRID_LOOP(j, outer * inner) {
+// Pass 2 for columns: one warp per output (o, i) over its P partials (lane l takes slices
+// l, l+32, ...), so even P in the thousands costs each lane a few dozen loads from L2.
+__global__ void column_partials_kernel(KReduce op, const float* part, const int64_t* part_k,
+                                       void* out, int64_t outer, int64_t slices, int64_t inner) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t n_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t j = warp; j < outer * inner; j += n_warps) {
     const int64_t o = j / inner, i = j - o * inner;
-    const int64_t at = o * slices * inner + i;
-    float best = part[at];
-    int64_t best_k = part_k[at];
-    for (int64_t c = 1; c < slices; ++c) {
-      if (part[at + c * inner] > best) {
-        best = part[at + c * inner];
-        best_k = part_k[at + c * inner];
-      }
+    const int64_t at = o * slices * inner + i;  // slice c of output j is at + c * inner
+    if (op == KReduce::ArgMax) {
+      ArgBest best{-INFINITY, INT64_MAX};
+      for (int64_t c = lane; c < slices; c += 32)
+        best = arg_combine(best, ArgBest{part[at + c * inner], part_k[at + c * inner]});
+      for (int off = 16; off > 0; off /= 2)
+        best = arg_combine(best, ArgBest{__shfl_down_sync(kFullMask, best.v, off),
+                                         static_cast<int64_t>(__shfl_down_sync(
+                                             kFullMask, static_cast<long long>(best.k), off))});
+      if (lane == 0) static_cast<int64_t*>(out)[j] = best.k == INT64_MAX ? 0 : best.k;
+    } else {
+      float acc = identity(op);
+      for (int64_t c = lane; c < slices; c += 32) acc = combine(op, acc, part[at + c * inner]);
+      for (int off = 16; off > 0; off /= 2)
+        acc = combine(op, acc, __shfl_down_sync(kFullMask, acc, off));
+      if (lane == 0) static_cast<float*>(out)[j] = acc;
     }
-    out[j] = best_k;
   }
 }
-
 }  // namespace
 
 std::size_t reduce_scratch_bytes(KReduce op, int64_t outer, int64_t r, int64_t inner) {
@@ -278,13 +268,8 @@ cudaError_t launch_reduce(KReduce op, const float* x, void* out, int64_t outer, 
       column_slices_kernel<<<blocks_for(n_part), kThreads, 0, s>>>(op, x, outer, r, inner,
                                                                    p.slices, p.slice_len, part,
                                                                    part_k);
-      if (op == KReduce::ArgMax) {
-        argmax_pick_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(
-            part, part_k, static_cast<int64_t*>(out), outer, p.slices, inner);
-      } else {
-        reduce_columns_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(
-            op, part, static_cast<float*>(out), outer, p.slices, inner);
-      }
+      column_partials_kernel<<<blocks_for(n_out * 32), kThreads, 0, s>>>(op, part, part_k, out,
+                                                                         outer, p.slices, inner);
     }
     return cudaGetLastError();
   }
