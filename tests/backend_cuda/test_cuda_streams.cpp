@@ -6,6 +6,7 @@
 // Skipped (never passed) without a GPU. Read next: cuda_backend.cpp, cuda_allocator.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "framework/backend/cpu/cpu_half.h"
@@ -17,10 +18,23 @@
 using namespace dplab;
 using namespace dplab::cuda_test;
 
+namespace {
+
+// Logical devices for M GPUs as test_cuda_devices.cpp sets them (2M + 1; never fewer than
+// already exist: set_virtual_gpus refuses to shrink past a device in use). cuda:M is then a
+// second logical device on physical GPU 0.
+int share_gpus() {
+  const int m = cuda_physical_device_count();
+  set_virtual_gpus(std::max(2 * m + 1, cuda_logical_device_count()));
+  return m;
+}
+
+}  // namespace
+
 TEST_CASE("a copy to another logical device waits for a long producer kernel" *
           doctest::skip(!has_gpu())) {
-  set_virtual_gpus(2);
-  const Device d0("cuda:0"), d1("cuda:1");
+  share_gpus();
+  const Device d0("cuda:0"), d1("cuda:1");  // another GPU, or the same one shared
   const int64_t n = int64_t{64} << 20;  // 64M floats, 256 MiB: each pass takes ~0.1-0.3 ms
   const int passes = 300;
   GpuBuf<float> x(std::vector<float>(static_cast<std::size_t>(n), 0.0f), d0);
@@ -53,20 +67,21 @@ TEST_CASE("copy_device within one device acts as memmove on overlapping ranges" 
   }
 }
 
-TEST_CASE("out of memory on cuda:0 first empties the cache of cuda:1 on the same GPU" *
+TEST_CASE("out of memory on cuda:0 first empties the cache of cuda:M on the same GPU" *
           doctest::skip(!has_gpu())) {
-  set_virtual_gpus(2);
+  const Device sibling(DeviceKind::CUDA, share_gpus());  // cuda:M, on physical GPU 0
+  REQUIRE(cuda::logical_device(sibling.index).physical == 0);
   cuda::bind(0);
   size_t free_b = 0, total_b = 0;
   REQUIRE(cudaMemGetInfo(&free_b, &total_b) == cudaSuccess);
   const std::size_t big = free_b / 10 * 7;  // two of these cannot fit at once
-  void* p1 = device_allocate(Device("cuda:1"), big);
-  device_free(Device("cuda:1"), p1, big);  // cached by cuda:1, still held from CUDA
+  void* p1 = device_allocate(sibling, big);
+  device_free(sibling, p1, big);  // cached by the sibling, still held from CUDA
   void* p0 = nullptr;
   CHECK_NOTHROW(p0 = device_allocate(Device("cuda:0"), big));
   device_free(Device("cuda:0"), p0, big);
   cuda_empty_cache(0);
-  cuda_empty_cache(1);
+  cuda_empty_cache(sibling.index);
 }
 
 TEST_CASE("max_pool2d_backward with an argmax outside its plane throws, like the CPU" *

@@ -101,12 +101,16 @@ TEST_CASE("DDP on CUDA thread ranks (cuda_ipc), with and without the fp16 hook, 
     CAPTURE(fp16);
     const int world = 2;
     const testing::Params expected = testing::single_process(world);
+    // the reference's initial weights (seed 0), made outside the rank threads: the default
+    // generator is shared, so seeding it per rank would race
+    manual_seed(0);
+    const StateDict init = models::ToyModel().state_dict();
     std::vector<testing::Params> got(world);
     testing::run_threads(world, [&](ProcessGroup& pg) {
       const int r = pg.rank();
       const Device d(DeviceKind::CUDA, r);
-      manual_seed(r == 0 ? 0 : 1000 + r);  // the broadcast at construction must fix this
       auto model = std::make_shared<models::ToyModel>();
+      if (r == 0) model->load_state_dict(init);  // the others: the broadcast must fix them
       model->to(d);
       DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001,
                                           .process_group = testing::borrow(pg)});
