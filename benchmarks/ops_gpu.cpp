@@ -4,6 +4,10 @@
 //    below is a bug: a hidden transpose, a sync per call).
 //  - add and relu on 64M floats (op layer, backend) vs cudaMemcpy D2D in the same run: target
 //    >= 75% (all memory-bound; add moves 12 B per element, relu and memcpy 8 B).
+//  - reductions of the same 64M floats: the whole tensor (sum, max, argmax: outer = 1, the
+//    two-pass kernels), the columns of [64, 1M] (few long columns) and the rows of [1M, 64]
+//    (many short rows), each reading 4 B per element, vs the copy's read rate (half its
+//    bytes): target >= 75% (a one-warp reduction was ~1%).
 // Prints a table, writes CSV (argv[1], default ops_gpu.csv); without a GPU prints "no GPU:
 // skipped" and exits 0. Read next: framework/backend/cuda/cuda_backend.cpp.
 #include <cublas_v2.h>
@@ -13,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/backend/backend.h"
@@ -115,6 +120,33 @@ void run_elementwise(Device d, std::vector<Row>& rows) {
   rows.push_back({"add", "backend", "64M", "GB/s", add_be_ms, 3.0 * bytes / add_be_ms / 1e6, copy_gbs, 75});
   rows.push_back({"relu", "op", "64M", "GB/s", relu_op_ms, 2.0 * bytes / relu_op_ms / 1e6, copy_gbs, 75});
   rows.push_back({"relu", "backend", "64M", "GB/s", relu_be_ms, 2.0 * bytes / relu_be_ms / 1e6, copy_gbs, 75});
+
+  // Reductions read 4 B per element and write almost nothing: compare with the copy's read
+  // rate, bytes / copy_ms (the copy reads and writes them).
+  const double read_gbs = bytes / copy_ms / 1e6;
+  Tensor out = Tensor::empty({int64_t{1} << 20}, {.dtype = dplab::DType::Int64, .device = d});
+  struct Shape {
+    const char* name;
+    const char* size;
+    int64_t outer, r, inner;
+  };
+  const Shape shapes[] = {{"all", "64M", 1, n, 1},
+                          {"columns", "64x1M", 1, 64, int64_t{1} << 20},
+                          {"rows", "1Mx64", int64_t{1} << 20, 64, 1},
+                          {"columns", "1Mx64", 1, int64_t{1} << 20, 64}};
+  for (const Shape& sh : shapes) {
+    for (auto [op, op_name] : {std::pair{dplab::ReduceOp::Sum, "sum"},
+                               std::pair{dplab::ReduceOp::Max, "max"},
+                               std::pair{dplab::ReduceOp::ArgMax, "argmax"}}) {
+      const double ms = time_ms(
+          [&] { be.reduce(op, x.data<float>(), out.raw_data(), sh.outer, sh.r, sh.inner); }, sync,
+          iters);
+      rows.push_back({std::string(op_name) + " " + sh.name, "backend", sh.size, "GB/s", ms,
+                      bytes / ms / 1e6, read_gbs, 75});
+    }
+  }
+  const double sum_op_ms = time_ms([&] { Tensor r = dplab::sum(x); }, sync, iters);
+  rows.push_back({"sum all", "op", "64M", "GB/s", sum_op_ms, bytes / sum_op_ms / 1e6, read_gbs, 75});
 }
 
 }  // namespace
@@ -134,7 +166,7 @@ int main(int argc, char** argv) {
     for (int64_t n : {1024, 2048, 4096}) run_matmul(d, n, rows);
     run_elementwise(d, rows);
 
-    std::printf("%-12s %-8s %-8s %10s %12s %16s %8s %8s\n", "op", "layer", "size", "ms", "rate",
+    std::printf("%-16s %-8s %-8s %10s %12s %16s %8s %8s\n", "op", "layer", "size", "ms", "rate",
                 "reference", "% ref", "target");
     std::FILE* csv = std::fopen(csv_path.c_str(), "w");
     if (csv != nullptr) {
@@ -145,7 +177,7 @@ int main(int argc, char** argv) {
       const char* met = !has_target ? "" : r.pct() >= r.target_pct ? "met" : "MISSED";
       const std::string target =
           has_target ? ">=" + std::to_string(static_cast<int>(r.target_pct)) + "% " + met : "";
-      std::printf("%-12s %-8s %-8s %10.3f %8.1f %-7s %8.1f %-7s %7.1f%% %s\n", r.op.c_str(),
+      std::printf("%-16s %-8s %-8s %10.3f %8.1f %-7s %8.1f %-7s %7.1f%% %s\n", r.op.c_str(),
                   r.layer.c_str(), r.size.c_str(), r.ms, r.rate, r.unit.c_str(), r.ref_rate,
                   r.unit.c_str(), r.pct(), target.c_str());
       if (csv != nullptr) {
@@ -157,7 +189,8 @@ int main(int argc, char** argv) {
     if (csv != nullptr) {
       std::fclose(csv);
       std::printf("wrote %s (reference: cublasSgemm on the same buffers for matmul, cudaMemcpy "
-                  "D2D in this run for add and relu)\n", csv_path.c_str());
+                  "D2D in this run for add and relu, its read rate for reductions)\n",
+                  csv_path.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_ops_gpu: %s\n", e.what());

@@ -34,7 +34,7 @@ std::unique_ptr<CollectiveEngine> make_engine(Store& store, const std::string& p
   if (opts.backend == "mpi")
     return make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store),
                            prefix + "/watchdog");
-  if (opts.backend == "nccl") return make_nccl_engine(store, prefix, rank, world_size);
+  if (opts.backend == "nccl") return make_nccl_engine(store, prefix, rank, world_size, opts.timeout);
   DPLAB_FAIL("make_engine: backend must be \"mpi\" or \"nccl\", got \"{}\"", opts.backend);
 }
 

@@ -85,13 +85,14 @@ bool nccl_built();
 
 // The engines' constructors (mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp
 // stand-ins, which throw an Error naming the build option, when dplab was built without).
-// timeout: how long a collective may run before the watchdog names the late rank and aborts
-// the job, and how long a rank that exits waits for the others. watchdog_store: the store
-// the watchdog files its hang report in (collective_watchdog.h), under watchdog_prefix.
+// timeout: how long a collective may run before the engine gives up: the mpi engine's
+// watchdog then names the late rank and aborts the job (and a rank that exits waits this
+// long for the others); the nccl engine aborts its communicator. watchdog_store: the store
+// the mpi watchdog files its hang report in (collective_watchdog.h), under watchdog_prefix.
 std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
                                                   CollectiveWatchdog::Connect watchdog_store,
                                                   const std::string& watchdog_prefix);
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
-                                                   int rank, int world_size);
+                                                   int rank, int world_size, Seconds timeout);
 
 }  // namespace dplab::parallel

@@ -149,8 +149,15 @@ struct ProcessGroup::Impl {
       tr.set_context(context);
       Ctx ctx{tr, dtype, op, traffic, device};
       fn(ctx);
+      tr.end_collective();
     } catch (const std::exception& e) {
       broken = e.what();
+      for_each_transport([](Transport& t) {
+        try {
+          t.end_collective();
+        } catch (const std::exception&) {  // the first error is the one to report
+        }
+      });
       const std::string why = fmt::format("{} on rank {}: {}", context, transport->rank(),
                                           e.what());
       for_each_transport([&](Transport& t) { t.mark_failed(why); });

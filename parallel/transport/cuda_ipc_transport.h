@@ -3,7 +3,7 @@
 // end at it and exports it with cudaIpcGetMemHandle; the handle (+ the offset inside its
 // cudaMalloc block) goes through the store, and every peer opens it once with
 // cudaIpcOpenMemHandle (a peer in the same process, a thread rank, uses the pointer). A
-// sender fills a slot with cudaMemcpyAsync on its stream; the counters, waits and failure
+// sender fills a slot with cudaMemcpyAsync on its comm stream; the counters, waits and failure
 // flags are mailbox_transport's, in a POSIX shm block (the heap for thread ranks).
 // This header names no CUDA type: it compiles in every build; without CUDA
 // (cuda_ipc_fallback.cpp) cuda_ipc_compiled() is false and CUDA tensors are staged.

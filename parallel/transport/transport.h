@@ -23,8 +23,11 @@ class Transport {
   virtual int size() const = 0;
   virtual const std::string& name() const = 0;  // "shm", "thread"
   virtual std::size_t segment_bytes() const = 0;
-  // Names the collective in progress, for error messages ("all_reduce(ring)").
+  // Names the collective in progress, for error messages ("all_reduce(ring)"); called as
+  // each collective begins. end_collective() is called as it ends (also when it threw): a
+  // GPU transport orders its communication stream back into the compute stream there.
   virtual void set_context(const std::string& collective) = 0;
+  virtual void end_collective() {}
 
   // Blocks while all of the link's slots are full. len may be 0 (a token, e.g. barrier).
   virtual void send_segment(int peer, const void* src, std::size_t len) = 0;

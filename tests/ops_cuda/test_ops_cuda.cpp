@@ -5,7 +5,7 @@
 // runs the same tables on cpu:1 (and checks that they name every op of ops.h), so they are
 // known to run even where this file is skipped.
 // Without a GPU (or in a build without CUDA) every case is skipped by doctest::skip, and
-// main() exits 77, which Meson reports as SKIP: never as a pass. Read next: parity.h.
+// main() exits 77, which Meson reports as SKIP: never as a pass (tests/gpu_suite.h). Read next: parity.h.
 //
 // The ops covered are complete as of framework/ops/ops.h (62 functions), checked at run time
 // by test_ops_parity_cpu.cpp ("the parity tables cover every op of ops.h"), which reads ops.h:
@@ -23,9 +23,11 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "framework/backend/backend.h"
 #include "framework/backend/cuda/virtual_gpus.h"
+#include "tests/gpu_suite.h"
 #include "tests/ops_cuda/parity.h"
 
 using namespace dplab;
@@ -39,15 +41,8 @@ const Device kCpu("cpu"), kGpu("cuda:0");
 }  // namespace
 
 int main(int argc, char** argv) {
-  doctest::Context context(argc, argv);
-  const int rc = context.run();
-  if (context.shouldExit() || rc != 0) return rc;
-  if (!has_gpu()) {
-    std::printf("test_ops_cuda: no CUDA GPU visible%s: every case skipped (exit 77 = SKIP)\n",
-                cuda_compiled() ? "" : " (dplab built without CUDA)");
-    return 77;
-  }
-  return 0;
+  if (!cuda_compiled()) std::printf("test_ops_cuda: dplab was built without CUDA\n");
+  return dplab::gpu_testing::gpu_suite_main(argc, argv, "test_ops_cuda");
 }
 
 TEST_CASE("elementwise ops on cuda:0 match the CPU, forward and backward" * doctest::skip(!has_gpu())) {
@@ -111,4 +106,28 @@ TEST_CASE("ops on cuda:1 (a second logical GPU) and copies between GPUs match th
                 return V{to_device(b, home)};
               }}},
             kCpu, kGpu, false);
+}
+
+// copy_ between overlapping views of one tensor: memmove's answer on the CPU (the backend's
+// contract), and now on the GPU too, where a plain cudaMemcpyAsync leaves it undefined.
+TEST_CASE("copy_ between overlapping views of one tensor on cuda:0 acts as memmove, like the CPU" *
+          doctest::skip(!has_gpu())) {
+  const int64_t n = 1 << 20;
+  for (int64_t shift : {1, 7, 4096}) {
+    CAPTURE(shift);
+    std::vector<std::vector<float>> results;
+    for (Device d : {kCpu, kGpu}) {
+      Tensor t = arange(n, {.device = d});
+      t.narrow(shift, n - shift).copy_(t.narrow(0, n - shift));       // forwards
+      t.narrow(0, n - 2 * shift).copy_(t.narrow(shift, n - 2 * shift));  // and back
+      results.push_back(t.to_vector<float>());
+    }
+    std::vector<float> ref(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ref[static_cast<std::size_t>(i)] = static_cast<float>(i);
+    const std::size_t s = static_cast<std::size_t>(shift), len = ref.size();
+    std::memmove(ref.data() + s, ref.data(), (len - s) * sizeof(float));
+    std::memmove(ref.data(), ref.data() + s, (len - 2 * s) * sizeof(float));
+    CHECK(results[0] == ref);  // the CPU is memmove (a smeared copy would repeat 0..shift-1)
+    CHECK(results[1] == ref);
+  }
 }

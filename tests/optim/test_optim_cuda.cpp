@@ -1,5 +1,5 @@
 // test_optim_cuda.cpp: the fused steps on cuda:0 follow the CPU reference, and their state
-// is counted on the GPU. Where no GPU is visible the executable exits 77, which Meson
+// is counted on the GPU. Where no GPU is visible the executable exits 77 (tests/gpu_suite.h), which Meson
 // reports as SKIP (never as a pass); the cases also carry doctest::skip for direct runs.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -12,6 +12,7 @@
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
+#include "tests/gpu_suite.h"
 #include "tests/optim/optim_test_util.h"
 
 using namespace dplab;
@@ -47,11 +48,7 @@ void check_parity(Options options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (no_gpu()) {
-    std::puts("test_optim_cuda: no GPU visible (or dplab built without CUDA): skipped");
-    return 77;
-  }
-  return doctest::Context(argc, argv).run();
+  return dplab::gpu_testing::gpu_suite_main(argc, argv, "test_optim_cuda");  // 77 without a GPU
 }
 
 TEST_CASE("SGD on cuda:0 matches the CPU" * doctest::skip(no_gpu())) {

@@ -27,6 +27,7 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
+#include "tests/gpu_suite.h"
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
 
@@ -180,8 +181,5 @@ TEST_CASE("cuda_ipc: thread ranks in one process use each other's pointers" *
 // exit 77 so meson reports SKIP rather than OK for a suite whose point could not be tested
 // (doctest's own counts list the GPU cases as skipped; a failure still fails).
 int main(int argc, char** argv) {
-  doctest::Context context(argc, argv);
-  int code = context.run();
-  if (context.shouldExit() || code != 0) return code;
-  return has_gpu() ? 0 : 77;
+  return dplab::gpu_testing::gpu_suite_main(argc, argv, "test_collectives_cuda_ipc");
 }

@@ -4,10 +4,19 @@
 // With one GPU the group has world size 1 (NCCL refuses two ranks on one GPU), so these
 // cases check the plumbing (unique id through the store, streams, dtypes, Avg, the CPU
 // refusal), not a multi-GPU reduction: that needs a machine with two GPUs or two machines.
-// Read next: parallel/backends/nccl_engine.cpp.
+// Also: a peer that never joins ends in a CommError after the group's timeout (the
+// communicator is aborted, not left hanging), two ranks on one GPU are refused naming the
+// cuda_ipc ring, and a collective issued right after a long kernel sees its finished output
+// (the comm stream waits for the compute stream).
+// Read next: parallel/backends/nccl_engine.cpp, test_nccl_rules.cpp (the same rules, no GPU).
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cstdlib>
+
+#include "framework/backend/backend.h"
 #include "framework/backend/cuda/cuda_backend.h"
+#include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/ops/ops.h"
 #include "parallel/comm/hash_store.h"
 #include "parallel/comm/process_group.h"
@@ -66,4 +75,43 @@ TEST_CASE("nccl refuses CPU tensors, naming the backends that take them" * docte
   auto pg = nccl_group();
   Tensor cpu = from_vector(std::vector<float>{1, 2}, {2});
   CHECK_THROWS_WITH_AS(pg->all_reduce(cpu), doctest::Contains("use the mpi or ring backend"), Error);
+}
+
+TEST_CASE("nccl: a collective right after a long producer kernel sees its finished output" *
+          doctest::skip(!has_gpu())) {
+  auto pg = nccl_group();
+  const int64_t n = int64_t{64} << 20;
+  Tensor x = zeros({n}, {.device = Device("cuda:0")});
+  auto* p = static_cast<float*>(x.raw_data());
+  for (int i = 0; i < 300; ++i)
+    backend_for(Device("cuda:0")).unary(UnaryOp::AddScalar, p, p, n, 1.0f);
+  std::vector<Tensor> out = {zeros({n}, {.device = Device("cuda:0")})};
+  pg->all_gather(out, x);  // copies x on the comm stream: must wait for the 300 passes
+  const std::vector<float> got = out[0].to_vector<float>();
+  int64_t bad = 0;
+  for (float v : got) bad += v != 300.0f;
+  CHECK_MESSAGE(bad == 0, bad << " elements gathered before the producer ended");
+}
+
+TEST_CASE("nccl: a peer that never joins ends in a CommError after the timeout, not a hang" *
+          doctest::skip(!has_gpu())) {
+  // this process is rank 0 of 2 on its machine's only rank slot; rank 1 never comes
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  auto store = std::make_shared<HashStore>(Seconds(10.0));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(create_process_group(store, 0, 2, {.backend = "nccl", .timeout = Seconds(2.0)}),
+                       doctest::Contains("did not finish within 2 s"), Error);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30.0);
+  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) unsetenv(v);
+}
+
+TEST_CASE("nccl: two ranks on one GPU are refused, naming the cuda_ipc ring" *
+          doctest::skip(!has_gpu() || cuda_physical_device_count() != 1)) {
+  set_virtual_gpus(2);
+  auto store = std::make_shared<HashStore>(Seconds(10.0));
+  CHECK_THROWS_WITH_AS(create_process_group(store, 1, 2, {.backend = "nccl"}),
+                       doctest::Contains("cuda_ipc"), Error);
 }

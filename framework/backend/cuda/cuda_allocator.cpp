@@ -7,6 +7,11 @@
 // queued on cuda:k's single stream, so work queued after a free (by a new owner of the
 // block) runs after all work queued before it (by the old owner). A second stream per
 // device would break this and need cudaEventRecord at free time (PyTorch's record_stream).
+// The comm stream (cuda_devices.h) is that second stream, kept safe two ways: a collective
+// ends by making the compute stream wait for it (an event), and a block freed inside a
+// collective (a scratch buffer) first waits for the comm stream.
+// Out of memory: logical devices that share a physical GPU all give their cache back before
+// the request fails, since any of them may hold the free blocks that would make it fit.
 // Read next: cuda_backend.cpp.
 #include "framework/backend/cuda/cuda_allocator.h"
 
@@ -67,13 +72,14 @@ std::map<std::uintptr_t, Block>::iterator find_block(const void* p) {
   return it;
 }
 
-// cudaFree every cached block of device k (caller holds state().mu). Waits for k's stream
+// cudaFree every cached block of device k (caller holds state().mu). Waits for k's streams
 // first: a block freed by its tensor may still be read by a kernel queued before the free.
 void release_cached_locked(int k) {
   Pool& pool = state().pools[k];
   if (pool.free_lists.empty()) return;
   LogicalDevice& dev = bind(k);
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.comm_stream));
   for (auto& [size, blocks] : pool.free_lists) {
     for (void* p : blocks) {
       CUDA_CHECK(cudaFree(p));
@@ -97,13 +103,17 @@ void* cache_allocate(int k, std::size_t nbytes) {
     state().blocks[reinterpret_cast<std::uintptr_t>(p)].in_use = true;
     return p;
   }
-  // Miss: ask CUDA. On out-of-memory, give this device's cache back and try once more.
-  bind(k);
+  // Miss: ask CUDA. On out-of-memory, give back the cache of every logical device on this
+  // physical GPU (cuda:k's own and its virtual siblings') and try once more.
+  const int physical = bind(k).physical;
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, size);
   if (err == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    release_cached_locked(k);
+    int siblings[kMaxDevicesPerKind];
+    const int n = logical_devices_on(physical, siblings, kMaxDevicesPerKind);
+    for (int i = 0; i < n; ++i) release_cached_locked(siblings[i]);
+    bind(k);  // release_cached_locked bound each sibling in turn
     err = cudaMalloc(&p, size);
   }
   if (err != cudaSuccess) {
@@ -128,6 +138,11 @@ void cache_free(int k, void* p) {
               "cuda:{}: free of {} which is not a live block of the CUDA allocator", k, p);
   DPLAB_CHECK(it->second.device == k, "cuda:{}: free of a block that belongs to cuda:{}", k,
               it->second.device);
+  if (in_comm_scope(k)) {
+    // freed inside a collective: its last reader may be on the comm stream, which later
+    // compute-stream work does not wait for until the collective ends
+    CUDA_CHECK(cudaStreamSynchronize(logical_device(k).comm_stream));
+  }
   it->second.in_use = false;
   state().pools[k].free_lists[it->second.size].push_back(p);
 }

@@ -14,6 +14,8 @@
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/cuda_devices.h"
+#include "framework/backend/cuda/cuda_pure.h"
+#include "framework/backend/cuda/gpu_probe.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -59,6 +61,7 @@ void CudaBackend::copy_to_host(Device d, void* dst, const void* src, std::size_t
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
 }
 
+// Within one logical device: a plain device copy (overlapping ranges allowed, as memmove).
 // Between two logical devices the copy runs on the destination's stream, fenced by events
 // both ways, without blocking the host:
 //   1. the copy waits for everything queued on the source stream (the producer of src);
@@ -74,7 +77,18 @@ void CudaBackend::copy_device(Device dst_dev, void* dst, Device src_dev, const v
   LogicalDevice& from = cuda::logical_device(src_dev.index);
   LogicalDevice& to = bind(dst_dev.index);
   if (&from == &to) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, to.stream));
+    cudaStream_t s = cuda::stream_for(to);
+    if (!cuda::ranges_overlap(dst, src, nbytes)) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
+      return;
+    }
+    // memmove's contract, which the CPU backend keeps: cudaMemcpy* leaves overlapping ranges
+    // undefined, so go through a scratch block (queued on the same stream, so its reuse
+    // after the free below waits for both copies: cuda_allocator.cpp).
+    void* scratch = cuda::cache_allocate(dst_dev.index, nbytes);
+    CUDA_CHECK(cudaMemcpyAsync(scratch, src, nbytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(dst, scratch, nbytes, cudaMemcpyDeviceToDevice, s));
+    cuda::cache_free(dst_dev.index, scratch);
     return;
   }
   cudaEvent_t src_ready = nullptr, copy_done = nullptr;
@@ -134,6 +148,8 @@ void CudaBackend::gemm(const GemmArgs& g, const float* a, const float* b, float*
 
 Backend& cuda_backend() {
   // The count is asked once (cuda_devices.cpp); without a GPU every use is a clear Error.
+  if (const std::string& why = cuda_gpu_probe().error; !why.empty())
+    throw CudaError(fmt::format("cuda backend: the GPUs could not be counted: {}", why));
   const int n = cuda_physical_device_count();
   DPLAB_CHECK(n > 0, "cuda backend: no CUDA GPU is visible (no driver, or no device); "
               "cudaGetDeviceCount found {} GPU(s)", n);

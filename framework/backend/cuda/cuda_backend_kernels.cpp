@@ -1,7 +1,8 @@
 // cuda_backend_kernels.cpp: CudaBackend's elementwise, reduction, softmax, indexing,
 // convolution, pooling and optimizer kernels: argument checks (the same as the CPU
 // backend's), translation of backend.h's structs to cuda_kernels.h's plain mirrors, and a
-// launch on the stream of the logical device that owns the output.
+// launch on the stream of the logical device that owns the output (fill, unary and
+// reduce_into, the kernels collectives use, go on its comm stream inside a CommStreamScope).
 // Index-validating kernels are followed by take_index_errors(): a stream sync plus 16 bytes
 // back, so an out-of-range label throws here, naming the label, instead of reading garbage.
 // Read next: cuda_elementwise.cu (kernels), then tests/backend_cuda/test_cuda_kernels.cpp.
@@ -70,13 +71,13 @@ void check_indices(LogicalDevice& dev, const char* what, const char* name, int64
 void CudaBackend::fill(DType t, void* out, int64_t n, double value) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(out, "fill");
-  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n, static_cast<float>(value), dev.stream));
+  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n, static_cast<float>(value), cuda::stream_for(dev)));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_fill_f32(static_cast<float*>(out), n, static_cast<float>(value),
-                                     dev.stream));
+                                     cuda::stream_for(dev)));
   } else {
     CUDA_CHECK(cuda::launch_fill_i64(static_cast<int64_t*>(out), n, static_cast<int64_t>(value),
-                                     dev.stream));
+                                     cuda::stream_for(dev)));
   }
 }
 
@@ -111,7 +112,8 @@ void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t
 void CudaBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(y, "unary");
-  CUDA_CHECK(cuda::launch_unary(static_cast<cuda::KUnary>(op), x, y, n, scalar, dev.stream));
+  CUDA_CHECK(cuda::launch_unary(static_cast<cuda::KUnary>(op), x, y, n, scalar,
+                                cuda::stream_for(dev)));
 }
 
 void CudaBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
@@ -134,13 +136,14 @@ void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, 
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(dst, "reduce_into");
   const auto kop = static_cast<cuda::KReduce>(op);
-  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, dev.stream));
+  cudaStream_t s = cuda::stream_for(dev);  // the comm stream inside a collective
+  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, s));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_reduce_into_f32(kop, static_cast<float*>(dst),
-                                            static_cast<const float*>(src), n, dev.stream));
+                                            static_cast<const float*>(src), n, s));
   } else {
     CUDA_CHECK(cuda::launch_reduce_into_i64(kop, static_cast<int64_t*>(dst),
-                                            static_cast<const int64_t*>(src), n, dev.stream));
+                                            static_cast<const int64_t*>(src), n, s));
   }
 }
 
@@ -152,8 +155,14 @@ void CudaBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, 
   DPLAB_CHECK(r > 0 || op == ReduceOp::Sum,
               "reduce: max/min/argmax over an empty dim (r = 0) has no answer");
   LogicalDevice& dev = bind_owner(out, "reduce");
-  CUDA_CHECK(cuda::launch_reduce(static_cast<cuda::KReduce>(op), x, out, outer, r, inner,
-                                 dev.stream));
+  const auto kop = static_cast<cuda::KReduce>(op);
+  // the two-pass shapes' partials; freed right after the launch: the block's next user is
+  // queued on the same stream, after both passes (cuda_allocator.cpp)
+  const std::size_t scratch_bytes = cuda::reduce_scratch_bytes(kop, outer, r, inner);
+  void* scratch = scratch_bytes ? cuda::cache_allocate(dev.logical, scratch_bytes) : nullptr;
+  const cudaError_t err = cuda::launch_reduce(kop, x, out, outer, r, inner, scratch, dev.stream);
+  if (scratch != nullptr) cuda::cache_free(dev.logical, scratch);
+  CUDA_CHECK(err);
 }
 
 void CudaBackend::softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
@@ -247,7 +256,9 @@ void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, co
   check_window(w, "max_pool2d_backward");
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "max_pool2d_backward");
-  CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.stream));
+  CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.err_flag,
+                                              dev.stream));
+  check_indices(dev, "max_pool2d_backward", "argmax", w.H * w.W);
 }
 
 void CudaBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {

@@ -81,11 +81,17 @@ __global__ void max_pool2d_kernel(const float* x, KWindow w, float* y, int64_t* 
   }
 }
 
+// An argmax outside its plane (a corrupt or foreign tensor) is flagged, not followed: the
+// CPU backend throws for it, and here it would write into another image's gradient.
 __global__ void max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, KWindow w,
-                                           float* gx, int64_t n) {
+                                           float* gx, int64_t n, unsigned long long* err) {
   DPLAB_GRID_LOOP(e, n) {
     const int64_t at = argmax[e];
-    if (at < 0) continue;
+    if (at < 0) continue;  // a window of padding only
+    if (at >= w.H * w.W) {
+      report_bad_index(err, at);
+      continue;
+    }
     const int64_t bc = e / (w.out_h * w.out_w);
     atomicAdd(&gx[bc * w.H * w.W + at], gy[e]);
   }
@@ -146,14 +152,15 @@ cudaError_t launch_max_pool2d(const float* x, const KWindow& w, float* y, int64_
 }
 
 cudaError_t launch_max_pool2d_backward(const float* gy, const int64_t* argmax, const KWindow& w,
-                                       float* gx, cudaStream_t s) {
+                                       float* gx, unsigned long long* bad, cudaStream_t s) {
   const int64_t n_in = w.N * w.C * w.H * w.W, n_out = w.N * w.C * w.out_h * w.out_w;
   if (n_in == 0) return cudaSuccess;
   // gx is overwritten: zero it, then route each gradient to the input that won its window
   cudaError_t err = cudaMemsetAsync(gx, 0, static_cast<size_t>(n_in) * sizeof(float), s);
   if (err != cudaSuccess) return err;
   if (n_out > 0) {
-    max_pool2d_backward_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(gy, argmax, w, gx, n_out);
+    max_pool2d_backward_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(gy, argmax, w, gx, n_out,
+                                                                      bad);
   }
   return cudaGetLastError();
 }

@@ -1,18 +1,21 @@
 // cuda_devices.cpp: the table of logical CUDA devices and the virtual-GPU switch.
-// Creating a device costs a stream, a cuBLAS handle (~ a few MiB of workspace on the GPU)
+// Creating a device costs two streams, a cuBLAS handle (~ a few MiB of workspace on the GPU)
 // and 16 bytes for the error flag; it happens once, under a mutex, on first use, and the
-// LogicalDevice then never moves (threads of DataParallel keep references to it).
+// LogicalDevice then never moves (threads of DataParallel keep references to it). A creation
+// step that fails gives back what the steps before it made.
 // Read next: cuda_allocator.cpp.
 #include "framework/backend/cuda/cuda_devices.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <memory>
 #include <mutex>
 
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
+#include "framework/backend/cuda/gpu_probe.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
 #include "framework/tensor/device.h"
@@ -49,19 +52,57 @@ void announce_locked(int m) {
   std::fprintf(stderr, "dplab: %d logical CUDA devices share %d physical GPU(s)\n", g_virtual, m);
 }
 
+// Whether the NVIDIA driver library is installed: tells "no driver" from "a driver too old
+// for this runtime", which both answer cudaErrorInsufficientDriver.
+bool driver_library_loads() {
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+}
+
+// Frees what a half-created device holds (called with its physical GPU current).
+void destroy_partial(LogicalDevice& dev) {
+  if (dev.err_flag != nullptr && cudaFree(dev.err_flag) != cudaSuccess) cudaGetLastError();
+  if (dev.cublas != nullptr) cublasDestroy(dev.cublas);
+  if (dev.comm_stream != nullptr && cudaStreamDestroy(dev.comm_stream) != cudaSuccess)
+    cudaGetLastError();
+  if (dev.stream != nullptr && cudaStreamDestroy(dev.stream) != cudaSuccess) cudaGetLastError();
+}
+
+void create_locked(LogicalDevice& dev) {
+  CUDA_CHECK(cudaSetDevice(dev.physical));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&dev.comm_stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&dev.cublas));
+  CUBLAS_CHECK(cublasSetStream(dev.cublas, dev.stream));
+  CUDA_CHECK(cudaMalloc(&dev.err_flag, 2 * sizeof(unsigned long long)));
+  CUDA_CHECK(cudaMemsetAsync(dev.err_flag, 0, 2 * sizeof(unsigned long long), dev.stream));
+  CUDA_CHECK(cudaStreamSynchronize(dev.stream));
+}
+
+thread_local int tl_comm_device = -1;  // the CommStreamScope open on this thread, or -1
+
 }  // namespace
 
-int physical_count() {
-  // Asked once: the answer cannot change within a process, and each failing call is slow.
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return count;
+int physical_count() { return cuda_gpu_probe().count; }
+
+CommStreamScope::CommStreamScope(int logical) : saved_(tl_comm_device) {
+  tl_comm_device = logical;
+}
+CommStreamScope::~CommStreamScope() { tl_comm_device = saved_; }
+
+cudaStream_t stream_for(const LogicalDevice& dev) {
+  return tl_comm_device == dev.logical ? dev.comm_stream : dev.stream;
+}
+bool in_comm_scope(int k) { return tl_comm_device == k; }
+
+int logical_devices_on(int physical, int* out, int max_out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  int n = 0;
+  for (int k = 0; k < kMaxDevicesPerKind && n < max_out; ++k)
+    if (g_devices[k] != nullptr && g_devices[k]->physical == physical) out[n++] = k;
+  return n;
 }
 
 LogicalDevice& logical_device(int k) {
@@ -69,6 +110,8 @@ LogicalDevice& logical_device(int k) {
   // a created device never moves, so the returned reference stays valid without it.
   std::lock_guard<std::mutex> lock(g_mu);
   const int m = physical_count();
+  if (const std::string& why = cuda_gpu_probe().error; !why.empty())
+    throw CudaError(fmt::format("cuda:{}: the GPUs could not be counted: {}", k, why));
   DPLAB_CHECK(m > 0, "cuda:{}: no CUDA GPU is visible (no driver or no device)", k);
   const int v = virtual_count_locked();
   const int n = std::min(v > 0 ? v : m, kMaxDevicesPerKind);  // Device indices stop there
@@ -78,17 +121,16 @@ LogicalDevice& logical_device(int k) {
               "logical devices", k, m, n);
   announce_locked(m);
   if (!g_devices[k]) {
-    auto dev = std::make_unique<LogicalDevice>();  // freed if a call below throws
+    auto dev = std::make_unique<LogicalDevice>();
     dev->logical = k;
     dev->physical = k % m;
     set_current_logical_device(k);
-    CUDA_CHECK(cudaSetDevice(dev->physical));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&dev->cublas));
-    CUBLAS_CHECK(cublasSetStream(dev->cublas, dev->stream));
-    CUDA_CHECK(cudaMalloc(&dev->err_flag, 2 * sizeof(unsigned long long)));
-    CUDA_CHECK(cudaMemsetAsync(dev->err_flag, 0, 2 * sizeof(unsigned long long), dev->stream));
-    CUDA_CHECK(cudaStreamSynchronize(dev->stream));
+    try {
+      create_locked(*dev);
+    } catch (...) {
+      destroy_partial(*dev);  // the streams and handle made before the failing step
+      throw;
+    }
     g_devices[k] = dev.release();
   }
   return *g_devices[k];
@@ -119,6 +161,19 @@ unsigned long long take_index_errors(LogicalDevice& dev, int64_t* first) {
 }  // namespace dplab::cuda
 
 namespace dplab {
+
+const GpuProbe& cuda_gpu_probe() {
+  // Asked once: the answer cannot change within a process, and each failing call is slow.
+  static const GpuProbe probe = [] {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) cudaGetLastError();
+    return classify_gpu_probe(static_cast<int>(err), n, cudaGetErrorName(err),
+                              cudaGetErrorString(err),
+                              err == cudaErrorInsufficientDriver && cuda::driver_library_loads());
+  }();
+  return probe;
+}
 
 void set_virtual_gpus(int n) {
   DPLAB_CHECK(n >= 1 && n <= kMaxDevicesPerKind, "set_virtual_gpus: expected n in [1, {}], got {}",

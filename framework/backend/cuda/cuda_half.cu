@@ -1,19 +1,31 @@
 // cuda_half.cu: float16 kernels (see cuda_half.h). Conversions use cuda_fp16.h's
 // round-to-nearest-even intrinsics, which agree bit for bit with cpu_half.cpp's software
-// conversion (both are IEEE 754 round-to-nearest-even), so CPU and GPU ranks put the same
-// bytes on the wire. One thread per element in a grid-stride loop; each kernel is memory
+// conversion (both are IEEE 754 round-to-nearest-even); NaN, where cuda_fp16 has its own
+// encoding (0x7fff), and Max / Min with NaN follow the CPU through cuda_pure.h, so CPU and
+// GPU ranks put the same bytes on the wire. One thread per element in a grid-stride loop; each kernel is memory
 // bound (2 + 4 bytes moved per element for a cast).
 // Read next: parallel/ddp/compression.cpp, which casts buckets before the all-reduce.
 #include <cuda_fp16.h>
 
 #include "framework/backend/cuda/cuda_half.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
+#include "framework/backend/cuda/cuda_pure.h"
 
 namespace dplab::cuda {
 namespace {
 
-__device__ inline float bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ inline uint16_t float_to_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+static_assert(static_cast<int>(KReduce::Max) == 1 && static_cast<int>(KReduce::Min) == 2,
+              "reduce_like_cpu takes ReduceOp's order");
+
+__device__ inline float bits_to_float(uint16_t h) {
+  if (half_is_nan(h)) return __uint_as_float(float_bits_from_half_nan(h));
+  return __half2float(__ushort_as_half(h));
+}
+__device__ inline uint16_t float_to_bits(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  if (float_bits_are_nan(bits)) return half_nan_from_float_bits(bits);
+  return __half_as_ushort(__float2half_rn(f));
+}
 
 __global__ void cast_f32_f16_kernel(const float* src, uint16_t* dst, int64_t n) {
   DPLAB_GRID_LOOP(i, n) { dst[i] = float_to_bits(src[i]); }
@@ -31,10 +43,7 @@ __global__ void fill_f16_kernel(uint16_t* out, int64_t n, uint16_t v) {
 __global__ void reduce_into_f16_kernel(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n) {
   DPLAB_GRID_LOOP(i, n) {
     const float a = bits_to_float(dst[i]), b = bits_to_float(src[i]);
-    float r = a + b;
-    if (op == KReduce::Max) r = fmaxf(a, b);
-    else if (op == KReduce::Min) r = fminf(a, b);
-    dst[i] = float_to_bits(r);
+    dst[i] = float_to_bits(reduce_like_cpu(static_cast<int>(op), a, b));
   }
 }
 
@@ -52,7 +61,10 @@ cudaError_t launch_cast_f16_f32(const uint16_t* src, float* dst, int64_t n, cuda
 
 cudaError_t launch_fill_f16(uint16_t* out, int64_t n, float v, cudaStream_t s) {
   // The one value is converted on the host (cuda_fp16's host path rounds the same way).
-  const uint16_t bits = __half_as_ushort(__float2half_rn(v));
+  uint32_t fbits = 0;
+  std::memcpy(&fbits, &v, sizeof fbits);
+  const uint16_t bits = float_bits_are_nan(fbits) ? half_nan_from_float_bits(fbits)
+                                                  : __half_as_ushort(__float2half_rn(v));
   if (n > 0) fill_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, bits);
   return cudaGetLastError();
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dplab::cuda {
@@ -48,8 +49,11 @@ cudaError_t launch_reduce_into_i64(KReduce op, int64_t* dst, const int64_t* src,
                                    cudaStream_t s);
 
 // ---- cuda_reduce.cu: x as [outer, r, inner] -> out [outer, inner] (int64 for ArgMax) ----
+// Bytes of scratch launch_reduce needs for its two-pass shapes (0: none; then scratch may
+// be null). The caller allocates it on the stream's device and frees it after the launch.
+std::size_t reduce_scratch_bytes(KReduce op, int64_t outer, int64_t r, int64_t inner);
 cudaError_t launch_reduce(KReduce op, const float* x, void* out, int64_t outer, int64_t r,
-                          int64_t inner, cudaStream_t s);
+                          int64_t inner, void* scratch, cudaStream_t s);
 
 // ---- cuda_nn.cu: softmax family and indexing along dim 0 ----
 cudaError_t launch_softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log,
@@ -80,7 +84,7 @@ cudaError_t launch_col2im(const float* cols, const KWindow& w, float* gx, cudaSt
 cudaError_t launch_max_pool2d(const float* x, const KWindow& w, float* y, int64_t* argmax,
                               cudaStream_t s);
 cudaError_t launch_max_pool2d_backward(const float* gy, const int64_t* argmax, const KWindow& w,
-                                       float* gx, cudaStream_t s);
+                                       float* gx, unsigned long long* err, cudaStream_t s);
 cudaError_t launch_avg_pool2d(const float* x, const KWindow& w, float* y, cudaStream_t s);
 cudaError_t launch_avg_pool2d_backward(const float* gy, const KWindow& w, float* gx,
                                        cudaStream_t s);

@@ -3,6 +3,7 @@
 // these). Code that sets up logical GPUs then still links and simply finds none.
 // Read next: virtual_gpus.h.
 #include "framework/backend/cuda/virtual_gpus.h"
+#include "framework/backend/cuda/gpu_probe.h"
 
 #include "framework/error.h"
 #include "framework/tensor/device.h"
@@ -20,5 +21,11 @@ void set_virtual_gpus(int n) {
 int cuda_logical_device_count() { return 0; }
 
 void cuda_empty_cache(int) {}
+
+// Nothing to ask: no GPU, and nothing went wrong counting them.
+const GpuProbe& cuda_gpu_probe() {
+  static const GpuProbe none{};
+  return none;
+}
 
 }  // namespace dplab
