@@ -97,8 +97,8 @@ struct Published {
 //    next. A buffer that same-process peers still use is handed to a process-wide list,
 //    holding the shared block alive, and freed by whichever transport of the group is
 //    destroyed last (sweep_deferred).
-// Cleanup: GPU memory and IPC mappings die with the process; the shm block is unlinked as
-// soon as all ranks mapped it (shm_transport.h), so a crash leaves nothing to trip over.
+// Cleanup: GPU memory and IPC mappings die with the process; the shared block is a memfd
+// that nothing names (shm_transport.h), so a crash leaves nothing to trip over.
 // A slot buffer whose same-process peers had not let go when its transport was destroyed.
 struct DeferredFree {
   std::shared_ptr<void> owner;  // keeps the heap block (and so `status`) alive
