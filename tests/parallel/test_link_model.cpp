@@ -97,7 +97,6 @@ TEST_CASE("over emulated links the star's master is the bottleneck the ring avoi
   // (bench_allreduce --link-gbps prints it too).
   CHECK(ring >= ring_floor);
   CHECK(star >= star_floor);
-  CHECK(star_floor == doctest::Approx(n / 2.0 * ring_floor));
 }
 
 TEST_CASE("link bandwidths must be positive") {
