@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "framework/autograd/grad_mode.h"
+#include "framework/backend/backend.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "models/resnet.h"
@@ -186,13 +187,71 @@ TEST_CASE("convert_sync_batchnorm keeps the tensors, options and mode, and refus
   CHECK(seq2->state_dict().keys().size() == 7);  // linear w, b; bn w, b, mean, var, counter
 }
 
-TEST_CASE("convert_sync_batchnorm refuses models that call BatchNorm through typed members (ResNet)") {
-  // models::ResNet keeps std::shared_ptr<nn::BatchNorm2d> bn1 and calls bn1->forward():
-  // replacing the tree entry would leave forward on the old layer, so this must be an error,
-  // and the tree must be left as it was.
+TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and equals BatchNorm on one rank") {
+  // models::ResNet calls bn1->forward() through typed members; rebind_child points them at
+  // the SyncBatchNorms, so the converted net on 2 ranks (4 rows each) computes what the
+  // plain net computes on all 8 rows.
+  manual_seed(5);
+  const StateDict init = models::ResNet().state_dict();
+  Generator g(11);
+  Tensor x = randn({8, 1, 8, 8}, {}, &g);
+  auto ref = std::make_shared<models::ResNet>();
+  ref->load_state_dict(init);
+  const std::vector<float> want = ref->forward(x).to_vector<float>();  // training mode: batch statistics
+  const std::vector<float> want_mean = ref->bn1->running_mean.to_vector<float>();
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto net = std::make_shared<models::ResNet>();
+    net->load_state_dict(init);
+    Tensor bn1_weight = net->bn1->weight;  // a tensor handle, not a handle on the layer
+    REQUIRE(convert_sync_batchnorm(net, borrow(pg)) == net);
+    int converted = 0, plain = 0;
+    for (auto& [n, m] : net->named_modules()) {
+      converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
+      plain += std::dynamic_pointer_cast<nn::BatchNorm>(m) != nullptr && !std::dynamic_pointer_cast<SyncBatchNorm>(m);
+    }
+    CHECK(converted == 1 + 2 * 3 + 2);  // stem, two per block, two projections
+    CHECK(plain == 0);
+    CHECK(std::dynamic_pointer_cast<SyncBatchNorm>(net->bn1) != nullptr);  // the typed member too
+    auto block = std::dynamic_pointer_cast<models::BasicBlock>((*net->layer2)[0]);
+    CHECK(std::dynamic_pointer_cast<SyncBatchNorm>(block->bn2) != nullptr);
+    CHECK(net->bn1->weight.is_same(bn1_weight));  // same tensors: an optimizer carries over
+    Tensor y = net->forward(x.narrow(pg.rank() * 4, 4));
+    check_close(y.to_vector<float>(), want, static_cast<size_t>(pg.rank() * 4 * 10));
+    check_close(net->bn1->running_mean.to_vector<float>(), want_mean);
+  });
+}
+
+TEST_CASE("convert_sync_batchnorm still refuses a BatchNorm the caller holds a handle to") {
   auto net = std::make_shared<models::ResNet>();
-  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net), doctest::Contains("'bn1' (BatchNorm2d"), Error);
+  auto extra = (*net->layer1)[0];  // a block, fine; but a kept BatchNorm handle is not:
+  auto held = std::dynamic_pointer_cast<models::BasicBlock>(extra)->bn1;
+  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net), doctest::Contains("'layer1.0.bn1' (BatchNorm2d"), Error);
   int converted = 0;
   for (auto& [n, m] : net->named_modules()) converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
-  CHECK(converted == 0);
+  CHECK(converted == 0);  // checked before anything was replaced
+}
+
+TEST_CASE("SyncBatchNorm2d on cuda:0 matches BatchNorm2d on the CPU (one rank)" *
+          doctest::skip(cuda_device_count() == 0)) {
+  // The op's statistics, its explicit backward and the all_reduce of its sums on GPU
+  // tensors; several GPU ranks ride on the same collectives as tests/parallel's cuda suites.
+  const Device gpu("cuda:0");
+  auto cpu_bn = make_bn(/*two_d=*/true);
+  Tensor x = global_x(0, 6, true).requires_grad_();
+  Tensor r = global_r(0, 6, true);
+  Tensor y_cpu = cpu_bn->forward(x);
+  sum(mul(y_cpu, r)).backward();
+  run_threads(1, [&](ProcessGroup& pg) {
+    auto bn = make_bn(true);
+    auto sbn = std::dynamic_pointer_cast<SyncBatchNorm>(convert_sync_batchnorm(bn, borrow(pg)));
+    REQUIRE(sbn != nullptr);
+    sbn->to(gpu);
+    Tensor gx = global_x(0, 6, true).to(gpu).requires_grad_();
+    Tensor y = sbn->forward(gx);
+    sum(mul(y, r.to(gpu))).backward();
+    check_close(y.to(Device("cpu")).to_vector<float>(), y_cpu.to_vector<float>());
+    check_close(gx.grad().to(Device("cpu")).to_vector<float>(), x.grad().to_vector<float>());
+    check_close(sbn->weight.grad().to(Device("cpu")).to_vector<float>(), cpu_bn->weight.grad().to_vector<float>());
+    check_close(sbn->running_mean.to(Device("cpu")).to_vector<float>(), cpu_bn->running_mean.to_vector<float>());
+  });
 }
