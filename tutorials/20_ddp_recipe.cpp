@@ -23,6 +23,7 @@
 #include "framework/data/dataloader.h"
 #include "framework/dplab.h"
 #include "framework/io/progress.h"
+#include "framework/optim/lr_scheduler.h"
 #include "framework/optim/sgd.h"
 #include "models/lenet.h"
 #include "models/resnet.h"
@@ -40,12 +41,13 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Args {
-  int epochs = 2;
+  int epochs = 3;
   int64_t batch_size = 64, limit = 0, test_limit = 0;
   double lr = 0.05, momentum = 0.9, timeout_s = 60;
   uint64_t seed = 0;
   std::string out = "checkpoints", model = "cnn";
   bool resume = false;
+  int stop_after = 0;  // > 0: stop after this epoch's checkpoint, as if interrupted
 };
 
 // Test-set accuracy of the whole set, split over the ranks; every rank gets the answer.
@@ -95,6 +97,10 @@ int run(const Args& a) {
   model->to(dev);
   par::DistributedDataParallel ddp(model, {.device = dev});
   optim::SGD opt(ddp.parameters(), {.lr = a.lr, .momentum = a.momentum});
+  // Cosine annealing per step, down to 0 at the last step: the final weights settle, so two
+  // runs that differ only in float rounding (1 rank vs N) end at the same accuracy.
+  const int64_t steps_per_epoch = (sampler->size() + per_rank - 1) / per_rank;
+  optim::CosineAnnealingLR sched(opt, {.t_max = a.epochs * steps_per_epoch});
   if (rank == 0)
     fmt::print("{} ranks, global batch {} ({} per rank), {} training / {} test images\n", world, a.batch_size,
                per_rank, train->size(), test->size());
@@ -105,6 +111,7 @@ int run(const Args& a) {
   if (a.resume) {
     DPLAB_CHECK(fs::exists(ckpt), "--resume: no checkpoint at {} (run without --resume first)", ckpt);
     start = std::stoi(par::load_checkpoint_on_all_ranks(pg, ckpt, ddp, &opt).at("epoch"));
+    sched.set_last_epoch(start * steps_per_epoch);  // the schedule is a function of the step
     if (rank == 0) fmt::print("resumed from {} after epoch {}\n", ckpt, start);
   }
   if (rank == 0) fs::create_directories(a.out);
@@ -122,6 +129,7 @@ int run(const Args& a) {
       Tensor loss = cross_entropy(ddp.forward(batch.data.to(dev)), batch.target.to(dev));
       loss.backward();  // averages the gradients over the ranks, bucket by bucket
       opt.step();
+      sched.step();
       loss_sum += loss.item();
       ++batches;
       bar.update(batch.data.size(0) * world, {{"loss", loss_sum / static_cast<double>(batches)}});
@@ -134,6 +142,11 @@ int run(const Args& a) {
     if (rank == 0)
       fmt::print("epoch {}: train loss {:.4f}, checkpoint {}\n", epoch + 1,
                  stats.to_vector<float>()[0] / stats.to_vector<float>()[1], ckpt);
+    if (epoch + 1 == a.stop_after) {
+      if (rank == 0) fmt::print("stopped after epoch {} (--stop-after); continue with --resume\n", epoch + 1);
+      par::destroy_process_group();
+      return 0;
+    }
   }
 
   const double acc = evaluate(pg, *model, test, dev);
@@ -157,7 +170,9 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", a.momentum);
   app.add_option("--seed", a.seed, "initial weights and the sampler's shuffle (same on every rank)");
   app.add_option("--out", a.out, "directory of the per-epoch checkpoint ddp_recipe.safetensors");
-  app.add_flag("--resume", a.resume, "continue from the checkpoint in --out");
+  app.add_flag("--resume", a.resume, "continue from the checkpoint in --out (same --epochs: the lr schedule "
+               "spans them)");
+  app.add_option("--stop-after", a.stop_after, "stop after this epoch's checkpoint, as if interrupted");
   app.add_option("--timeout", a.timeout_s, "seconds a collective waits for a peer before failing")
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
