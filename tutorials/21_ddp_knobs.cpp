@@ -8,7 +8,7 @@
 //   4. fp16_compress_hook: half the traffic, the same accuracy to a fraction of a point;
 //   5. the same training five ways: DataParallel, DDP started by spawn and by dplab-run,
 //      Horovod style; mixed precision is not in dplab yet.
-// Run: 21_ddp_knobs [--ranks 2] [--link-gbps 1] [--steps 30] [--out results/21_ddp_knobs]
+// Run: 21_ddp_knobs [--ranks 2] [--link-gbps 0.1] [--steps 30] [--out results/21_ddp_knobs]
 // Read 21_ddp_knobs.md.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -21,6 +21,7 @@
 #include "datasets/fashion_mnist.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
+#include "models/lenet.h"
 #include "models/mlp.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
@@ -36,7 +37,7 @@ namespace fs = std::filesystem;
 namespace {
 
 int g_ranks = 2, g_steps = 30;
-double g_gbps = 1.0;
+double g_gbps = 0.1;
 std::string g_out = "results/21_ddp_knobs";
 constexpr int64_t kGlobal = 64, kTrain = 6400;
 
@@ -88,37 +89,51 @@ void knobs(int rank) {
   datasets::FashionMNIST train("train", {.limit = kTrain}), test("test", {.limit = 2000});
   auto say = [&](const std::string& s) { if (rank == 0) fmt::print("{}", s), std::fflush(stdout); };
 
-  say(fmt::format("== 1. bucket_cap_mb on {} ranks, emulated {} Gbit/s links (MLP, {:.2f} MB of gradients) ==\n",
-                  world, g_gbps, 235146 * 4 / 1e6));
+  // 1. The CNN: its big gradients (fc, conv2) are final early and conv2's backward is long,
+  // so their all-reduce can hide behind it; the MLP's big fc1.weight comes last and cannot.
+  say(fmt::format("== 1. bucket_cap_mb: the CNN on {} ranks, emulated {} Gbit/s links ==\n", world, g_gbps));
   say(fmt::format("{:>10} {:>8} {:>10}\n", "cap MB", "buckets", "step ms"));
   if (rank == 0) std::ofstream(g_out + "/bucket_sweep.csv") << "bucket_cap_mb,buckets,step_ms\n";
-  for (double cap : {0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 25.0}) {
-    auto m = mlp();
-    par::DistributedDataParallel ddp(m, {.bucket_cap_mb = cap});
-    optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
-    double ms = median_step_ms(g_steps, [&](int s) { step(ddp, opt, train, s, rank, world); });
-    const auto nb = ddp.reducer().num_buckets();
-    say(fmt::format("{:>10} {:>8} {:>10.2f}\n", cap, nb, ms));
-    if (rank == 0) append("bucket_sweep.csv", fmt::format("{},{},{:.3f}\n", cap, nb, ms));
+  // 0.116 MB of gradients. Three rounds over the caps, the best median of each cap kept: a
+  // busy machine only ever makes a step slower. Round 0 starts with an unrecorded warm-up.
+  const std::vector<double> caps{0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 25.0};
+  std::vector<double> best(caps.size(), 1e30);
+  std::vector<size_t> nbuckets(caps.size());
+  for (int round = 0; round < 3; ++round)
+    for (size_t c = (round == 0 ? 0 : 1); c <= caps.size(); ++c) {  // c = 0: the warm-up
+      manual_seed(0);
+      auto m = std::make_shared<models::LeNet>();
+      par::DistributedDataParallel ddp(m, {.bucket_cap_mb = c == 0 ? 25.0 : caps[c - 1]});
+      optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+      double ms = median_step_ms(g_steps, [&](int s) { step(ddp, opt, train, s, rank, world); });
+      if (c == 0) continue;
+      best[c - 1] = std::min(best[c - 1], ms);
+      nbuckets[c - 1] = ddp.reducer().num_buckets();
+    }
+  for (size_t c = 0; c < caps.size(); ++c) {
+    say(fmt::format("{:>10} {:>8} {:>10.2f}\n", caps[c], nbuckets[c], best[c]));
+    if (rank == 0) append("bucket_sweep.csv", fmt::format("{},{},{:.3f}\n", caps[c], nbuckets[c], best[c]));
   }
 
   say("\n== 2. find_unused_parameters: a second head that forward never calls ==\n");
   {
     auto m = std::make_shared<TwoHeads>();
+    // Registered before DDP's own hook, so it sees the count before DDP handles fc1.weight,
+    // the last gradient of backward.
+    const par::Reducer* reducer = nullptr;
+    int64_t before_last = -1;
+    m->body->parameters()[0].register_post_accumulate_grad_hook(
+        [&](Tensor&) { before_last = reducer->reductions_launched(); });
     par::DistributedDataParallel ddp(m, {.bucket_cap_mb = 0.25, .find_unused_parameters = true});
-    optim::SGD opt(ddp.parameters(), {.lr = 0.05});
+    reducer = &ddp.reducer();
     auto [x, y] = rows(train, 0, rank, world);
     Tensor out = ddp.forward(x);
     std::string names;
-    for (size_t p : ddp.reducer().unused_parameters()) names += " " + ddp.module().named_parameters()[p].first;
-    const int64_t before = ddp.reducer().reductions_launched();
-    int64_t during = -1;  // launched when the first layer's weight (the last gradient) is final
-    m->body->parameters()[0].register_post_accumulate_grad_hook(
-        [&](Tensor&) { during = ddp.reducer().reductions_launched() - before; });
+    for (size_t p : reducer->unused_parameters()) names += " " + ddp.module().named_parameters()[p].first;
     cross_entropy(out, y).backward();
     say(fmt::format("graph walk after forward, before backward: unused{}\n", names));
-    say(fmt::format("{} buckets; {} all-reduces had started when backward produced its last gradient\n",
-                    ddp.reducer().num_buckets(), during));
+    say(fmt::format("{} of {} all-reduces had started before backward's last gradient (fc1.weight)\n",
+                    before_last, reducer->num_buckets()));
   }
 
   say("\n== 3. gradient_as_bucket_view: memory of a step (MB) ==\n");
