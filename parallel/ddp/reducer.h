@@ -12,8 +12,8 @@
 // As PyTorch does, the reducer also
 //   - records the order in which gradients became ready in the first synchronised backward
 //     and, at the next forward, rebuilds the buckets in that order (rank 0's order, sent to
-//     all), so a model whose registration order differs from its backward order still
-//     overlaps;
+//     all: a broadcast, so every rank must make that forward, as with broadcast_buffers),
+//     so a model whose registration order differs from its backward order still overlaps;
 //   - with find_unused_parameters, walks the autograd graph from the forward's output and
 //     marks every parameter the walk does not reach ready at once (its slot holds its
 //     current .grad, zeros when there is none), so its bucket does not wait for the end;
