@@ -43,7 +43,7 @@ namespace {
 struct Args {
   int epochs = 3;
   int64_t batch_size = 64, limit = 0, test_limit = 0;
-  double lr = 0.05, momentum = 0.9, timeout_s = 60;
+  double lr = 0.05, momentum = 0.9, timeout_s = 60, min_accuracy = 0;
   uint64_t seed = 0;
   std::string out = "checkpoints", model = "cnn";
   bool resume = false;
@@ -152,7 +152,7 @@ int run(const Args& a) {
   const double acc = evaluate(pg, *model, test, dev);
   if (rank == 0) fmt::print("test accuracy: {:.2f}%\n", acc);
   par::destroy_process_group();
-  return 0;
+  return acc >= a.min_accuracy ? 0 : 1;
 }
 
 }  // namespace
@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   app.add_option("--out", a.out, "directory of the per-epoch checkpoint ddp_recipe.safetensors");
   app.add_flag("--resume", a.resume, "continue from the checkpoint in --out (same --epochs: the lr schedule "
                "spans them)");
+  app.add_option("--min-accuracy", a.min_accuracy, "exit 1 if the test accuracy (%) is below this");
   app.add_option("--stop-after", a.stop_after, "stop after this epoch's checkpoint, as if interrupted");
   app.add_option("--timeout", a.timeout_s, "seconds a collective waits for a peer before failing")
       ->check(CLI::PositiveNumber);

@@ -134,10 +134,14 @@ void knobs(int rank) {
     say(fmt::format("graph walk after forward, before backward: unused{}\n", names));
     say(fmt::format("{} of {} all-reduces had started before backward's last gradient (fc1.weight)\n",
                     before_last, reducer->num_buckets()));
+    DPLAB_CHECK(reducer->unused_parameters().size() == 2 && before_last >= 1,
+                "expected other_head's 2 tensors found unused and bucket 0 out early, got {} and {}",
+                reducer->unused_parameters().size(), before_last);
   }
 
   say("\n== 3. gradient_as_bucket_view: memory of a step (MB) ==\n");
   say(fmt::format("  {:<26} {:>8} {:>22}\n", "", "peak", "held after backward"));
+  int64_t held_by[2] = {0, 0};
   for (bool view : {false, true}) {
     const Device dev(DeviceKind::CPU, rank + 1);  // a device of its own (the data sit on cpu:0)
     auto m = mlp();
@@ -155,9 +159,13 @@ void knobs(int rank) {
     }
     say(fmt::format("  gradient_as_bucket_view={:<5} {:>8.3f} {:>22.3f}\n", view,
                     memory_stats(dev).peak_bytes / 1e6, held / 1e6));
+    held_by[view] = held;
   }
+  DPLAB_CHECK(held_by[0] - held_by[1] == 235146 * 4, "bucket views should hold one gradient copy (940584 B) "
+              "less after backward, held {} B less", held_by[0] - held_by[1]);
 
   say(fmt::format("\n== 4. fp16_compress_hook vs none: {} steps, test accuracy on 2000 images ==\n", 4 * g_steps));
+  double kb_by[2] = {0, 0};
   for (bool fp16 : {false, true}) {
     auto m = mlp();
     par::DistributedDataParallel ddp(m, {.comm_hook = fp16 ? par::fp16_compress_hook() : par::CommHook{}});
@@ -170,7 +178,9 @@ void knobs(int rank) {
     const double acc = 100.0 * sum(eq(pred, test.targets().to(DType::Float32))).item() / test.size();
     say(fmt::format("  {:<6} {:>8.1f} KB sent per step per rank, test accuracy {:.2f}%\n", fp16 ? "fp16" : "none",
                     kb, acc));
+    kb_by[fp16] = kb;
   }
+  DPLAB_CHECK(kb_by[1] * 2 == kb_by[0], "fp16 should send half the bytes: {} vs {} KB", kb_by[1], kb_by[0]);
 
   // 5. Two of the ways: DDP here (started by spawn) and Horovod's API on the same group.
   auto m = mlp();
