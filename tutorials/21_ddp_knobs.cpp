@@ -81,15 +81,21 @@ struct TwoHeads : nn::Module {
 
 void append(const std::string& file, const std::string& line) { std::ofstream(g_out + "/" + file, std::ios::app) << line; }
 
-void knobs(int rank) {
-  set_num_threads(1);
-  par::init_process_group({.backend = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
-  auto& pg = par::default_process_group();
-  const int world = pg.size();
-  datasets::FashionMNIST train("train", {.limit = kTrain}), test("test", {.limit = 2000});
-  auto say = [&](const std::string& s) { if (rank == 0) fmt::print("{}", s), std::fflush(stdout); };
+// What every section of a spawned rank works with.
+struct Rank {
+  int rank, world;
+  par::ProcessGroup& pg;
+  datasets::FashionMNIST train{"train", {.limit = kTrain}}, test{"test", {.limit = 2000}};
+  void say(const std::string& s) const {  // rank 0 talks
+    if (rank == 0) fmt::print("{}", s), std::fflush(stdout);
+  }
+};
 
-  // 1. The CNN: its big gradients (fc, conv2) are final early and conv2's backward is long,
+void bucket_sweep(Rank& r) {
+  const int rank = r.rank, world = r.world;
+  auto& train = r.train;
+  auto say = [&](const std::string& s) { r.say(s); };
+  // The CNN: its big gradients (fc, conv2) are final early and conv2's backward is long,
   // so their all-reduce can hide behind it; the MLP's big fc1.weight comes last and cannot.
   say(fmt::format("== 1. bucket_cap_mb: the CNN on {} ranks, emulated {} Gbit/s links ==\n", world, g_gbps));
   say(fmt::format("{:>10} {:>8} {:>10}\n", "cap MB", "buckets", "step ms"));
@@ -115,30 +121,36 @@ void knobs(int rank) {
     if (rank == 0) append("bucket_sweep.csv", fmt::format("{},{},{:.3f}\n", caps[c], nbuckets[c], best[c]));
   }
 
-  say("\n== 2. find_unused_parameters: a second head that forward never calls ==\n");
-  {
-    auto m = std::make_shared<TwoHeads>();
-    // Registered before DDP's own hook, so it sees the count before DDP handles fc1.weight,
-    // the last gradient of backward.
-    const par::Reducer* reducer = nullptr;
-    int64_t before_last = -1;
-    m->body->parameters()[0].register_post_accumulate_grad_hook(
-        [&](Tensor&) { before_last = reducer->reductions_launched(); });
-    par::DistributedDataParallel ddp(m, {.bucket_cap_mb = 0.25, .find_unused_parameters = true});
-    reducer = &ddp.reducer();
-    auto [x, y] = rows(train, 0, rank, world);
-    Tensor out = ddp.forward(x);
-    std::string names;
-    for (size_t p : reducer->unused_parameters()) names += " " + ddp.module().named_parameters()[p].first;
-    cross_entropy(out, y).backward();
-    say(fmt::format("graph walk after forward, before backward: unused{}\n", names));
-    say(fmt::format("{} of {} all-reduces had started before backward's last gradient (fc1.weight)\n",
-                    before_last, reducer->num_buckets()));
-    DPLAB_CHECK(reducer->unused_parameters().size() == 2 && before_last >= 1,
-                "expected other_head's 2 tensors found unused and bucket 0 out early, got {} and {}",
-                reducer->unused_parameters().size(), before_last);
-  }
+}
 
+void unused_branch(Rank& r) {
+  r.say("\n== 2. find_unused_parameters: a second head that forward never calls ==\n");
+  auto m = std::make_shared<TwoHeads>();
+  // Registered before DDP's own hook, so it sees the count before DDP handles fc1.weight,
+  // the last gradient of backward.
+  const par::Reducer* reducer = nullptr;
+  int64_t before_last = -1;
+  m->body->parameters()[0].register_post_accumulate_grad_hook(
+      [&](Tensor&) { before_last = reducer->reductions_launched(); });
+  par::DistributedDataParallel ddp(m, {.bucket_cap_mb = 0.25, .find_unused_parameters = true});
+  reducer = &ddp.reducer();
+  auto [x, y] = rows(r.train, 0, r.rank, r.world);
+  Tensor out = ddp.forward(x);
+  std::string names;
+  for (size_t p : reducer->unused_parameters()) names += " " + ddp.module().named_parameters()[p].first;
+  cross_entropy(out, y).backward();
+  r.say(fmt::format("graph walk after forward, before backward: unused{}\n", names));
+  r.say(fmt::format("{} of {} all-reduces had started before backward's last gradient (fc1.weight)\n",
+                    before_last, reducer->num_buckets()));
+  DPLAB_CHECK(reducer->unused_parameters().size() == 2 && before_last >= 1,
+              "expected other_head's 2 tensors found unused and bucket 0 out early, got {} and {}",
+              reducer->unused_parameters().size(), before_last);
+}
+
+void bucket_view_memory(Rank& r) {
+  const int rank = r.rank, world = r.world;
+  auto& train = r.train;
+  auto say = [&](const std::string& s) { r.say(s); };
   say("\n== 3. gradient_as_bucket_view: memory of a step (MB) ==\n");
   say(fmt::format("  {:<26} {:>8} {:>22}\n", "", "peak", "held after backward"));
   int64_t held_by[2] = {0, 0};
@@ -164,6 +176,13 @@ void knobs(int rank) {
   DPLAB_CHECK(held_by[0] - held_by[1] == 235146 * 4, "bucket views should hold one gradient copy (940584 B) "
               "less after backward, held {} B less", held_by[0] - held_by[1]);
 
+}
+
+void fp16_hook(Rank& r) {
+  const int rank = r.rank, world = r.world;
+  auto &train = r.train, &test = r.test;
+  auto& pg = r.pg;
+  auto say = [&](const std::string& s) { r.say(s); };
   say(fmt::format("\n== 4. fp16_compress_hook vs none: {} steps, test accuracy on 2000 images ==\n", 4 * g_steps));
   double kb_by[2] = {0, 0};
   for (bool fp16 : {false, true}) {
@@ -182,7 +201,12 @@ void knobs(int rank) {
   }
   DPLAB_CHECK(kb_by[1] * 2 == kb_by[0], "fp16 should send half the bytes: {} vs {} KB", kb_by[1], kb_by[0]);
 
-  // 5. Two of the ways: DDP here (started by spawn) and Horovod's API on the same group.
+}
+
+// 5. Two of the ways: DDP here (started by spawn) and Horovod's API on the same group.
+void spawned_ways(Rank& r) {
+  const int rank = r.rank, world = r.world;
+  auto& train = r.train;
   auto m = mlp();
   par::DistributedDataParallel ddp(m);
   optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -198,6 +222,17 @@ void knobs(int rank) {
     hopt.step();
   });
   if (rank == 0) append("ways.csv", fmt::format("DDP started by spawn,{:.3f}\nHorovod style,{:.3f}\n", ddp_ms, hvd_ms));
+}
+
+void knobs(int rank) {
+  set_num_threads(1);
+  par::init_process_group({.backend = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
+  Rank r{.rank = rank, .world = par::get_world_size(), .pg = par::default_process_group()};
+  bucket_sweep(r);
+  unused_branch(r);
+  bucket_view_memory(r);
+  fp16_hook(r);
+  spawned_ways(r);
   par::destroy_process_group();
 }
 
