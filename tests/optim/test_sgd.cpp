@@ -101,6 +101,21 @@ TEST_CASE("SGD skips parameters without a gradient; zero_grad clears them") {
   CHECK_FALSE(b.grad().defined());
 }
 
+TEST_CASE("zero_grad(set_to_none = false) zeroes .grad in place: the same storage, so views stay views") {
+  Tensor p = param({1, -2});
+  optim::SGD opt({p}, {.lr = 0.1});
+  set_grad(p, kGrads[0]);
+  const void* storage = p.grad().raw_data();
+  opt.zero_grad(/*set_to_none=*/false);
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().raw_data() == storage);
+  CHECK(p.grad().to_vector<float>() == std::vector<float>{0, 0});
+  Tensor q = param({3, 4});  // a parameter without a gradient keeps none
+  optim::SGD opt2({q}, {.lr = 0.1});
+  opt2.zero_grad(false);
+  CHECK_FALSE(q.grad().defined());
+}
+
 TEST_CASE("SGD momentum buffers are allocated on the parameter's device") {
   // cpu:3 is a logical device with its own accounting; nothing else in this suite uses it.
   Device dev("cpu:3");
