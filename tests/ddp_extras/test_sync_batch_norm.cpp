@@ -11,6 +11,7 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
+#include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "models/resnet.h"
@@ -78,7 +79,9 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-void run_sync(const std::vector<int64_t>& slices, bool two_d) {
+// on_gpu: rank r's layer and tensors on cuda:r (logical GPUs may share one card); the
+// statistics and DDP's buckets then travel over cuda_ipc. The reference stays on the CPU.
+void run_sync(const std::vector<int64_t>& slices, bool two_d, bool on_gpu = false) {
   const int world = static_cast<int>(slices.size());
   const int64_t rows = std::accumulate(slices.begin(), slices.end(), int64_t{0});
   const int64_t per_row = two_d ? kC * 6 : kC;
@@ -92,21 +95,24 @@ void run_sync(const std::vector<int64_t>& slices, bool two_d) {
     auto model = convert_sync_batchnorm(seq, borrow(pg));
     auto sbn = std::dynamic_pointer_cast<SyncBatchNorm>(model->named_children()[0].second);
     REQUIRE(sbn != nullptr);
+    const Device dev = on_gpu ? Device(DeviceKind::CUDA, r) : Device("cpu");
+    model->to(dev);
     DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
+    auto host = [](const Tensor& t) { return t.to(Device("cpu")).to_vector<float>(); };
     for (int s = 0; s < kSteps; ++s) {
       ddp.zero_grad();
-      Tensor x = global_x(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).clone().requires_grad_();
-      Tensor rr = global_r(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]);
+      Tensor x = global_x(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).clone().to(dev).requires_grad_();
+      Tensor rr = global_r(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).to(dev);
       Tensor y = ddp.forward(x);
       mul_scalar(sum(mul(y, rr)), static_cast<float>(world) / static_cast<float>(rows)).backward();
       const auto& e = expected[static_cast<size_t>(s)];
       const auto off = static_cast<size_t>(start * per_row);
-      check_close(y.to_vector<float>(), e.y, off);
-      check_close(x.grad().to_vector<float>(), e.x_grad, off, static_cast<float>(world));
-      check_close(sbn->weight.grad().to_vector<float>(), e.w_grad);
-      check_close(sbn->bias.grad().to_vector<float>(), e.b_grad);
-      check_close(sbn->running_mean.to_vector<float>(), e.running_mean);
-      check_close(sbn->running_var.to_vector<float>(), e.running_var);
+      check_close(host(y), e.y, off);
+      check_close(host(x.grad()), e.x_grad, off, static_cast<float>(world));
+      check_close(host(sbn->weight.grad()), e.w_grad);
+      check_close(host(sbn->bias.grad()), e.b_grad);
+      check_close(host(sbn->running_mean), e.running_mean);
+      check_close(host(sbn->running_var), e.running_var);
     }
     CHECK(sbn->num_batches_tracked.item_int() == kSteps);
   });
@@ -231,27 +237,9 @@ TEST_CASE("convert_sync_batchnorm still refuses a BatchNorm the caller holds a h
   CHECK(converted == 0);  // checked before anything was replaced
 }
 
-TEST_CASE("SyncBatchNorm2d on cuda:0 matches BatchNorm2d on the CPU (one rank)" *
+TEST_CASE("SyncBatchNorm on CUDA: 2 ranks on cuda:0, cuda:1 equal BatchNorm on the CPU, 1d and 2d" *
           doctest::skip(cuda_device_count() == 0)) {
-  // The op's statistics, its explicit backward and the all_reduce of its sums on GPU
-  // tensors; several GPU ranks ride on the same collectives as tests/parallel's cuda suites.
-  const Device gpu("cuda:0");
-  auto cpu_bn = make_bn(/*two_d=*/true);
-  Tensor x = global_x(0, 6, true).requires_grad_();
-  Tensor r = global_r(0, 6, true);
-  Tensor y_cpu = cpu_bn->forward(x);
-  sum(mul(y_cpu, r)).backward();
-  run_threads(1, [&](ProcessGroup& pg) {
-    auto bn = make_bn(true);
-    auto sbn = std::dynamic_pointer_cast<SyncBatchNorm>(convert_sync_batchnorm(bn, borrow(pg)));
-    REQUIRE(sbn != nullptr);
-    sbn->to(gpu);
-    Tensor gx = global_x(0, 6, true).to(gpu).requires_grad_();
-    Tensor y = sbn->forward(gx);
-    sum(mul(y, r.to(gpu))).backward();
-    check_close(y.to(Device("cpu")).to_vector<float>(), y_cpu.to_vector<float>());
-    check_close(gx.grad().to(Device("cpu")).to_vector<float>(), x.grad().to_vector<float>());
-    check_close(sbn->weight.grad().to(Device("cpu")).to_vector<float>(), cpu_bn->weight.grad().to_vector<float>());
-    check_close(sbn->running_mean.to(Device("cpu")).to_vector<float>(), cpu_bn->running_mean.to_vector<float>());
-  });
+  set_virtual_gpus(2);  // logical GPUs: works on a machine with one card
+  run_sync({3, 5}, /*two_d=*/true, /*on_gpu=*/true);
+  run_sync({4, 2}, /*two_d=*/false, /*on_gpu=*/true);
 }
