@@ -41,6 +41,15 @@ std::shared_ptr<nn::Module> BasicBlock::make_empty_copy() const {
   return std::make_shared<BasicBlock>(in_channels, out_channels, stride);
 }
 
+bool BasicBlock::rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) {
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(replacement);
+  if (!bn) return false;
+  if (name == "bn1") bn1 = bn;
+  else if (name == "bn2") bn2 = bn;
+  else return false;
+  return true;
+}
+
 ResNet::ResNet(std::vector<int64_t> blocks_, int64_t classes)
     : blocks(std::move(blocks_)), num_classes(classes) {
   DPLAB_CHECK(blocks.size() == 3 && blocks[0] > 0 && blocks[1] > 0 && blocks[2] > 0,
@@ -75,6 +84,13 @@ Tensor ResNet::forward(const Tensor& x) {
 
 std::shared_ptr<nn::Module> ResNet::make_empty_copy() const {
   return std::make_shared<ResNet>(blocks, num_classes);
+}
+
+bool ResNet::rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) {
+  auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(replacement);
+  if (name != "bn1" || !bn) return false;
+  bn1 = bn;
+  return true;
 }
 
 }  // namespace dplab::models

@@ -24,10 +24,13 @@ class BasicBlock : public nn::Module {
   Tensor forward(const Tensor& x) override;  // [N, in, H, W] -> [N, out, H/stride, W/stride]
   std::string name() const override { return "BasicBlock"; }
   std::shared_ptr<nn::Module> make_empty_copy() const override;
+  // convert_sync_batchnorm swaps bn1 / bn2 in the module tree; this points the members at
+  // the new layers too, or forward would keep calling the old ones.
+  bool rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) override;
 
   int64_t in_channels, out_channels, stride;
   std::shared_ptr<nn::Conv2d> conv1, conv2;
-  std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
+  std::shared_ptr<nn::BatchNorm> bn1, bn2;  // BatchNorm2d, or SyncBatchNorm once converted
   std::shared_ptr<nn::ReLU> relu;
   std::shared_ptr<nn::Sequential> downsample;  // null when the shortcut is the identity
 };
@@ -38,11 +41,12 @@ class ResNet : public nn::Module {
   Tensor forward(const Tensor& x) override;  // [N, 1, H, W] -> [N, num_classes]
   std::string name() const override { return "ResNet"; }
   std::shared_ptr<nn::Module> make_empty_copy() const override;
+  bool rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) override;
 
   std::vector<int64_t> blocks;
   int64_t num_classes;
   std::shared_ptr<nn::Conv2d> conv1;
-  std::shared_ptr<nn::BatchNorm2d> bn1;
+  std::shared_ptr<nn::BatchNorm> bn1;  // BatchNorm2d, or SyncBatchNorm once converted
   std::shared_ptr<nn::ReLU> relu;
   std::shared_ptr<nn::Sequential> layer1, layer2, layer3;
   std::shared_ptr<nn::Linear> fc;

@@ -10,7 +10,6 @@
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
-#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/lr_scheduler.h"
 #include "framework/optim/sgd.h"

@@ -4,7 +4,7 @@
 // load_checkpoint places tensors with map_location ("cpu:1"), why resuming equals not
 // stopping (same seed, deterministic loader order per epoch), what the safetensors file
 // looks like inside, and what a damaged file gives. Read 04_checkpoint.md beside this.
-// Run: 04_checkpoint [--limit 10000] [--out mlp_checkpoint.safetensors]
+// Run: 04_checkpoint [--limit 10000] [--out checkpoints]   (writes checkpoints/mlp_checkpoint.safetensors)
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -14,7 +14,6 @@
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
-#include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/io/checkpoint.h"
 #include "framework/optim/sgd.h"
@@ -52,17 +51,20 @@ int main(int argc, char** argv) {
   CLI::App app{"Tutorial 04: checkpoint, resume, and compare with an uninterrupted run"};
   int64_t limit = 10000, batch_size = 64;
   uint64_t seed = 0;
-  std::string out = "mlp_checkpoint.safetensors";
+  std::string out_dir = "checkpoints";
   double tolerance = 1e-6;
   app.add_option("--limit", limit, "training images per epoch (0: all 60000)");
   app.add_option("--batch-size", batch_size)->check(CLI::PositiveNumber);
   app.add_option("--seed", seed);
-  app.add_option("--out", out, "where the checkpoint is written");
+  app.add_option("--out", out_dir, "the directory the checkpoint is written to (created if missing)");
   app.add_option("--tolerance", tolerance, "exit 1 if resumed and uninterrupted runs differ by more");
   CLI11_PARSE(app, argc, argv);
 
   try {
     set_num_threads(1);  // one thread: the same sums in the same order, run after run
+    fs::create_directories(out_dir);
+    const std::string out = (fs::absolute(out_dir) / "mlp_checkpoint.safetensors").lexically_normal().string();
+    fmt::print("the checkpoint goes to {}\n", out);
     auto train = std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = limit});
     const data::DataLoaderOptions lopts{.batch_size = batch_size, .shuffle = true, .seed = seed};
     const Device cpu0("cpu:0"), cpu1("cpu:1");

@@ -40,8 +40,11 @@ void in_rank_order(ProcessGroup& pg, const std::function<std::string()>& line) {
   }
 }
 
+// Rank r's tensors live on its own logical device cpu:r, as DDP's do (cuda:r on a GPU box).
+TensorOptions on_rank(int rank) { return {.device = Device(DeviceKind::CPU, rank)}; }
+
 Tensor ramp(int rank, int64_t n) {  // rank r holds [10r + 0, 10r + 1, ...]
-  Tensor t = Tensor::empty({n});
+  Tensor t = Tensor::empty({n}, on_rank(rank));
   for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = static_cast<float>(10 * rank + i);
   return t;
 }
@@ -73,8 +76,8 @@ void rank_main(ProcessGroup& pg) {
 
   say("all_gather: rank r's [r, r] lands in slot r everywhere");
   std::vector<Tensor> slots;
-  for (int i = 0; i < n; ++i) slots.push_back(Tensor::empty({2}));
-  Tensor mine = Tensor::empty({2});
+  for (int i = 0; i < n; ++i) slots.push_back(Tensor::empty({2}, on_rank(r)));
+  Tensor mine = Tensor::empty({2}, on_rank(r));
   mine.fill_(r);
   pg.all_gather(slots, mine);
   in_rank_order(pg, [&] {
@@ -93,7 +96,7 @@ void rank_main(ProcessGroup& pg) {
   // Traffic: one all-reduce of S = 1 MiB each way, counters reset before each.
   say("traffic of one all_reduce of S = 1 MiB (1048576 bytes)");
   const int64_t S = 1 << 20;
-  Tensor g = Tensor::empty({S / 4});
+  Tensor g = Tensor::empty({S / 4}, on_rank(r));
   g.fill_(1.0);
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     pg.reset_comm_stats();

@@ -6,10 +6,9 @@
 //     with identical parameters (DDP broadcasts rank 0's weights once, then averages grads);
 //   - how to check that claim across processes: all_reduce Max and Min of the parameters.
 // Run: 08_ddp_basic [--nproc N]   (spawns N ranks, default 2). Read 08_ddp_basic.md.
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "framework/dplab.h"
@@ -88,19 +87,10 @@ void demo_basic(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Tutorial 08: DistributedDataParallel, the basic use"};
   int nproc = 2;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) {
-      nproc = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--nproc N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (nproc < 1) {
-    std::fprintf(stderr, "08_ddp_basic: --nproc must be >= 1, got %d\n", nproc);
-    return 2;
-  }
+  app.add_option("--nproc", nproc, "ranks to spawn")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   try {
     if (!par::is_spawned_child()) fmt::print("running DDP on {} ranks\n", nproc);
     par::spawn(demo_basic, nproc);

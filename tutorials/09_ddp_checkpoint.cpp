@@ -4,13 +4,16 @@
 //     file for nothing), and why the others must wait for it (a barrier) before loading;
 //   - map_location: the file was written from cpu:0, rank r loads it onto its own cpu:r;
 //   - that the file holds the inner module's names, so it loads outside DDP as well;
-//   - that training continues from the loaded state on every rank, still in lock-step.
+//   - that training continues from the loaded state on every rank, still in lock-step;
+//   - that lines printed by different processes interleave in whatever order they reach the
+//     terminal: print_in_rank_order takes turns (a barrier per rank) so the output reads in
+//     the order things happened.
 // Run: 09_ddp_checkpoint [--nproc N]   (default 2). Read 09_ddp_checkpoint.md.
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <unistd.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -37,6 +40,18 @@ float max_param_spread(nn::Module& m, par::ProcessGroup& pg) {
     spread = std::max(spread, max(abs(hi - lo)).item());
   }
   return spread;
+}
+
+// Rank 0 prints its line first, then rank 1, ...: each rank flushes before the barrier that
+// lets the next one go. N barriers: fine for a tutorial's few lines, not for a training loop.
+void print_in_rank_order(par::ProcessGroup& pg, const std::string& line) {
+  for (int r = 0; r < pg.size(); ++r) {
+    if (r == pg.rank()) {
+      fmt::print("{}", line);
+      std::fflush(stdout);
+    }
+    pg.barrier();
+  }
 }
 
 void train_step(par::DistributedDataParallel& ddp, optim::SGD& opt, Device dev) {
@@ -69,11 +84,12 @@ void demo_checkpoint(int rank) {
   par::save_checkpoint_on_rank0(pg, path, ddp, &opt, {{"step", "1"}});
   if (rank == 0) {
     Loaded f = load_safetensors(path);
-    std::string names;
-    for (const auto& k : f.tensors.keys())
-      if (k.rfind(kOptimPrefix, 0) != 0) names += k + " ";
+    std::string names;  // in the module's order (the file's own index is sorted by name)
+    for (const auto& [k, t] : model->state_dict())
+      if (f.tensors.contains(k)) names += (names.empty() ? "" : " ") + k;
     fmt::print("rank 0 saved {} ({} bytes); model keys: {}\n", path,
                std::filesystem::file_size(path), names);
+    std::fflush(stdout);  // before the next lines, which other processes print
   }
 
   // 2. A fresh model (another init) on every rank, loaded with map_location = cpu:rank.
@@ -86,8 +102,8 @@ void demo_checkpoint(int rank) {
   float diff = 0;
   for (size_t i = 0; i < model->parameters().size(); ++i)
     diff = std::max(diff, max(abs(model->parameters()[i] - fresh->parameters()[i])).item());
-  fmt::print("rank {}: loaded step {} onto {}; |loaded - saved| = {}\n", rank, meta.at("step"),
-             fresh->parameters()[0].device(), diff);
+  print_in_rank_order(pg, fmt::format("rank {}: loaded step {} onto {}; |loaded - saved| = {}\n", rank,
+                                      meta.at("step"), fresh->parameters()[0].device(), diff));
   DPLAB_CHECK(diff == 0.0f && fresh->parameters()[0].device() == dev,
               "rank {}: loaded weights differ by {} or sit on {}", rank, diff, fresh->parameters()[0].device());
 
@@ -105,15 +121,10 @@ void demo_checkpoint(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Tutorial 09: checkpoints under DDP"};
   int nproc = 2;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) {
-      nproc = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--nproc N]\n", argv[0]);
-      return 2;
-    }
-  }
+  app.add_option("--nproc", nproc, "ranks to spawn")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
   try {
     par::spawn(demo_checkpoint, nproc);
     fmt::print("checkpoint saved by rank 0, loaded by all {} ranks, training continued\n", nproc);

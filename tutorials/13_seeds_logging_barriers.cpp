@@ -7,6 +7,7 @@
 //   - rank-0 logging: info lines once (rank 0), warnings from every rank, each tagged;
 //   - ZeroFirst: rank 0 prepares a shared cache first, the others wait, then reuse it.
 // Run: 13_seeds_logging_barriers [--nproc N]   (default 3). Read 13_seeds_logging_barriers.md.
+#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <cstdlib>
@@ -137,19 +138,10 @@ void worker(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"Tutorial 13: per-rank seeds, rank-0 logging, zero_first"};
   int nproc = 3;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--nproc") == 0 && i + 1 < argc) {
-      nproc = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--nproc N]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (nproc < 2) {
-    std::fprintf(stderr, "13_seeds_logging_barriers: needs --nproc >= 2 to show anything, got %d\n", nproc);
-    return 2;
-  }
+  app.add_option("--nproc", nproc, "ranks to spawn (at least 2, or nothing differs)")->check(CLI::Range(2, 64));
+  CLI11_PARSE(app, argc, argv);
   try {
     par::spawn(worker, nproc);
   } catch (const std::exception& e) {

@@ -125,4 +125,19 @@ void queue_backward_callback(std::function<void()> fn) {
 
 bool in_backward() { return !t_callbacks.empty(); }
 
+std::unordered_set<const Node*> reachable_nodes(const Tensor& root) {
+  std::unordered_set<const Node*> seen;
+  std::shared_ptr<Node> start = gradient_edge(root);
+  if (!start) return seen;  // nothing requires grad: no parameter is used
+  std::vector<const Node*> stack{start.get()};
+  seen.insert(start.get());
+  while (!stack.empty()) {  // depth-first, an explicit stack as in count_dependencies
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& next : n->next())
+      if (next && seen.insert(next.get()).second) stack.push_back(next.get());
+  }
+  return seen;
+}
+
 }  // namespace dplab

@@ -9,6 +9,7 @@
 // Read next: ops/make_result.h.
 #pragma once
 #include <functional>
+#include <unordered_set>
 
 #include "framework/tensor/tensor.h"
 
@@ -21,5 +22,12 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 // buckets there). Throws when called outside a backward pass.
 void queue_backward_callback(std::function<void()> fn);
 bool in_backward();
+
+class Node;
+// Every node a backward from `root` would reach (root's grad_fn, the nodes below it, the
+// leaves' AccumulateGrad sinks), found without running anything. DDP's
+// find_unused_parameters walks from the forward's output with it: a parameter whose sink
+// is not reached will get no gradient, so its bucket need not wait for it.
+std::unordered_set<const Node*> reachable_nodes(const Tensor& root);
 
 }  // namespace dplab

@@ -175,8 +175,11 @@ void Module::to(Device d) {
   for (auto& [n, c] : children_) c->to(d);
 }
 
-void Module::zero_grad() {
-  for (Tensor& p : parameters()) p.set_grad({});
+void Module::zero_grad(bool set_to_none) {
+  for (Tensor& p : parameters()) {
+    if (set_to_none) p.set_grad({});
+    else if (Tensor g = p.grad(); g.defined()) g.zero_();
+  }
 }
 
 StateDict Module::state_dict() const {

@@ -53,7 +53,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Moves parameters and buffers (and their .grad) to d, in place: the Tensor objects the
   // module holds are rebound, so re-fetch parameters() for an optimizer afterwards.
   void to(Device d);
-  void zero_grad();  // sets every parameter's .grad to undefined (PyTorch's set_to_none)
+  // Sets every parameter's .grad to undefined (PyTorch's set_to_none), or with false zeroes
+  // it in place (keeps views, e.g. DDP's gradient_as_bucket_view).
+  void zero_grad(bool set_to_none = true);
 
   // Parameters then buffers, dotted names in registration order (PyTorch's layout).
   StateDict state_dict() const;
@@ -68,6 +70,15 @@ class Module : public std::enable_shared_from_this<Module> {
   virtual std::shared_ptr<Module> make_empty_copy() const;
 
   virtual std::string name() const { return "Module"; }
+
+  // Module surgery (parallel::convert_sync_batchnorm) swaps a child in own_children() and
+  // then calls this. A module whose forward calls that child through a typed member of its
+  // own (models::ResNet's bn1) overrides it: point the member at `replacement` and return
+  // true. Rebinding a child to itself is a no-op that answers "can you rebind it?".
+  virtual bool rebind_child(const std::string& name, const std::shared_ptr<Module>& replacement) {
+    (void)name, (void)replacement;
+    return false;
+  }
 
   // Direct access for code that rebinds tensors (replication, SyncBN conversion, DDP).
   std::vector<std::pair<std::string, Tensor>>& own_parameters() { return params_; }

@@ -31,8 +31,11 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
   }
 }
 
-void Optimizer::zero_grad() {
-  for (Tensor& p : params_) p.set_grad(Tensor());
+void Optimizer::zero_grad(bool set_to_none) {
+  for (Tensor& p : params_) {
+    if (set_to_none) p.set_grad(Tensor());
+    else if (Tensor g = p.grad(); g.defined()) g.zero_();
+  }
 }
 
 namespace detail {

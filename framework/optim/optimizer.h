@@ -18,7 +18,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   virtual void step() = 0;
-  void zero_grad();  // sets each .grad to undefined (set_to_none)
+  // set_to_none (the default, as PyTorch's): each .grad becomes undefined and the next
+  // backward allocates it afresh. false: zeroed in place, so a .grad that is a view (DDP's
+  // gradient_as_bucket_view) stays one and backward adds into it.
+  void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }  // what schedulers call

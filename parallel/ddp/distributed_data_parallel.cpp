@@ -95,8 +95,9 @@ std::string DistributedDataParallel::name() const {
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (opts_.broadcast_buffers && module_->is_training()) broadcast_all(*pg_, module_->buffers());
-  if (grad_enabled()) reducer_->prepare_for_backward();
-  return module_->forward(x);
+  Tensor out = module_->forward(x);
+  if (grad_enabled()) reducer_->prepare_for_backward(out);  // after: it walks out's graph
+  return out;
 }
 
 }  // namespace dplab::parallel

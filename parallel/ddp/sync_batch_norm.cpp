@@ -211,11 +211,14 @@ void check_replaceable(nn::Module& m, const std::string& path) {
   for (auto& [name, child] : m.own_children()) {
     std::string child_path = path.empty() ? name : path + "." + name;
     if (is_plain_batch_norm(child.get())) {
-      DPLAB_CHECK(child.use_count() == 1,
+      // Owners: the children list, plus a typed member when the parent can rebind it.
+      const long expected = 1 + (m.rebind_child(name, child) ? 1 : 0);
+      DPLAB_CHECK(child.use_count() == expected,
                   "convert_sync_batchnorm: '{}' ({}) is also held outside the module tree ({} other "
-                  "owners), e.g. by a typed member its parent's forward calls; that forward would keep "
-                  "using plain BatchNorm. Register it through a Sequential (or drop the extra handle) "
-                  "before converting", child_path, child->name(), child.use_count() - 1);
+                  "owners, expected {}), e.g. by a typed member its parent's forward calls and cannot "
+                  "rebind; that forward would keep using plain BatchNorm. Override rebind_child() in the "
+                  "parent, register it through a Sequential, or drop the extra handle before converting",
+                  child_path, child->name(), child.use_count() - 1, expected - 1);
     } else {
       check_replaceable(*child, child_path);
     }
@@ -224,9 +227,10 @@ void check_replaceable(nn::Module& m, const std::string& path) {
 
 void convert_children(nn::Module& m, const std::shared_ptr<ProcessGroup>& pg) {
   for (auto& [name, child] : m.own_children()) {
-    if (is_plain_batch_norm(child.get()))
+    if (is_plain_batch_norm(child.get())) {
       child = convert_one(std::static_pointer_cast<nn::BatchNorm>(child), pg);
-    else
+      m.rebind_child(name, child);  // the typed member, if the parent keeps one
+    } else
       convert_children(*child, pg);
   }
 }

@@ -41,8 +41,10 @@ class SyncBatchNorm : public nn::BatchNorm {
 // holding the SAME weight, bias and running-stat tensors (so an optimizer built before still
 // updates them) and the same eps / momentum. Returns the converted root.
 // Replacement goes through the module tree (own_children()); a parent that calls a
-// BatchNorm through a typed member of its own (models/resnet.h's bn1) would keep calling the
-// old layer, so that case is detected and reported as an error rather than left silent.
+// BatchNorm through a typed member of its own (models/resnet.h's bn1) is asked to rebind
+// that member (Module::rebind_child). A layer held anywhere else (a handle the caller kept,
+// a parent that cannot rebind) would keep running unsynchronised: that is an error, raised
+// before anything is replaced.
 std::shared_ptr<nn::Module> convert_sync_batchnorm(std::shared_ptr<nn::Module> module,
                                                    std::shared_ptr<ProcessGroup> pg = nullptr);
 

@@ -10,6 +10,8 @@
 #include <numeric>
 
 #include "framework/autograd/grad_mode.h"
+#include "framework/backend/backend.h"
+#include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "models/resnet.h"
@@ -77,7 +79,9 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-void run_sync(const std::vector<int64_t>& slices, bool two_d) {
+// on_gpu: rank r's layer and tensors on cuda:r (logical GPUs may share one card); the
+// statistics and DDP's buckets then travel over cuda_ipc. The reference stays on the CPU.
+void run_sync(const std::vector<int64_t>& slices, bool two_d, bool on_gpu = false) {
   const int world = static_cast<int>(slices.size());
   const int64_t rows = std::accumulate(slices.begin(), slices.end(), int64_t{0});
   const int64_t per_row = two_d ? kC * 6 : kC;
@@ -91,21 +95,24 @@ void run_sync(const std::vector<int64_t>& slices, bool two_d) {
     auto model = convert_sync_batchnorm(seq, borrow(pg));
     auto sbn = std::dynamic_pointer_cast<SyncBatchNorm>(model->named_children()[0].second);
     REQUIRE(sbn != nullptr);
+    const Device dev = on_gpu ? Device(DeviceKind::CUDA, r) : Device("cpu");
+    model->to(dev);
     DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
+    auto host = [](const Tensor& t) { return t.to(Device("cpu")).to_vector<float>(); };
     for (int s = 0; s < kSteps; ++s) {
       ddp.zero_grad();
-      Tensor x = global_x(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).clone().requires_grad_();
-      Tensor rr = global_r(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]);
+      Tensor x = global_x(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).clone().to(dev).requires_grad_();
+      Tensor rr = global_r(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).to(dev);
       Tensor y = ddp.forward(x);
       mul_scalar(sum(mul(y, rr)), static_cast<float>(world) / static_cast<float>(rows)).backward();
       const auto& e = expected[static_cast<size_t>(s)];
       const auto off = static_cast<size_t>(start * per_row);
-      check_close(y.to_vector<float>(), e.y, off);
-      check_close(x.grad().to_vector<float>(), e.x_grad, off, static_cast<float>(world));
-      check_close(sbn->weight.grad().to_vector<float>(), e.w_grad);
-      check_close(sbn->bias.grad().to_vector<float>(), e.b_grad);
-      check_close(sbn->running_mean.to_vector<float>(), e.running_mean);
-      check_close(sbn->running_var.to_vector<float>(), e.running_var);
+      check_close(host(y), e.y, off);
+      check_close(host(x.grad()), e.x_grad, off, static_cast<float>(world));
+      check_close(host(sbn->weight.grad()), e.w_grad);
+      check_close(host(sbn->bias.grad()), e.b_grad);
+      check_close(host(sbn->running_mean), e.running_mean);
+      check_close(host(sbn->running_var), e.running_var);
     }
     CHECK(sbn->num_batches_tracked.item_int() == kSteps);
   });
@@ -186,13 +193,53 @@ TEST_CASE("convert_sync_batchnorm keeps the tensors, options and mode, and refus
   CHECK(seq2->state_dict().keys().size() == 7);  // linear w, b; bn w, b, mean, var, counter
 }
 
-TEST_CASE("convert_sync_batchnorm refuses models that call BatchNorm through typed members (ResNet)") {
-  // models::ResNet keeps std::shared_ptr<nn::BatchNorm2d> bn1 and calls bn1->forward():
-  // replacing the tree entry would leave forward on the old layer, so this must be an error,
-  // and the tree must be left as it was.
+TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and equals BatchNorm on one rank") {
+  // models::ResNet calls bn1->forward() through typed members; rebind_child points them at
+  // the SyncBatchNorms, so the converted net on 2 ranks (4 rows each) computes what the
+  // plain net computes on all 8 rows.
+  manual_seed(5);
+  const StateDict init = models::ResNet().state_dict();
+  Generator g(11);
+  Tensor x = randn({8, 1, 8, 8}, {}, &g);
+  auto ref = std::make_shared<models::ResNet>();
+  ref->load_state_dict(init);
+  const std::vector<float> want = ref->forward(x).to_vector<float>();  // training mode: batch statistics
+  const std::vector<float> want_mean = ref->bn1->running_mean.to_vector<float>();
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto net = std::make_shared<models::ResNet>();
+    net->load_state_dict(init);
+    Tensor bn1_weight = net->bn1->weight;  // a tensor handle, not a handle on the layer
+    REQUIRE(convert_sync_batchnorm(net, borrow(pg)) == net);
+    int converted = 0, plain = 0;
+    for (auto& [n, m] : net->named_modules()) {
+      converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
+      plain += std::dynamic_pointer_cast<nn::BatchNorm>(m) != nullptr && !std::dynamic_pointer_cast<SyncBatchNorm>(m);
+    }
+    CHECK(converted == 1 + 2 * 3 + 2);  // stem, two per block, two projections
+    CHECK(plain == 0);
+    CHECK(std::dynamic_pointer_cast<SyncBatchNorm>(net->bn1) != nullptr);  // the typed member too
+    auto block = std::dynamic_pointer_cast<models::BasicBlock>((*net->layer2)[0]);
+    CHECK(std::dynamic_pointer_cast<SyncBatchNorm>(block->bn2) != nullptr);
+    CHECK(net->bn1->weight.is_same(bn1_weight));  // same tensors: an optimizer carries over
+    Tensor y = net->forward(x.narrow(pg.rank() * 4, 4));
+    check_close(y.to_vector<float>(), want, static_cast<size_t>(pg.rank() * 4 * 10));
+    check_close(net->bn1->running_mean.to_vector<float>(), want_mean);
+  });
+}
+
+TEST_CASE("convert_sync_batchnorm still refuses a BatchNorm the caller holds a handle to") {
   auto net = std::make_shared<models::ResNet>();
-  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net), doctest::Contains("'bn1' (BatchNorm2d"), Error);
+  auto extra = (*net->layer1)[0];  // a block, fine; but a kept BatchNorm handle is not:
+  auto held = std::dynamic_pointer_cast<models::BasicBlock>(extra)->bn1;
+  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net), doctest::Contains("'layer1.0.bn1' (BatchNorm2d"), Error);
   int converted = 0;
   for (auto& [n, m] : net->named_modules()) converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
-  CHECK(converted == 0);
+  CHECK(converted == 0);  // checked before anything was replaced
+}
+
+TEST_CASE("SyncBatchNorm on CUDA: 2 ranks on cuda:0, cuda:1 equal BatchNorm on the CPU, 1d and 2d" *
+          doctest::skip(cuda_device_count() == 0)) {
+  set_virtual_gpus(2);  // logical GPUs: works on a machine with one card
+  run_sync({3, 5}, /*two_d=*/true, /*on_gpu=*/true);
+  run_sync({4, 2}, /*two_d=*/false, /*on_gpu=*/true);
 }

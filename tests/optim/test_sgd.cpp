@@ -54,6 +54,18 @@ TEST_CASE("SGD weight decay 0.1: d = g + 0.1 p") {
   run_steps(opt, p, {{0.94f, -2.08f}, {1.0306f, -2.2592f}});
 }
 
+TEST_CASE("SGD weight decay 0.1 AND momentum 0.9: the decay enters the buffer, d = g + 0.1 p; buf = 0.9 buf + d") {
+  Tensor p = param({1, -2});
+  optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
+  // s1: d = [0.5 + 0.1, 1 - 0.2] = [0.6, 0.8] = buf              p = [0.94, -2.08]
+  // s2: d = [-1 + 0.094, 2 - 0.208] = [-0.906, 1.792]
+  //     buf = 0.9*[0.6, 0.8] + d = [-0.366, 2.512]               p = [0.9766, -2.3312]
+  // s3: d = [2 + 0.09766, 0 - 0.23312] = [2.09766, -0.23312]
+  //     buf = 0.9*[-0.366, 2.512] + d = [1.76826, 2.02768]      p = [0.799774, -2.533968]
+  // (Decay added after the momentum, p -= lr (buf + 0.1 p), agrees at s1 and not after.)
+  run_steps(opt, p, {{0.94f, -2.08f}, {0.9766f, -2.3312f}, {0.799774f, -2.533968f}});
+}
+
 TEST_CASE("SGD rejects bad options and bad parameters") {
   Tensor p = param({1, 2});
   CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = -0.1}), doctest::Contains("invalid lr"), Error);
@@ -87,6 +99,21 @@ TEST_CASE("SGD skips parameters without a gradient; zero_grad clears them") {
   opt.zero_grad();
   CHECK_FALSE(a.grad().defined());
   CHECK_FALSE(b.grad().defined());
+}
+
+TEST_CASE("zero_grad(set_to_none = false) zeroes .grad in place: the same storage, so views stay views") {
+  Tensor p = param({1, -2});
+  optim::SGD opt({p}, {.lr = 0.1});
+  set_grad(p, kGrads[0]);
+  const void* storage = p.grad().raw_data();
+  opt.zero_grad(/*set_to_none=*/false);
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().raw_data() == storage);
+  CHECK(p.grad().to_vector<float>() == std::vector<float>{0, 0});
+  Tensor q = param({3, 4});  // a parameter without a gradient keeps none
+  optim::SGD opt2({q}, {.lr = 0.1});
+  opt2.zero_grad(false);
+  CHECK_FALSE(q.grad().defined());
 }
 
 TEST_CASE("SGD momentum buffers are allocated on the parameter's device") {

@@ -96,6 +96,26 @@ TEST_CASE("broadcast from every root, and reduce to every root") {
       }
 }
 
+TEST_CASE("reduce with the average at every root: the root divides by N, the others are untouched") {
+  for (int n = 1; n <= 4; ++n)
+    for (int root = 0; root < n; ++root) {
+        CAPTURE(n); CAPTURE(root);
+        const int64_t size = 13;  // does not divide by 2, 3 or 4
+        std::vector<std::vector<float>> red(n);
+        run_threads(n, [&](ProcessGroup& pg) {
+          Tensor u = make<float>(pg.rank(), size, 2);
+          pg.reduce(u, root, ReduceOp::Avg);
+          red[pg.rank()] = u.to_vector<float>();
+        });
+        auto want = reference<float>(ReduceOp::Avg, n, size, 2);
+        for (int r = 0; r < n; ++r)
+          for (int64_t i = 0; i < size; ++i) {
+            float expected = r == root ? want[i] : value<float>(r, i, 2);
+            CHECK(red[r][i] == doctest::Approx(expected).epsilon(1e-6));
+          }
+      }
+}
+
 TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
   for (int n = 1; n <= 4; ++n)
     for (int64_t size : {int64_t{0}, int64_t{5}, int64_t{40000}}) {
