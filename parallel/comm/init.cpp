@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/file_store.h"
 #include "parallel/comm/tcp_store.h"
 
@@ -284,7 +284,7 @@ std::shared_ptr<Store> mpi_store(int rank, Seconds timeout) {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
-  DPLAB_CHECK(opts.backend == "ring" || opts.backend == "star" || is_engine_backend(opts.backend),
+  DPLAB_CHECK(is_known_backend(opts.backend),
               "init_process_group: unknown backend '{}': expected 'ring', 'star', 'mpi' or 'nccl'",
               opts.backend);
   Global& g = global();

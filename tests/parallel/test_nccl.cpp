@@ -4,7 +4,7 @@
 // With one GPU the group has world size 1 (NCCL refuses two ranks on one GPU), so these
 // cases check the plumbing (unique id through the store, streams, dtypes, Avg, the CPU
 // refusal), not a multi-GPU reduction: that needs a machine with two GPUs or two machines.
-// Read next: parallel/backends/nccl_engine.cpp.
+// Read next: parallel/engines/nccl_engine.cpp.
 #include <doctest/doctest.h>
 
 #include "framework/backend/cuda/cuda_backend.h"
@@ -35,6 +35,7 @@ TEST_CASE("nccl without a GPU: a clear error naming the CPU backends" * doctest:
 TEST_CASE("nccl, world size 1: every collective on CUDA tensors" * doctest::skip(!has_gpu())) {
   auto pg = nccl_group();
   CHECK(pg->transport_name() == "nccl");
+  CHECK(pg->transport_name(Device("cuda:0")) == "nccl");  // no dplab transport to look at
   Tensor t = on_gpu({1, 2, 3});
   pg->all_reduce(t, parallel::ReduceOp::Sum);
   CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3});

@@ -15,7 +15,7 @@
 
 #include "framework/error.h"
 #include "parallel/comm/file_store.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/tcp_store.h"
 

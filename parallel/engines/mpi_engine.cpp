@@ -17,7 +17,7 @@
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
 
@@ -146,7 +146,7 @@ class MpiEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
+  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // MPI picks its own
     auto lock = serialize();
     Tensor h = host_of(t);
     if (h.numel() > 0 && size_ > 1)

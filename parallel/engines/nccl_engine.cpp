@@ -14,7 +14,7 @@
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
 
@@ -82,7 +82,7 @@ class NcclEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
+  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // NCCL picks its own
     cudaStream_t s = stream_of(t, "all_reduce");
     nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op),
                        comm_, s), "ncclAllReduce", "all_reduce");
