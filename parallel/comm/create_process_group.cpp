@@ -7,7 +7,7 @@
 #include "parallel/comm/process_group.h"
 
 #include "framework/error.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/transport/cuda_ipc_transport.h"
 #include "parallel/transport/link_model.h"

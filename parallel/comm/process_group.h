@@ -16,7 +16,7 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/collective_types.h"
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

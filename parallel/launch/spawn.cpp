@@ -15,7 +15,7 @@
 #include <exception>
 
 #include "framework/error.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 #include "parallel/launch/supervisor.h"
 
 namespace dplab::parallel {

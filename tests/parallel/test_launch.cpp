@@ -22,7 +22,7 @@
 
 #include "framework/error.h"
 #include "parallel/comm/init.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 
 namespace par = dplab::parallel;
 namespace fs = std::filesystem;

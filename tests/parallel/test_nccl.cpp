@@ -9,7 +9,7 @@
 
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/ops/ops.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;
