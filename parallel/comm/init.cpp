@@ -121,6 +121,10 @@ ProcessGroup& default_process_group() {
   return *global().pg;
 }
 
+std::shared_ptr<ProcessGroup> default_process_group_handle() {
+  return std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
+}
+
 std::shared_ptr<Store> default_store() {
   std::lock_guard<std::mutex> lock(global().mu);
   DPLAB_CHECK(global().store != nullptr, "no default store: call init_process_group() first");

@@ -29,6 +29,9 @@ struct InitOptions {
 // ranks that did not check in within the timeout, or the ranks that disagree on world size.
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts = {});
 ProcessGroup& default_process_group();  // throws if init_process_group has not run
+// The default group as a shared_ptr that does not own it, for classes that keep their group
+// in a shared_ptr (DDP, hvd::DistributedOptimizer): destroy_process_group() still ends it.
+std::shared_ptr<ProcessGroup> default_process_group_handle();
 // The rendezvous store behind the default group, for exchanging small facts (strings)
 // between ranks; keys starting with "rdzv/" and "exit/" are used by init itself.
 std::shared_ptr<Store> default_store();
