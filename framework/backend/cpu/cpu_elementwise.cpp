@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "framework/backend/cpu/cpu_threads.h"
@@ -241,12 +242,7 @@ void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s)
 
 void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
                         const Strided& bl, float* out) {
-  DPLAB_CHECK(al.ndim == bl.ndim, "binary: layouts must share the output shape, got {} and {} "
-              "dims", al.ndim, bl.ndim);
-  for (int d = 0; d < al.ndim; ++d) {
-    DPLAB_CHECK(al.shape[d] == bl.shape[d], "binary: layouts differ in dim {}: {} vs {}", d,
-                al.shape[d], bl.shape[d]);
-  }
+  check_same_shape("binary", al, bl);
   if (al.numel() == 0) return;
   Walk w = make_walk(al, &bl);
   switch (op) {

@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/error.h"
 
@@ -51,17 +52,14 @@ void argmax_rows(const float* x, int64_t* out, int64_t outer, int64_t r, int64_t
 
 void CpuBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
                         int64_t inner) {
-  DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
-              "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
+  check_reduce(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
   if (op == ReduceOp::ArgMax) {
-    DPLAB_CHECK(r > 0, "reduce: argmax over an empty dim (r = 0) has no answer");
     argmax_rows(x, static_cast<int64_t*>(out), outer, r, inner);
     return;
   }
   float* y = static_cast<float*>(out);
-  if (r == 0) {  // the empty sum is 0; max / min of nothing is undefined
-    DPLAB_CHECK(op == ReduceOp::Sum, "reduce: max/min over an empty dim (r = 0) has no answer");
+  if (r == 0) {  // the empty sum is 0 (max / min of nothing: refused by check_reduce)
     std::fill_n(y, outer * inner, 0.0f);
     return;
   }
