@@ -45,6 +45,13 @@ void check_root(int root, int size, const char* what) {
   DPLAB_CHECK(root >= 0 && root < size, "{}: root must be in [0, {}), got {}", what, size, root);
 }
 
+// send's dst, recv's src: another rank of the group.
+void check_peer(int peer, int rank, int size, const char* what, const char* name) {
+  DPLAB_CHECK(peer >= 0 && peer < size && peer != rank,
+              "{}: {} must be another rank in [0, {}), got {} (I am rank {})", what, name, size,
+              peer, rank);
+}
+
 void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* what,
                 const char* name) {
   DPLAB_CHECK(static_cast<int>(list.size()) == n, "{}: {} must hold {} tensors (one per rank), "
@@ -256,16 +263,14 @@ void ProcessGroup::barrier() {
 
 void ProcessGroup::send(const Tensor& t, int dst) {
   DPLAB_CHECK(t.defined(), "send: the tensor is undefined");
-  DPLAB_CHECK(dst >= 0 && dst < size_ && dst != rank_,
-              "send: dst must be another rank in [0, {}), got {} (I am rank {})", size_, dst, rank_);
+  check_peer(dst, rank_, size_, "send", "dst");
   run("send", fmt::format("send(to {})", dst), send_cost(t.nbytes()),
       [&] { engine_->send(t, dst); });
 }
 
 void ProcessGroup::recv(Tensor& t, int src) {
   DPLAB_CHECK(t.defined(), "recv: the tensor is undefined");
-  DPLAB_CHECK(src >= 0 && src < size_ && src != rank_,
-              "recv: src must be another rank in [0, {}), got {} (I am rank {})", size_, src, rank_);
+  check_peer(src, rank_, size_, "recv", "src");
   run("recv", fmt::format("recv(from {})", src), recv_cost(t.nbytes()),
       [&] { engine_->recv(t, src); });
 }
