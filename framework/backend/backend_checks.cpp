@@ -25,12 +25,12 @@ void check_same_shape(const char* what, const Strided& a, const Strided& b) {
                 a.shape[d], b.shape[d]);
 }
 
-void check_reduce(ReduceOp op, int64_t outer, int64_t r, int64_t inner) {
+void check_reduce(ReduceKind op, int64_t outer, int64_t r, int64_t inner) {
   DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
               "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
   if (outer == 0 || inner == 0) return;  // nothing to compute, whatever r is
-  DPLAB_CHECK(r > 0 || op == ReduceOp::Sum, "reduce: {} over an empty dim (r = 0) has no answer",
-              op == ReduceOp::ArgMax ? "argmax" : "max/min");
+  DPLAB_CHECK(r > 0 || op == ReduceKind::Sum, "reduce: {} over an empty dim (r = 0) has no answer",
+              op == ReduceKind::ArgMax ? "argmax" : "max/min");
 }
 
 void check_sgd_args(const SgdArgs& a, const float* momentum_buf) {

@@ -16,7 +16,7 @@ void check_window(const char* what, const Window2d& w);
 // Two operand layouts of one output shape (binary ops read both along it).
 void check_same_shape(const char* what, const Strided& a, const Strided& b);
 // [outer, r, inner] non-negative; r = 0 only for a sum (max, min and argmax of nothing).
-void check_reduce(ReduceOp op, int64_t outer, int64_t r, int64_t inner);
+void check_reduce(ReduceKind op, int64_t outer, int64_t r, int64_t inner);
 // A momentum buffer when momentum != 0; nesterov only with momentum and no dampening.
 void check_sgd_args(const SgdArgs& a, const float* momentum_buf);
 // step is 1-based (bias correction divides by 1 - beta^step).

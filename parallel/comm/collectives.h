@@ -29,13 +29,13 @@ struct Block {
 };
 
 // What a collective needs besides its buffers: the link, the element type, the reduction
-// (dplab::ReduceOp: Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and
+// (the kernel's dplab::ReduceKind: Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and
 // the device the buffers live on, whose backend adds a received slot into a buffer (the
 // reduce_into kernel: Eigen on the CPU, a CUDA kernel on the GPU) or copies it out.
 struct Ctx {
   Transport& tr;
   DType dtype;
-  dplab::ReduceOp op;
+  dplab::ReduceKind op;
   Traffic& traffic;
   Device device = Device(DeviceKind::CPU);
   std::size_t elem() const { return element_size(dtype); }

@@ -17,11 +17,11 @@ namespace dplab::parallel {
 namespace {
 
 // The kernel under a collective's reduction: Avg is a Sum, then a scale by 1/N.
-dplab::ReduceOp kernel_op(ReduceOp op) {
+dplab::ReduceKind kernel_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Max: return dplab::ReduceOp::Max;
-    case ReduceOp::Min: return dplab::ReduceOp::Min;
-    default: return dplab::ReduceOp::Sum;
+    case ReduceOp::Max: return dplab::ReduceKind::Max;
+    case ReduceOp::Min: return dplab::ReduceKind::Min;
+    default: return dplab::ReduceKind::Sum;
   }
 }
 

@@ -70,7 +70,7 @@ void finalize_at_exit() {
 
 // float16 reductions: MPI knows no half type, so halves travel as MPI_UINT16_T and these
 // user ops add them with the CPU backend's half kernels (the same ones the ring uses).
-template <dplab::ReduceOp Op>
+template <dplab::ReduceKind Op>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
   backend_for(Device(DeviceKind::CPU)).reduce_into(Op, DType::Float16, inout, in, *len);
 }
@@ -344,9 +344,9 @@ MpiWorld mpi_world() {
   MPI_Comm_rank(local, &s.world.local_rank);
   MPI_Comm_size(local, &s.world.local_size);
   MPI_Comm_free(&local);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Sum>, 1, &s.half_ops[0]);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Max>, 1, &s.half_ops[1]);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Min>, 1, &s.half_ops[2]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Sum>, 1, &s.half_ops[0]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Max>, 1, &s.half_ops[1]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Min>, 1, &s.half_ops[2]);
   s.ready = true;
   return s.world;
 }

@@ -50,11 +50,11 @@ void argmax_rows(const float* x, int64_t* out, int64_t outer, int64_t r, int64_t
 
 }  // namespace
 
-void CpuBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+void CpuBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                         int64_t inner) {
   check_reduce(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
-  if (op == ReduceOp::ArgMax) {
+  if (op == ReduceKind::ArgMax) {
     argmax_rows(x, static_cast<int64_t*>(out), outer, r, inner);
     return;
   }
@@ -67,21 +67,21 @@ void CpuBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, i
     // Each output reduces one contiguous run of r floats: let Eigen vectorise it.
     for (int64_t o = 0; o < outer; ++o) {
       Eigen::Map<const Eigen::ArrayXf> row(x + o * r, r);
-      y[o] = op == ReduceOp::Sum ? row.sum() : op == ReduceOp::Max ? row.maxCoeff() : row.minCoeff();
+      y[o] = op == ReduceKind::Sum ? row.sum() : op == ReduceKind::Max ? row.maxCoeff() : row.minCoeff();
     }
     return;
   }
   switch (op) {
-    case ReduceOp::Sum:
+    case ReduceKind::Sum:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return a + b; });
       return;
-    case ReduceOp::Max:
+    case ReduceKind::Max:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return b > a ? b : a; });
       return;
-    case ReduceOp::Min:
+    case ReduceKind::Min:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return b < a ? b : a; });
       return;
-    case ReduceOp::ArgMax:
+    case ReduceKind::ArgMax:
       break;  // handled above
   }
 }

@@ -26,7 +26,7 @@ static_assert(static_cast<int>(UnaryOp::GtScalar) == static_cast<int>(cuda::KUna
 static_assert(static_cast<int>(UnaryOp::PowScalar) == static_cast<int>(cuda::KUnary::PowScalar));
 static_assert(static_cast<int>(BinaryOp::TanhGrad) == static_cast<int>(cuda::KBinary::TanhGrad));
 static_assert(static_cast<int>(BinaryOp::Eq) == static_cast<int>(cuda::KBinary::Eq));
-static_assert(static_cast<int>(ReduceOp::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
+static_assert(static_cast<int>(ReduceKind::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
 static_assert(cuda::kKernelMaxDims == kMaxDims);
 
 namespace {
@@ -117,8 +117,8 @@ void CudaBackend::binary(BinaryOp op, const float* a, const Strided& al, const f
                                  to_kernel(bl), out, dev.stream));
 }
 
-void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) {
-  DPLAB_CHECK(op != ReduceOp::ArgMax,
+void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) {
+  DPLAB_CHECK(op != ReduceKind::ArgMax,
               "reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(dst, "reduce_into");
@@ -133,7 +133,7 @@ void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, 
   }
 }
 
-void CudaBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+void CudaBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                          int64_t inner) {
   check_reduce(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
