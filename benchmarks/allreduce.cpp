@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/file_store.h"
+#include "parallel/rendezvous/file_store.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;

@@ -4,7 +4,7 @@
 // the same timing rule as the ring and star rows, so the three compare like for like.
 // Usage (bench_allreduce launches it): mpirun -np N allreduce_mpi BYTES...
 // Rank 0 prints one line per size: "<bytes> <seconds per all-reduce, slowest rank>".
-// Read next: allreduce.cpp, parallel/backends/mpi_engine.cpp.
+// Read next: allreduce.cpp, parallel/engines/mpi_engine.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -135,9 +135,9 @@ void run_elementwise(Device d, std::vector<Row>& rows) {
                           {"rows", "1Mx64", int64_t{1} << 20, 64, 1},
                           {"columns", "1Mx64", 1, int64_t{1} << 20, 64}};
   for (const Shape& sh : shapes) {
-    for (auto [op, op_name] : {std::pair{dplab::ReduceOp::Sum, "sum"},
-                               std::pair{dplab::ReduceOp::Max, "max"},
-                               std::pair{dplab::ReduceOp::ArgMax, "argmax"}}) {
+    for (auto [op, op_name] : {std::pair{dplab::ReduceKind::Sum, "sum"},
+                               std::pair{dplab::ReduceKind::Max, "max"},
+                               std::pair{dplab::ReduceKind::ArgMax, "argmax"}}) {
       const double ms = time_ms(
           [&] { be.reduce(op, x.data<float>(), out.raw_data(), sh.outer, sh.r, sh.inner); }, sync,
           iters);

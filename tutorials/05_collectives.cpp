@@ -19,7 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/file_store.h"
+#include "parallel/rendezvous/file_store.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;

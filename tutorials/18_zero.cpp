@@ -21,7 +21,7 @@
 #include "framework/dplab.h"
 #include "framework/tensor/memory_cap.h"
 #include "models/mlp.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 

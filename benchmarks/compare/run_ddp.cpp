@@ -38,7 +38,7 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"

@@ -19,7 +19,7 @@
 
 #include "coursework/hw3_ring_allreduce/ring.h"
 #include "framework/backend/cpu/cpu_half.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/transport/thread_transport.h"
 
 namespace hw3::grading {

@@ -29,7 +29,7 @@ void exchange(Transport& tr, int to, const std::byte* out, int64_t out_bytes, in
                                    std::to_string(from) + " but got " + std::to_string(len) +
                                    ": do both sides agree on the chunk sizes?");
         if (how == Combine::Reduce)
-          cpu.reduce_into(dplab::ReduceOp::Sum, dtype, dst, data,
+          cpu.reduce_into(dplab::ReduceKind::Sum, dtype, dst, data,
                           expect / static_cast<int64_t>(dplab::element_size(dtype)));
         else
           std::copy_n(static_cast<const std::byte*>(data), expect, dst);

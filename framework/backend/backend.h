@@ -48,7 +48,10 @@ enum class BinaryOp {
   TanhGrad,    // a * (1 - b*b)      b = tanh output
 };
 
-enum class ReduceOp { Sum, Max, Min, ArgMax };
+// What a kernel computes over elements: along a dim (reduce) or elementwise into a buffer
+// (reduce_into, under the collectives). Not parallel::ReduceOp, the collectives' reduction,
+// which adds Avg (a Sum, then a scale) and has no ArgMax.
+enum class ReduceKind { Sum, Max, Min, ArgMax };
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, for `batch` matrices.
 // op(A) is [M, K] (A stored [K, M] when trans_a), op(B) is [K, N] (B stored [N, K] when trans_b).
@@ -103,11 +106,11 @@ class Backend {
   virtual void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
                       const Strided& b_layout, float* out) = 0;
   // dst[i] = dst[i] op src[i] (Sum, Max or Min), float32 or int64: the collectives' reduction.
-  virtual void reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) = 0;
+  virtual void reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) = 0;
 
   // ---- reductions: x viewed as [outer, r, inner], reduced over r -> [outer, inner] ----
   // out is float32, or int64 for ArgMax (first maximum wins).
-  virtual void reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+  virtual void reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                       int64_t inner) = 0;
 
   // ---- linear algebra ----

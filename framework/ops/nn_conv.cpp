@@ -163,7 +163,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       const int64_t GL = wg.N * L;
       // gt [O, G*L]: g[group] [G, O, L] with the images side by side, as the columns are
       swap_outer(g, fptr(g) + groups.y_offset(i), wg.N, O, L, fptr(gt[lane]));
-      if (b_grad) backend.reduce(ReduceOp::Sum, fptr(gt[lane]), fptr(gb_groups) + i * O, O, GL, 1);
+      if (b_grad) backend.reduce(ReduceKind::Sum, fptr(gt[lane]), fptr(gb_groups) + i * O, O, GL, 1);
       if (x_grad && gx.numel() > 0) {
         // dcols = W^T [CK, O] @ gt [O, G*L];  dx[group] = col2im(dcols), the adjoint of im2col
         run_gemm(g, {.M = CK, .N = GL, .K = O, .trans_a = true}, fptr(weight), fptr(gt[lane]),

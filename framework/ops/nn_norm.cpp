@@ -1,11 +1,13 @@
 // nn_norm.cpp: batch normalisation and dropout, both composed from existing ops so that
 // autograd derives their backward (batch norm's well-known fused formula is exactly what
 // the chain rule through mean, var, sub, div and mul produces).
-// Batch norm's per-channel statistics live in one small helper, channel_stats(), because
-// SyncBatchNorm (parallel/ddp/) computes the same sums, all-reduces them, and normalises.
+// Batch norm's per-channel statistics live in one small helper, channel_stats(); its
+// checks and running-stats update are batch_norm_common.h's, shared with SyncBatchNorm
+// (parallel/ddp/), which computes the same sums, all-reduces them, and normalises.
 // Read next: the nn/ layers that own the running stats; SyncBatchNorm in parallel/ddp/.
 #include <mutex>
 
+#include "framework/ops/batch_norm_common.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
@@ -22,10 +24,6 @@ struct ChannelStats {
   int64_t count = 0;  // elements per channel: N (or N*H*W)
 };
 
-std::vector<int64_t> channel_reduce_dims(const Tensor& x) {
-  return x.dim() == 2 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2, 3};
-}
-
 // Two passes (mean, then squares of the centred values) rather than E[x^2] - E[x]^2,
 // which cancels catastrophically in float32 when |mean| >> std.
 ChannelStats channel_stats(const Tensor& x) {
@@ -40,23 +38,48 @@ ChannelStats channel_stats(const Tensor& x) {
   return s;
 }
 
-// r = (1 - momentum) r + momentum * batch, in place and outside the graph.
-void update_running(const Tensor& running, const Tensor& batch, float momentum) {
+void check_channel_vector(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  check_float(op, t);
+  check_same_device(op, x, t);
+  DPLAB_CHECK(t.dim() == 1 && t.size(0) == x.size(1),
+              "{}: {} must be [{}] for input {} (C = {}), got {}", op, what, x.size(1),
+              shape_str(x.shape()), x.size(1), shape_str(t.shape()));
+}
+
+}  // namespace
+
+std::vector<int64_t> channel_reduce_dims(const Tensor& x) {
+  return x.dim() == 2 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2, 3};
+}
+
+void update_running_stats(const Tensor& running, const Tensor& batch, float momentum) {
   NoGradGuard no_grad;
   Tensor r = running;  // a handle; mul_/add_ write into the shared storage
   r.mul_(1.0f - momentum);
   r.add_(batch.detach().reshape(running.shape()), momentum);
 }
 
-void check_channel_vector(const char* what, const Tensor& t, const Tensor& x) {
-  check_float("batch_norm", t);
-  check_same_device("batch_norm", x, t);
-  DPLAB_CHECK(t.dim() == 1 && t.size(0) == x.size(1),
-              "batch_norm: {} must be [{}] for input {} (C = {}), got {}", what, x.size(1),
-              shape_str(x.shape()), x.size(1), shape_str(t.shape()));
+int64_t check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
+                              const Tensor& running_var, const Tensor& weight,
+                              const Tensor& bias, float eps) {
+  check_float(op, x);
+  DPLAB_CHECK(x.dim() == 2 || x.dim() == 4,
+              "{}: expected input [N, C] or [N, C, H, W], got {}", op, shape_str(x.shape()));
+  DPLAB_CHECK(eps > 0.0f, "{}: eps must be > 0, got {}", op, eps);
+  DPLAB_CHECK(running_mean.defined() == running_var.defined(),
+              "{}: give both running_mean and running_var or neither (got mean {}, var {})", op,
+              running_mean.defined() ? "defined" : "undefined",
+              running_var.defined() ? "defined" : "undefined");
+  if (running_mean.defined()) {
+    check_channel_vector(op, "running_mean", running_mean, x);
+    check_channel_vector(op, "running_var", running_var, x);
+  }
+  if (weight.defined()) check_channel_vector(op, "weight", weight, x);
+  if (bias.defined()) check_channel_vector(op, "bias", bias, x);
+  DPLAB_CHECK(x.size(1) > 0, "{}: expected at least one channel, got input {}", op,
+              shape_str(x.shape()));
+  return x.size(1);
 }
-
-}  // namespace
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias, per channel c = dim 1.
 // Training: mean, var are the batch's (biased var); the running stats move towards them,
@@ -65,24 +88,8 @@ void check_channel_vector(const char* what, const Tensor& t, const Tensor& x) {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, float momentum,
                   float eps) {
-  check_float("batch_norm", x);
-  DPLAB_CHECK(x.dim() == 2 || x.dim() == 4,
-              "batch_norm: expected input [N, C] or [N, C, H, W], got {}", shape_str(x.shape()));
-  DPLAB_CHECK(eps > 0.0f, "batch_norm: eps must be > 0, got {}", eps);
-  DPLAB_CHECK(running_mean.defined() == running_var.defined(),
-              "batch_norm: give both running_mean and running_var or neither (got mean {}, var {})",
-              running_mean.defined() ? "defined" : "undefined",
-              running_var.defined() ? "defined" : "undefined");
-  if (running_mean.defined()) {
-    check_channel_vector("running_mean", running_mean, x);
-    check_channel_vector("running_var", running_var, x);
-  }
-  if (weight.defined()) check_channel_vector("weight", weight, x);
-  if (bias.defined()) check_channel_vector("bias", bias, x);
-
-  const int64_t C = x.size(1);
-  DPLAB_CHECK(C > 0, "batch_norm: expected at least one channel, got input {}",
-              shape_str(x.shape()));
+  const int64_t C =
+      check_batch_norm_args("batch_norm", x, running_mean, running_var, weight, bias, eps);
   const Shape bshape = x.dim() == 2 ? Shape{1, C} : Shape{1, C, 1, 1};
   Tensor mean_c, var_c;
   if (training) {
@@ -94,8 +101,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     var_c = s.var;
     if (running_mean.defined()) {
       float unbias = static_cast<float>(s.count) / static_cast<float>(s.count - 1);
-      update_running(running_mean, s.mean, momentum);
-      update_running(running_var, mul_scalar(s.var.detach(), unbias), momentum);
+      update_running_stats(running_mean, s.mean, momentum);
+      update_running_stats(running_var, mul_scalar(s.var.detach(), unbias), momentum);
     }
   } else {
     DPLAB_CHECK(running_mean.defined(),

@@ -23,13 +23,13 @@ Split3 split_at(const Shape& s, int64_t d) {
 }
 
 // Reduces dim d of a (kept as size 1), no autograd.
-Tensor reduce_dim_raw(ReduceOp op, const Tensor& a, int64_t d) {
+Tensor reduce_dim_raw(ReduceKind op, const Tensor& a, int64_t d) {
   Shape out_shape = a.shape();
   out_shape[d] = 1;
   Split3 v = split_at(a.shape(), d);
-  DType t = op == ReduceOp::ArgMax ? DType::Int64 : DType::Float32;
+  DType t = op == ReduceKind::ArgMax ? DType::Int64 : DType::Float32;
   Tensor out = Tensor::empty(out_shape, {.dtype = t, .device = a.device()});
-  DPLAB_CHECK(v.r > 0 || op == ReduceOp::Sum, "reduction over an empty dim {} of shape {}", d,
+  DPLAB_CHECK(v.r > 0 || op == ReduceKind::Sum, "reduction over an empty dim {} of shape {}", d,
               shape_str(a.shape()));
   backend_of(a).reduce(op, fptr(a), out.raw_data(), v.outer, v.r, v.inner);
   return out;
@@ -58,7 +58,7 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
 Tensor sum(const Tensor& a) {
   check_float("sum", a);
   Tensor out = Tensor::empty({}, a.options());
-  backend_of(a).reduce(ReduceOp::Sum, fptr(a), fptr(out), 1, a.numel(), 1);
+  backend_of(a).reduce(ReduceKind::Sum, fptr(a), fptr(out), 1, a.numel(), 1);
   // d sum/dx_i = 1
   return record(out, "SumBackward", {a},
                 [sa = a.shape()](const Tensor& g) { return std::vector<Tensor>{expand(g, sa)}; });
@@ -68,7 +68,7 @@ Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
   check_float("sum", a);
   auto ds = normalized_dims("sum", dims, a.dim());
   Tensor r = a.detach();
-  for (auto it = ds.rbegin(); it != ds.rend(); ++it) r = reduce_dim_raw(ReduceOp::Sum, r, *it);
+  for (auto it = ds.rbegin(); it != ds.rend(); ++it) r = reduce_dim_raw(ReduceKind::Sum, r, *it);
   Tensor out = r.reshape(reduced_shape(a.shape(), ds, keepdim)).detach();
   Shape kept = reduced_shape(a.shape(), ds, true);
   return record(out, "SumDimBackward", {a}, [sa = a.shape(), kept](const Tensor& g) {
@@ -106,7 +106,7 @@ Tensor max(const Tensor& a) {
   check_float("max", a);
   DPLAB_CHECK(a.numel() > 0, "max: of an empty tensor");
   Tensor out = Tensor::empty({}, a.options());
-  backend_of(a).reduce(ReduceOp::Max, fptr(a), fptr(out), 1, a.numel(), 1);
+  backend_of(a).reduce(ReduceKind::Max, fptr(a), fptr(out), 1, a.numel(), 1);
   return record(out, "MaxBackward", {a}, [a, out](const Tensor& g) {
     Tensor mask = eq(a, out);
     return std::vector<Tensor>{mul(mask, div(g, sum(mask)))};
@@ -116,7 +116,7 @@ Tensor max(const Tensor& a) {
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   check_float("argmax", a);
   int64_t d = normalize_dim("argmax", dim, a.dim());
-  Tensor idx = reduce_dim_raw(ReduceOp::ArgMax, a, d);
+  Tensor idx = reduce_dim_raw(ReduceKind::ArgMax, a, d);
   return keepdim ? idx : idx.reshape(reduced_shape(a.shape(), {d}, false));
 }
 
@@ -125,8 +125,8 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
 MaxResult max(const Tensor& a, int64_t dim, bool keepdim) {
   check_float("max", a);
   int64_t d = normalize_dim("max", dim, a.dim());
-  Tensor idx = reduce_dim_raw(ReduceOp::ArgMax, a, d);
-  Tensor values = reduce_dim_raw(ReduceOp::Max, a, d);
+  Tensor idx = reduce_dim_raw(ReduceKind::ArgMax, a, d);
+  Tensor values = reduce_dim_raw(ReduceKind::Max, a, d);
   Shape out_shape = reduced_shape(a.shape(), {d}, keepdim);
   values = values.reshape(out_shape).detach();
   values = record(values, "MaxDimBackward", {a}, [sa = a.shape(), idx, d](const Tensor& g) {

@@ -1,10 +1,14 @@
 // collectives.h: the algorithms, on raw buffers of one device, over a Transport (internal
-// header). process_group.cpp turns tensors into Blocks, calls these, and records the Traffic.
+// header). dplab's own engine (engines/dplab_engine.cpp) turns tensors into Blocks, calls
+// these, and hands the Traffic they count to the ProcessGroup's counters.
 // The buffers and the slots a transport hands to recv_segment's use() are host memory (shm,
 // thread) or GPU memory (cuda_ipc); the algorithms never look: they add and copy with the
 // Ctx's device backend, so the ring and the star are written once for both.
+// p2p.cpp: one block to or from one peer, segment by segment (the size check and the
+//           traffic count live there, once).
 // ring.cpp: all-reduce, reduce-scatter, all-gather, broadcast (a chain).
-// star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier, send/recv.
+// star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier.
+// What each moves per rank: cost.h.
 // Read next: ring.cpp.
 #pragma once
 #include <cstddef>
@@ -13,14 +17,10 @@
 
 #include "framework/backend/backend.h"
 #include "framework/tensor/dtype.h"
+#include "parallel/comm/collective_types.h"
 #include "parallel/transport/transport.h"
 
 namespace dplab::parallel {
-
-struct Traffic {
-  int64_t sent = 0;      // bytes this rank copied into peers' slots
-  int64_t received = 0;  // bytes this rank read out of slots peers filled
-};
 
 // A contiguous run of elements in the memory of the Ctx's device.
 struct Block {
@@ -29,13 +29,13 @@ struct Block {
 };
 
 // What a collective needs besides its buffers: the link, the element type, the reduction
-// (dplab::ReduceOp: Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and
+// (the kernel's dplab::ReduceKind: Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and
 // the device the buffers live on, whose backend adds a received slot into a buffer (the
 // reduce_into kernel: Eigen on the CPU, a CUDA kernel on the GPU) or copies it out.
 struct Ctx {
   Transport& tr;
   DType dtype;
-  dplab::ReduceOp op;
+  dplab::ReduceKind op;
   Traffic& traffic;
   Device device = Device(DeviceKind::CPU);
   std::size_t elem() const { return element_size(dtype); }
@@ -51,7 +51,15 @@ struct Ctx {
   }
 };
 
-// ---- point to point, segment by segment (star.cpp) ----
+// ---- p2p.cpp: point to point, in segments of at most one transport slot ----
+int64_t segment_count(const Ctx& c, const Block& b);
+// Segment k of b into a slot of the link to peer (counted as sent).
+void send_segment_of(Ctx& c, int peer, const Block& b, int64_t k);
+// Waits for peer's next segment, checks it is segment k of b in size, and copies it into b
+// or reduces it into b (counted as received).
+enum class Into { Copy, Reduce };
+void recv_segment_of(Ctx& c, int peer, const Block& b, int64_t k, Into into);
+// Whole blocks: every segment in order.
 void send_block(Ctx& c, int peer, const Block& b);
 void recv_copy(Ctx& c, int peer, const Block& b);
 void recv_reduce(Ctx& c, int peer, const Block& b);

@@ -1,19 +1,65 @@
-// create_process_group.cpp: how a group is made: an engine for mpi/nccl, else the
-// thread transport (ranks are threads, a HashStore) or shm (processes), wrapped in an
-// emulated link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport
-// that every rank builds at its first collective on a CUDA tensor.
-// Read next: process_group.cpp, transport/transport.h.
+// create_process_group.cpp: how a group is made, and the one file that picks an engine and
+// a transport by name: the mpi or nccl engine, else dplab's engine over the thread
+// transport (ranks are threads, a HashStore) or shm (processes), wrapped in an emulated
+// link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that every
+// rank builds at its first collective on a CUDA tensor.
+// Read next: process_group.cpp, engines/collective_engine.h, transport/transport.h.
 #include "parallel/comm/process_group.h"
-#include "parallel/comm/process_group_impl.h"
 
 #include "framework/error.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/tcp_store.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/transport/cuda_ipc_transport.h"
 #include "parallel/transport/link_model.h"
 #include "parallel/transport/shm_transport.h"
 #include "parallel/transport/thread_transport.h"
 
 namespace dplab::parallel {
+
+bool is_engine_backend(const std::string& backend) {
+  return backend == "mpi" || backend == "nccl";
+}
+bool is_known_backend(const std::string& backend) {
+  return backend == "ring" || backend == "star" || is_engine_backend(backend);
+}
+
+namespace {
+
+// With CUDA compiled: the cuda_ipc transport, made later, at the first CUDA collective, by
+// all ranks at once; the store must live until then, so the factory holds it.
+CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store, const std::string& prefix,
+                                      int rank, int world_size, bool threads,
+                                      const ProcessGroupOptions& opts) {
+  if (!cuda_ipc_compiled()) return nullptr;
+  return [store, prefix, rank, world_size, threads, timeout = opts.timeout,
+          link_gbps = opts.link_gbps](int cuda_index) {
+    Seconds before = store->timeout();
+    store->set_timeout(timeout);
+    try {
+      auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
+                                       cuda_index, threads, timeout);
+      store->set_timeout(before);
+      return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
+    } catch (...) {
+      store->set_timeout(before);
+      throw;
+    }
+  };
+}
+
+// The mpi watchdog's own store: a second connection to the same TCP store (the first may be
+// busy in the main thread), or the shared store itself when it needs no connection.
+CollectiveWatchdog::Connect watchdog_store(Store& store) {
+  if (auto* tcp = dynamic_cast<TCPStore*>(&store)) {
+    return [host = tcp->host(), port = tcp->port()](Seconds timeout) -> std::shared_ptr<Store> {
+      return std::make_shared<TCPStore>(host, port, false, timeout);
+    };
+  }
+  return [&store](Seconds) { return std::shared_ptr<Store>(&store, [](Store*) {}); };
+}
+
+}  // namespace
 
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
@@ -28,13 +74,20 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // groups ("dplab/pg0/...", "dplab/pg1/...").
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
+  DPLAB_CHECK(is_known_backend(opts.backend), "create_process_group: backend must be \"ring\", "
+              "\"star\", \"mpi\" or \"nccl\", got \"{}\"", opts.backend);
   DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
               "emulated link), got {}", opts.link_gbps);
   DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
               "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
               "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
-  if (is_engine_backend(opts.backend))  // mpi, nccl: an existing engine moves the bytes
-    return std::make_shared<ProcessGroup>(make_engine(*store, prefix, rank, world_size, opts), opts);
+  // mpi, nccl: an existing engine moves the bytes
+  if (opts.backend == "mpi")
+    return std::make_shared<ProcessGroup>(make_mpi_engine(
+        rank, world_size, opts.timeout, watchdog_store(*store), prefix + "/watchdog"));
+  if (opts.backend == "nccl")
+    return std::make_shared<ProcessGroup>(
+        make_nccl_engine(*store, prefix, rank, world_size, opts.timeout));
   Seconds saved = store->timeout();
   store->set_timeout(opts.timeout);
   std::unique_ptr<Transport> transport;
@@ -50,26 +103,10 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   }
   store->set_timeout(saved);
   if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
-  auto group = std::make_shared<ProcessGroup>(std::move(transport), opts);
-  if (cuda_ipc_compiled()) {
-    // Made later, at the first CUDA collective, by all ranks at once: the store must live
-    // until then, so the factory holds it.
-    group->set_cuda_transport_factory([store, prefix, rank, world_size, threads,
-                                       timeout = opts.timeout, link_gbps = opts.link_gbps](int cuda_index) {
-      Seconds before = store->timeout();
-      store->set_timeout(timeout);
-      try {
-        auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
-                                         cuda_index, threads, timeout);
-        store->set_timeout(before);
-        return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
-      } catch (...) {
-        store->set_timeout(before);
-        throw;
-      }
-    });
-  }
-  return group;
+  const Algorithm algorithm = opts.backend == "star" ? Algorithm::Star : Algorithm::Ring;
+  return std::make_shared<ProcessGroup>(make_dplab_engine(
+      std::move(transport), algorithm,
+      cuda_ipc_factory(store, prefix, rank, world_size, threads, opts)));
 }
 
 }  // namespace dplab::parallel

@@ -1,13 +1,11 @@
 // process_group.h: the collectives API (torch.distributed's ProcessGroup) and its counters.
-// A ProcessGroup is N ranks that call the same collectives in the same order. It owns a
-// transport (shm between processes, heap between threads; see transport/transport.h), plus
-// a cuda_ipc one for CUDA tensors (transport/cuda_ipc_transport.h), and
-// runs one of two all-reduce patterns over it: the ring (comm/ring.cpp) or the star, a
-// parameter server (comm/star.cpp). Every collective counts the bytes this rank sent and
-// received, so the textbook volumes can be checked, not just quoted.
-// On the mpi and nccl backends the group holds a CollectiveEngine instead, which runs each
-// collective whole (backends/collective_engine.h); checks, counters and async are the same.
-// Read next: transport/transport.h, then comm/ring.cpp.
+// A ProcessGroup is N ranks that call the same collectives in the same order. It does three
+// things itself: checks arguments (ranks in range, list lengths, sizes, dtypes), runs async
+// calls on one worker thread in call order, and counts the bytes each collective moved.
+// The bytes are moved by one CollectiveEngine (engines/collective_engine.h), called once per
+// collective: dplab's own ring or star over a transport, or MPI, or NCCL.
+// create_process_group (below) is where an engine and a transport are picked by name.
+// Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and comm/ring.cpp.
 #pragma once
 #include <functional>
 #include <map>
@@ -17,12 +15,10 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/store.h"
+#include "parallel/comm/collective_types.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
-
-enum class ReduceOp { Sum, Avg, Max, Min };
-enum class Algorithm { Ring, Star };  // star = parameter server: all to rank 0, rank 0 reduces, sends back
 
 struct ProcessGroupOptions {
   // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star) over shm on one node;
@@ -54,34 +50,28 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-class Transport;
 class CollectiveEngine;
 
 class ProcessGroup {
  public:
-  ProcessGroup(std::unique_ptr<Transport> transport, const ProcessGroupOptions& opts);
-  ProcessGroup(std::unique_ptr<CollectiveEngine> engine, const ProcessGroupOptions& opts);
+  explicit ProcessGroup(std::unique_ptr<CollectiveEngine> engine);
+  // Queued async calls finish first. Then the engine is told this rank left; if an exception
+  // is unwinding the stack, that it failed (peers stop waiting for it).
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  Algorithm default_algorithm() const { return algorithm_; }
+  const std::string& backend() const;  // "ring", "star", "mpi", "nccl"
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
-  // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)".
+  // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)";
+  // on the mpi and nccl backends, the engine's name.
   std::string transport_name(Device d) const;
 
-  // Where CUDA tensors go: make(k) builds, collectively, the transport for logical device
-  // cuda:k. It is called at the first collective on a CUDA tensor (every rank reaches it at
-  // the same call, since all call collectives in one order); later CUDA tensors must be on
-  // the same cuda:k. Without a factory CUDA tensors are staged through host memory.
-  // create_process_group sets it when dplab was built with CUDA.
-  using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
-  void set_cuda_transport_factory(CudaTransportFactory make);
-
-  // In place: every rank ends with op over all ranks' tensors. algo overrides the group's.
+  // In place: every rank ends with op over all ranks' tensors. algo overrides the group's
+  // (ring or star; the mpi and nccl backends pick their own).
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
   // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).
   void broadcast(Tensor& t, int root = 0);
@@ -114,29 +104,30 @@ class ProcessGroup {
   void reset_comm_stats();
 
  private:
-  struct Impl;
+  // Every collective, after its checks: drain the async queue, refuse if broken, call fn
+  // (the engine, once), record its traffic (measured, or `model` when the engine cannot
+  // measure) and time; on a throw, mark the group broken and tell the engine.
+  void run(const char* name, const std::string& context, Traffic model,
+           const std::function<void()>& fn);
+  struct Impl;  // the async queue and the counters (process_group.cpp)
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<CollectiveEngine> engine_;
   int rank_ = 0;
   int size_ = 1;
-  Algorithm algorithm_ = Algorithm::Ring;
 };
 
-// The thread transport when store is a HashStore (ranks are threads of one process),
-// else shm between processes; for backend "mpi" or "nccl", that engine (rank and
-// world_size must then be the engine's: mpirun's for MPI). In a build with CUDA a
-// transport group also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created
-// at the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
+// Backend "ring" or "star": dplab's engine over the thread transport when store is a
+// HashStore (ranks are threads of one process), else shm between processes. In a build
+// with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
+// the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
+// Backend "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
+// mpirun's for MPI). (create_process_group.cpp)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// How a buffer of n elements is cut into `parts` chunks: the first n % parts chunks get
-// one element more than the others (n = 10, parts = 4 -> 3, 3, 2, 2). Ring and
-// reduce_scatter use it; the counters' exact values follow from it.
-int64_t chunk_elems(int64_t n, int parts, int index);
-int64_t chunk_offset(int64_t n, int parts, int index);
-
-std::string reduce_op_name(ReduceOp op);
-std::string algorithm_name(Algorithm a);
+// The backends create_process_group knows: "ring", "star", "mpi", "nccl".
+bool is_known_backend(const std::string& backend);
+bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
 
 }  // namespace dplab::parallel

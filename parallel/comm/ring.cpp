@@ -4,7 +4,7 @@
  * N ranks sit on a ring: rank r sends to right = r+1 and receives from left = r-1 (mod N).
  * The buffer of S elements is cut into N *chunks* (chunk_elems: the first S mod N chunks
  * are one element longer). A chunk is moved in *segments* of at most one transport slot
- * (128 KiB); each link has 4 slots, so while rank r reduces segment k from its left, the
+ * (128 KiB on shm and thread, 4 MiB on cuda_ipc: p2p.cpp); each link has 4 slots, so while rank r reduces segment k from its left, the
  * left rank is already copying segment k+1 in: copying and reducing overlap.
  *
  * Reduce-scatter, N-1 steps: at step s rank r sends chunk r-s and receives chunk r-s-1,
@@ -15,13 +15,13 @@
  * Cost: 2(N-1) steps; rank r sends every chunk except r+1 (in reduce-scatter) and except
  * r+2 (in all-gather): 2S - |c(r+1)| - |c(r+2)| elements, which is 2(N-1)/N * S when N
  * divides S. It receives 2S - |c(r)| - |c(r+1)|. No rank moves more than any other.
+ * (The formulas, in one place: cost.cpp.)
  * Read next: star.cpp, the same collective as a parameter server.
  */
 #include <algorithm>
 
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
-#include "parallel/comm/process_group.h"
 
 namespace dplab::parallel {
 
@@ -44,30 +44,12 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
   const int n = c.tr.size(), r = c.tr.rank();
   const int right = mod(r + 1, n), left = mod(r - 1, n);
-  const int64_t seg = c.segment_elems();
-  const int64_t out_segs = (out.elems + seg - 1) / seg, in_segs = (in.elems + seg - 1) / seg;
-  const std::size_t es = c.elem();
+  const int64_t out_segs = segment_count(c, out), in_segs = segment_count(c, in);
   for (int64_t k = 0; k < std::max(out_segs, in_segs); ++k) {
-    if (k < out_segs) {
-      // copy segment k of my outgoing chunk into a slot of the link to the right
-      int64_t len = std::min(seg, out.elems - k * seg);
-      c.tr.send_segment(right, out.data + k * seg * es, len * es);
-      c.traffic.sent += len * static_cast<int64_t>(es);
-    }
-    if (k < in_segs) {
-      // wait for segment k from the left, then reduce (or copy) it out of the slot
-      std::byte* dst = in.data + k * seg * es;
-      c.tr.recv_segment(left, [&](const void* data, std::size_t bytes) {
-        int64_t expect = std::min(seg, in.elems - k * seg) * static_cast<int64_t>(es);
-        if (static_cast<int64_t>(bytes) != expect)
-          throw CommError(fmt::format("rank {}: ring got a {}-byte segment from rank {}, "
-                                      "expected {}: do all ranks pass tensors of one size?",
-                                      r, bytes, left, expect));
-        if (reduce) c.reduce(dst, data, bytes);  // Eigen or a CUDA kernel: the Ctx's device
-        else c.copy(dst, data, bytes);
-        c.traffic.received += static_cast<int64_t>(bytes);
-      });
-    }
+    // copy segment k of my outgoing chunk into a slot of the link to the right
+    if (k < out_segs) send_segment_of(c, right, out, k);
+    // wait for segment k from the left, then reduce (or copy) it out of the slot
+    if (k < in_segs) recv_segment_of(c, left, in, k, reduce ? Into::Reduce : Into::Copy);
   }
 }
 
@@ -108,14 +90,9 @@ void chain_broadcast(Ctx& c, Block buffer, int root) {
   const int n = c.tr.size(), r = c.tr.rank();
   const int pos = mod(r - root, n);  // my place in the chain
   const int left = mod(r - 1, n), right = mod(r + 1, n);
-  const int64_t seg = c.segment_elems();
-  const std::size_t es = c.elem();
-  const int64_t segs = (buffer.elems + seg - 1) / seg;
-  for (int64_t k = 0; k < segs && n > 1; ++k) {
-    std::byte* p = buffer.data + k * seg * es;
-    int64_t len = std::min(seg, buffer.elems - k * seg);
-    if (pos > 0) recv_copy(c, left, {p, len});  // segment k from the previous in the chain
-    if (pos < n - 1) send_block(c, right, {p, len});
+  for (int64_t k = 0; k < segment_count(c, buffer) && n > 1; ++k) {
+    if (pos > 0) recv_segment_of(c, left, buffer, k, Into::Copy);  // from the previous in the chain
+    if (pos < n - 1) send_segment_of(c, right, buffer, k);
   }
 }
 

@@ -4,55 +4,13 @@
 // Cost: 2 phases of (N-1) transfers of S bytes through rank 0. A leaf rank sends S and
 // receives S; rank 0 receives (N-1)S and sends (N-1)S: (N-1)x a leaf's traffic, all through
 // one link-end, which is why the ring scales and the star does not.
-// Also here: reduce, gather, scatter (the star to or from any root), barrier, send/recv.
-// Read next: process_group.cpp.
+// Also here: reduce, gather, scatter (the star to or from any root), barrier; the blocks
+// move by p2p.cpp. The formulas: cost.cpp.
+// Read next: engines/dplab_engine.cpp.
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
 
 namespace dplab::parallel {
-
-void send_block(Ctx& c, int peer, const Block& b) {
-  const int64_t seg = c.segment_elems();
-  const std::size_t es = c.elem();
-  for (int64_t off = 0; off < b.elems; off += seg) {
-    int64_t len = std::min(seg, b.elems - off);
-    c.tr.send_segment(peer, b.data + off * es, len * es);
-    c.traffic.sent += len * static_cast<int64_t>(es);
-  }
-}
-
-namespace {
-// Receives b.elems elements from peer; `into(dst, slot, bytes)` consumes each segment.
-template <typename Into>
-void recv_block(Ctx& c, int peer, const Block& b, Into into) {
-  const int64_t seg = c.segment_elems();
-  const std::size_t es = c.elem();
-  for (int64_t off = 0; off < b.elems; off += seg) {
-    int64_t expect = std::min(seg, b.elems - off) * static_cast<int64_t>(es);
-    std::byte* dst = b.data + off * es;
-    c.tr.recv_segment(peer, [&](const void* data, std::size_t bytes) {
-      if (static_cast<int64_t>(bytes) != expect)
-        throw CommError(fmt::format("rank {}: got a {}-byte segment from rank {}, expected {}: "
-                                    "do all ranks pass tensors of one size and dtype?",
-                                    c.tr.rank(), bytes, peer, expect));
-      into(dst, data, bytes);
-      c.traffic.received += static_cast<int64_t>(bytes);
-    });
-  }
-}
-}  // namespace
-
-void recv_copy(Ctx& c, int peer, const Block& b) {
-  recv_block(c, peer, b, [&](std::byte* dst, const void* src, std::size_t n) {
-    c.copy(dst, src, n);
-  });
-}
-
-void recv_reduce(Ctx& c, int peer, const Block& b) {
-  recv_block(c, peer, b, [&](std::byte* dst, const void* src, std::size_t n) {
-    c.reduce(dst, src, n);
-  });
-}
 
 void star_reduce(Ctx& c, Block buffer, int root) {
   const int n = c.tr.size(), r = c.tr.rank();

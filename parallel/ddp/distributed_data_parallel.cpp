@@ -5,6 +5,7 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "parallel/comm/init.h"
+#include "parallel/ddp/rank_utils.h"
 
 namespace dplab::parallel {
 
@@ -30,15 +31,6 @@ void check_same_model_everywhere(ProcessGroup& pg, const std::vector<Tensor>& pa
               count, elems);
 }
 
-void broadcast_all(ProcessGroup& pg, const std::vector<Tensor>& tensors) {
-  NoGradGuard no_grad;
-  for (Tensor t : tensors) {
-    if (t.numel() == 0) continue;
-    Tensor d = t.detach();
-    pg.broadcast(d, 0);
-  }
-}
-
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, DDPOptions opts)
@@ -48,7 +40,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (!pg_) {
     DPLAB_CHECK(is_initialized(), "DDP: no process group: call init_process_group() first (or pass "
                 "{{.process_group = ...}})");
-    pg_ = std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
+    pg_ = default_process_group_handle();
   }
   auto named = module_->named_parameters();
   DPLAB_CHECK(!named.empty(), "DDP: the module has no parameters to synchronise");
@@ -64,8 +56,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   std::vector<Tensor> params;
   for (auto& [n, p] : named) params.push_back(p);
   check_same_model_everywhere(*pg_, params);
-  broadcast_all(*pg_, params);
-  broadcast_all(*pg_, module_->buffers());
+  broadcast_tensors(*pg_, params, 0);
+  broadcast_tensors(*pg_, module_->buffers(), 0);
   build_reducer();
 }
 
@@ -94,7 +86,7 @@ std::string DistributedDataParallel::name() const {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (opts_.broadcast_buffers && module_->is_training()) broadcast_all(*pg_, module_->buffers());
+  if (opts_.broadcast_buffers && module_->is_training()) broadcast_tensors(*pg_, module_->buffers(), 0);
   Tensor out = module_->forward(x);
   if (grad_enabled()) reducer_->prepare_for_backward(out);  // after: it walks out's graph
   return out;

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "framework/autograd/grad_mode.h"
+#include "parallel/ddp/rank_utils.h"
 
 namespace dplab::parallel::hvd {
 
@@ -35,29 +35,24 @@ ProcessGroup& group_or_default(ProcessGroup* pg) {
   return default_process_group();
 }
 
-void broadcast_tensors(const std::vector<Tensor>& tensors, int root, ProcessGroup& pg) {
+void broadcast_from(const std::vector<Tensor>& tensors, int root, ProcessGroup& pg) {
   DPLAB_CHECK(root >= 0 && root < pg.size(), "hvd::broadcast_parameters: root_rank must lie in [0, {}), got {}",
               pg.size(), root);
-  NoGradGuard no_grad;
-  for (const Tensor& t : tensors) {
-    if (t.numel() == 0) continue;
-    Tensor d = t.detach();  // shares storage: the broadcast writes into the caller's tensor
-    pg.broadcast(d, root);
-  }
+  broadcast_tensors(pg, tensors, root);
 }
 
 }  // namespace
 
 void broadcast_parameters(nn::Module& module, int root_rank, ProcessGroup* pg) {
   ProcessGroup& g = group_or_default(pg);
-  broadcast_tensors(module.parameters(), root_rank, g);
-  broadcast_tensors(module.buffers(), root_rank, g);
+  broadcast_from(module.parameters(), root_rank, g);
+  broadcast_from(module.buffers(), root_rank, g);
 }
 
 void broadcast_parameters(const StateDict& state, int root_rank, ProcessGroup* pg) {
   std::vector<Tensor> tensors;
   for (const auto& [name, t] : state) tensors.push_back(t);
-  broadcast_tensors(tensors, root_rank, group_or_default(pg));
+  broadcast_from(tensors, root_rank, group_or_default(pg));
 }
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<optim::Optimizer> inner,
@@ -72,7 +67,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<optim::Optimizer> inn
       compression_(compression),
       pg_(std::move(pg)) {
   DPLAB_CHECK(inner_ != nullptr, "hvd::DistributedOptimizer: the wrapped optimizer is null");
-  if (!pg_) pg_ = std::shared_ptr<ProcessGroup>(&group_or_default(nullptr), [](ProcessGroup*) {});
+  if (!pg_) {
+    group_or_default(nullptr);  // says to call hvd::init() when there is no group
+    pg_ = default_process_group_handle();
+  }
   // The wrapped optimizer must update exactly the parameters whose gradients we average.
   const auto& held = inner_->params();
   DPLAB_CHECK(held.size() == named_parameters.size(),

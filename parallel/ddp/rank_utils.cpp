@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "framework/autograd/grad_mode.h"
 #include "framework/error.h"
 #include "framework/io/log.h"
 #include "framework/tensor/random.h"
@@ -28,6 +29,15 @@ uint64_t per_rank_seed(uint64_t base, int rank) {
 }
 
 void seed_per_rank(ProcessGroup& pg, uint64_t base) { manual_seed(per_rank_seed(base, pg.rank())); }
+
+void broadcast_tensors(ProcessGroup& pg, const std::vector<Tensor>& tensors, int root) {
+  NoGradGuard no_grad;
+  for (const Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    Tensor d = t.detach();  // shares storage: the broadcast writes into the caller's tensor
+    pg.broadcast(d, root);
+  }
+}
 
 ZeroFirst::ZeroFirst(ProcessGroup& pg) : pg_(pg), uncaught_at_entry_(std::uncaught_exceptions()) {
   if (pg_.rank() != 0) pg_.barrier();  // wait here until rank 0 has finished the body

@@ -2,11 +2,13 @@
 //   setup_rank_logging(rank);          // info on rank 0 only; warnings/errors on every rank
 //   { ZeroFirst z(pg); prepare(); }    // rank 0 prepares first, the others wait, then reuse
 //   manual_seed(per_rank_seed(seed, rank));   // augmentation/dropout differ per rank
+//   broadcast_tensors(pg, model.parameters(), 0);  // everyone starts from root's values
 // Model initialisation needs no per-rank care: DDP broadcasts rank 0's parameters at
 // construction, so each rank may seed however it likes for its own randomness.
 // Read next: ddp_checkpoint.h; tutorials/13_seeds_logging_barriers.cpp shows all three.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "parallel/comm/process_group.h"
 
@@ -24,6 +26,11 @@ void reset_rank_logging();
 uint64_t per_rank_seed(uint64_t base, int rank);
 // manual_seed(per_rank_seed(base, pg.rank())) on the global generator.
 void seed_per_rank(ProcessGroup& pg, uint64_t base);
+
+// Root's values into every rank's tensors, in place (each is broadcast through a detached
+// view of its storage, under no_grad), skipping empty ones. DDP's construction and
+// buffer sync and hvd::broadcast_parameters use it. Cost: one broadcast per tensor.
+void broadcast_tensors(ProcessGroup& pg, const std::vector<Tensor>& tensors, int root);
 
 // torch_distributed_zero_first: inside the scope rank 0 runs first, alone; the others wait
 // at a barrier and run the scope's body after rank 0 has left it (e.g. rank 0 downloads or

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "framework/autograd/grad_mode.h"
+#include "framework/ops/batch_norm_common.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 #include "parallel/comm/init.h"
@@ -16,28 +17,9 @@
 namespace dplab::parallel {
 namespace {
 
-std::vector<int64_t> channel_dims(const Tensor& x) {
-  return x.dim() == 2 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2, 3};
-}
-
 // Per-channel sums of a (detached) tensor, on the host.
 std::vector<float> channel_sums(const Tensor& t, const std::vector<int64_t>& dims) {
   return sum(t, dims).to_vector<float>();
-}
-
-// r = (1 - momentum) r + momentum * batch, outside the graph (batch on the host).
-void update_running(const Tensor& running, const std::vector<float>& batch, float momentum) {
-  Tensor r = running;
-  r.mul_(1.0f - momentum);
-  r.add_(from_vector(batch, running.shape(), {.device = running.device()}), momentum);
-}
-
-void check_channel_vector(const char* what, const Tensor& t, const Tensor& x) {
-  check_float("sync_batch_norm", t);
-  check_same_device("sync_batch_norm", x, t);
-  DPLAB_CHECK(t.dim() == 1 && t.size(0) == x.size(1),
-              "sync_batch_norm: {} must be [{}] for input {}, got {}", what, x.size(1),
-              shape_str(x.shape()), shape_str(t.shape()));
 }
 
 }  // namespace
@@ -54,22 +36,10 @@ void check_channel_vector(const char* what, const Tensor& t, const Tensor& x) {
 Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, float momentum, float eps,
                        ProcessGroup& pg) {
-  check_float("sync_batch_norm", x);
-  DPLAB_CHECK(x.dim() == 2 || x.dim() == 4,
-              "sync_batch_norm: expected input [N, C] or [N, C, H, W], got {}", shape_str(x.shape()));
-  DPLAB_CHECK(eps > 0.0f, "sync_batch_norm: eps must be > 0, got {}", eps);
-  DPLAB_CHECK(running_mean.defined() == running_var.defined(),
-              "sync_batch_norm: give both running_mean and running_var or neither");
-  if (running_mean.defined()) {
-    check_channel_vector("running_mean", running_mean, x);
-    check_channel_vector("running_var", running_var, x);
-  }
-  if (weight.defined()) check_channel_vector("weight", weight, x);
-  if (bias.defined()) check_channel_vector("bias", bias, x);
-  const int64_t C = x.size(1);
-  DPLAB_CHECK(C > 0, "sync_batch_norm: expected at least one channel, got {}", shape_str(x.shape()));
+  const int64_t C =
+      check_batch_norm_args("sync_batch_norm", x, running_mean, running_var, weight, bias, eps);
   const Shape bshape = x.dim() == 2 ? Shape{1, C} : Shape{1, C, 1, 1};
-  const std::vector<int64_t> dims = channel_dims(x);
+  const std::vector<int64_t> dims = channel_reduce_dims(x);
   const auto uC = static_cast<size_t>(C);
 
   // The forward is computed outside the graph (record() below attaches the explicit backward);
@@ -102,8 +72,8 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
     unbiased[c] = static_cast<float>(v * M / (M - 1.0));
   }
   if (running_mean.defined()) {
-    update_running(running_mean, mean, momentum);
-    update_running(running_var, unbiased, momentum);
+    update_running_stats(running_mean, from_vector(mean, {C}, {.device = x.device()}), momentum);
+    update_running_stats(running_var, from_vector(unbiased, {C}, {.device = x.device()}), momentum);
   }
   Tensor mean_t = from_vector(mean, bshape, {.device = x.device()});
   Tensor invstd_t = from_vector(invstd, bshape, {.device = x.device()});

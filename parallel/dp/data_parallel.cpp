@@ -2,7 +2,6 @@
 #include "parallel/dp/data_parallel.h"
 
 #include <exception>
-#include <thread>
 
 #include "framework/autograd/engine.h"
 #include "framework/autograd/grad_mode.h"
@@ -10,6 +9,7 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
+#include "parallel/dp/device_workers.h"
 
 namespace dplab::parallel {
 namespace {
@@ -45,29 +45,25 @@ std::shared_ptr<nn::Module> structural_copy(const nn::Module& m) {
   return copy;
 }
 
-// Runs fn(i) for every i in its own thread, with the caller's grad mode; rethrows the first
-// failure naming the device. Each thread first waits for the copies into its device (emulated
-// links only). Returns each thread's busy seconds, not counting that wait.
+// Runs fn(i) for every i on the worker thread of device i (the caller's grad mode comes
+// along); rethrows the first failure naming the device. Each worker first waits for the
+// copies into its device (emulated links only). Returns each worker's busy seconds, not
+// counting that wait.
 template <typename Fn>
-std::vector<double> run_parallel(size_t n, const std::vector<Device>& devices, TrafficMatrix& traffic, Fn fn) {
+std::vector<double> run_parallel(DeviceWorkers& workers, size_t n, const std::vector<Device>& devices,
+                                 TrafficMatrix& traffic, Fn fn) {
   std::vector<double> busy(n, 0.0);
-  std::vector<std::exception_ptr> errors(n);
-  bool grad_mode = grad_enabled();
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      set_grad_enabled(grad_mode);
-      traffic.wait_for_arrivals(devices[i]);  // a replica starts once its inputs have arrived
-      auto start = Clock::now();
-      try {
-        fn(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
+  std::vector<std::exception_ptr> errors = workers.run(n, [&](size_t i) {
+    traffic.wait_for_arrivals(devices[i]);  // a replica starts once its inputs have arrived
+    auto start = Clock::now();
+    try {
+      fn(i);
+    } catch (...) {
       busy[i] = seconds_since(start);
-    });
-  }
-  for (auto& t : threads) t.join();
+      throw;
+    }
+    busy[i] = seconds_since(start);
+  });
   for (size_t i = 0; i < n; ++i) {
     if (!errors[i]) continue;
     try {
@@ -121,7 +117,10 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::vector<Devic
     replicas_.push_back(replica);
   }
   replica_seconds_.assign(devices_.size(), 0.0);
+  workers_ = std::make_unique<DeviceWorkers>(devices_.size());
 }
+
+DataParallel::~DataParallel() = default;
 
 std::string DataParallel::name() const {
   return fmt::format("DataParallel(devices=[{}], output_device={}, dim={})", fmt::join(devices_, ", "),
@@ -174,7 +173,7 @@ Tensor DataParallel::forward(const Tensor& input) {
   }
 
   auto wait_start = Clock::now();
-  auto busy = run_parallel(n, devices_, traffic_, [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
+  auto busy = run_parallel(*workers_, n, devices_, traffic_, [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
   double waited = seconds_since(wait_start);
 
   // Gather onto the output device.
@@ -215,7 +214,7 @@ std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, c
   for (size_t i = 0; i < n; ++i) grads[i] = traffic_.counted_copy(grad_chunks[i], devices_[i], DpPhase::GradScatter);
 
   auto wait_start = Clock::now();
-  auto busy = run_parallel(n, devices_, traffic_, [&](size_t i) {
+  auto busy = run_parallel(*workers_, n, devices_, traffic_, [&](size_t i) {
     if (outputs[i].requires_grad()) run_backward(outputs[i], grads[i], /*retain_graph=*/false);
   });
   double waited = seconds_since(wait_start);
@@ -227,12 +226,17 @@ std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, c
   auto master_params = module_->parameters();
   for (size_t k = 0; k < master_params.size(); ++k) {
     Tensor sum_grad;
+    bool owned = false;  // sum_grad is a copy of our own (else it is a replica's gradient)
     for (size_t i = 0; i < n; ++i) {
       Tensor g = replica_params[i][k].grad();
       if (!g.defined()) continue;
       Tensor on_master = traffic_.counted_copy(g, devices_[0], DpPhase::Reduce);
-      if (!sum_grad.defined()) sum_grad = on_master.detach().clone();
-      else sum_grad.add_(on_master);
+      if (!sum_grad.defined()) {
+        sum_grad = on_master.detach();  // one replica (N = 1): its gradient as it is
+      } else {
+        if (!owned) sum_grad = sum_grad.clone(), owned = true;  // never add into a replica's
+        sum_grad.add_(on_master);
+      }
       replica_params[i][k].set_grad({});  // the replica's copy is no longer needed
     }
     result.push_back(sum_grad);

@@ -3,7 +3,7 @@
 // One step, N devices, the master is device_ids[0]:
 //   forward   broadcast the master's weights to the N-1 replicas  (master sends (N-1)·P)
 //             scatter the batch along `dim` as Tensor.chunk does
-//             run the replicas in parallel threads
+//             run the replicas at once, each on its device's worker thread
 //             gather the outputs onto output_device
 //   backward  scatter the output gradient, run each replica's backward in its thread,
 //             sum the replicas' parameter gradients onto the master (master receives (N-1)·P)
@@ -13,10 +13,12 @@
 // reduced gradients and the optimizer state, and moves (N-1)x the bytes of any other device.
 // That load imbalance is what report() shows (see tutorials/07_data_parallel.md).
 //
-// Replicas are built once (the module's make_empty_copy) and refreshed by copy each step.
+// Replicas are built once (the module's make_empty_copy) and refreshed by copy each step;
+// so are the worker threads, one per device, which live as long as the DataParallel
+// (device_workers.h).
 // Replica 0 shares the master's storage, so BatchNorm running stats are those of the
 // master's chunk only: the other replicas' updates are discarded, as in PyTorch.
-// Read next: traffic.h, then parallel/ddp/ for the ring way.
+// Read next: traffic.h, device_workers.h, then parallel/ddp/ for the ring way.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -28,6 +30,8 @@
 #include "parallel/dp/traffic.h"
 
 namespace dplab::parallel {
+
+class DeviceWorkers;
 
 struct DataParallelOptions {
   std::vector<Device> device_ids;
@@ -45,6 +49,7 @@ class DataParallel : public nn::Module {
  public:
   DataParallel(std::shared_ptr<nn::Module> module, std::vector<Device> device_ids,
                std::optional<Device> output_device = std::nullopt, int64_t dim = 0);
+  ~DataParallel() override;
 
   Tensor forward(const Tensor& input) override;
   std::string name() const override;
@@ -74,6 +79,7 @@ class DataParallel : public nn::Module {
   Device output_device_;
   int64_t dim_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;  // replicas_[0] aliases the master
+  std::unique_ptr<DeviceWorkers> workers_;              // one thread per device
 
   TrafficMatrix traffic_;
   std::vector<double> replica_seconds_;  // compute time of each replica's thread

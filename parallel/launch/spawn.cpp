@@ -15,7 +15,7 @@
 #include <exception>
 
 #include "framework/error.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 #include "parallel/launch/supervisor.h"
 
 namespace dplab::parallel {
@@ -77,6 +77,22 @@ int env_int(const char* name) {
   std::exit(0);  // the child's job ends here: main() after spawn() is the parent's
 }
 
+// A launcher (dplab-run, torchrun) already started this process as one rank of a job and
+// set RANK and WORLD_SIZE: spawn() here would start nprocs more from every rank, each set a
+// job of its own with its own store, and every line printed twice. Refuse, saying what to
+// do instead. (Not in spawn()'s own children: they carry the same variables, set by it.)
+void refuse_under_launcher(int nprocs) {
+  const char* rank = std::getenv("RANK");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (rank == nullptr && world == nullptr) return;
+  DPLAB_FAIL("spawn: this process is already rank {} of {} of a job started by a launcher "
+             "(dplab-run or torchrun set RANK and WORLD_SIZE), so spawn() would start {} more "
+             "ranks from each of them as separate jobs. Either run the program without the "
+             "launcher and let spawn() start the ranks, or keep the launcher and call "
+             "init_process_group() where the program calls spawn()",
+             rank ? rank : "?", world ? world : "?", nprocs);
+}
+
 }  // namespace
 
 bool is_spawned_child() { return std::getenv("DPLAB_SPAWN_RANK") != nullptr; }
@@ -93,6 +109,7 @@ void spawn(const std::function<void(int)>& fn, int nprocs, const SpawnOptions& o
                 "must make the same spawn() calls in every process", target, call);
     run_child(fn, nprocs);
   }
+  refuse_under_launcher(nprocs);
 
   int port = opts.master_port > 0 ? opts.master_port : find_free_port(opts.master_addr);
   std::vector<std::string> argv = own_argv();

@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 
@@ -26,6 +26,10 @@ struct SpawnOptions {
 // Error naming that rank and how it ended. In a child: sets RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (so init_process_group() just works), runs
 // fn(rank), and ends the process: exit 0, or exit 1 after printing the exception.
+//
+// Under a launcher (RANK and WORLD_SIZE set by dplab-run or torchrun, which already started
+// the ranks) spawn() throws Error instead of starting a second set of jobs: use
+// init_process_group() there.
 //
 // A program may call spawn() more than once; each call is numbered, and a child started by
 // call k skips calls before k (they return at once, as if their ranks had finished).

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

@@ -12,7 +12,7 @@
 #include <functional>
 #include <string>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

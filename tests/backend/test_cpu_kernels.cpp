@@ -193,18 +193,18 @@ TEST_CASE("binary: layouts with different shapes are rejected") {
 TEST_CASE("reduce_into: float sum/max/min and int64 sum") {
   std::vector<float> dst = {1, 5, -2}, src = {4, 2, -3};
   std::vector<float> d = dst;
-  cpu().reduce_into(ReduceOp::Sum, DType::Float32, d.data(), src.data(), 3);
+  cpu().reduce_into(ReduceKind::Sum, DType::Float32, d.data(), src.data(), 3);
   CHECK(d == std::vector<float>{5, 7, -5});
   d = dst;
-  cpu().reduce_into(ReduceOp::Max, DType::Float32, d.data(), src.data(), 3);
+  cpu().reduce_into(ReduceKind::Max, DType::Float32, d.data(), src.data(), 3);
   CHECK(d == std::vector<float>{4, 5, -2});
   d = dst;
-  cpu().reduce_into(ReduceOp::Min, DType::Float32, d.data(), src.data(), 3);
+  cpu().reduce_into(ReduceKind::Min, DType::Float32, d.data(), src.data(), 3);
   CHECK(d == std::vector<float>{1, 2, -3});
   std::vector<int64_t> di = {1, 2}, si = {10, -20};
-  cpu().reduce_into(ReduceOp::Sum, DType::Int64, di.data(), si.data(), 2);
+  cpu().reduce_into(ReduceKind::Sum, DType::Int64, di.data(), si.data(), 2);
   CHECK(di == std::vector<int64_t>{11, -18});
-  CHECK_THROWS_AS(cpu().reduce_into(ReduceOp::ArgMax, DType::Float32, d.data(), src.data(), 3),
+  CHECK_THROWS_AS(cpu().reduce_into(ReduceKind::ArgMax, DType::Float32, d.data(), src.data(), 3),
                   Error);
 }
 
@@ -215,7 +215,7 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
     CAPTURE(r);
     CAPTURE(inner);
     std::vector<float> x = random_vec(outer * r * inner, 7);
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+    for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min}) {
       std::vector<float> out(static_cast<std::size_t>(outer * inner)), ref(out.size());
       cpu().reduce(op, x.data(), out.data(), outer, r, inner);
       for (int64_t o = 0; o < outer; ++o)
@@ -223,7 +223,7 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
           double acc = x[o * r * inner + i];
           for (int64_t k = 1; k < r; ++k) {
             double v = x[(o * r + k) * inner + i];
-            acc = op == ReduceOp::Sum ? acc + v : op == ReduceOp::Max ? std::max(acc, v) : std::min(acc, v);
+            acc = op == ReduceKind::Sum ? acc + v : op == ReduceKind::Max ? std::max(acc, v) : std::min(acc, v);
           }
           ref[o * inner + i] = static_cast<float>(acc);
         }
@@ -233,13 +233,13 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
   // ties: rows [1, 3, 3, 0] and [2, 2, 2, 2] along r, inner = 1 and inner = 2
   std::vector<float> x = {1, 3, 3, 0, 2, 2, 2, 2};
   std::vector<int64_t> idx(2);
-  cpu().reduce(ReduceOp::ArgMax, x.data(), idx.data(), 2, 4, 1);
+  cpu().reduce(ReduceKind::ArgMax, x.data(), idx.data(), 2, 4, 1);
   CHECK(idx == std::vector<int64_t>{1, 0});
   // as [1, 4, 2]: columns (1, 3, 2, 2) and (3, 0, 2, 2) -> 1 and 0
-  cpu().reduce(ReduceOp::ArgMax, x.data(), idx.data(), 1, 4, 2);
+  cpu().reduce(ReduceKind::ArgMax, x.data(), idx.data(), 1, 4, 2);
   CHECK(idx == std::vector<int64_t>{1, 0});
   std::vector<float> empty_sum(3, 9.0f);
-  cpu().reduce(ReduceOp::Sum, x.data(), empty_sum.data(), 3, 0, 1);
+  cpu().reduce(ReduceKind::Sum, x.data(), empty_sum.data(), 3, 0, 1);
   CHECK(empty_sum == std::vector<float>{0, 0, 0});
 }
 

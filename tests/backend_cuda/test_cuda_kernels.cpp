@@ -47,7 +47,7 @@ TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::
     check_close(go.host(), ro, "strided_copy ndim " + std::to_string(layout.ndim));
   }
 
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+  for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min}) {
     std::vector<float> a = random_vec(1003, 3), b = random_vec(1003, 4);
     GpuBuf<float> ga(a), gb(b);
     gpu().reduce_into(op, DType::Float32, ga.get(), gb.get(), 1003);
@@ -59,7 +59,7 @@ TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::
     cpu().reduce_into(op, DType::Int64, ia.data(), ib.data(), 517);
     check_close(gia.host(), ia, "reduce_into i64");
   }
-  CHECK_THROWS_AS(gpu().reduce_into(ReduceOp::ArgMax, DType::Float32, f.get(), f.get(), 3),
+  CHECK_THROWS_AS(gpu().reduce_into(ReduceKind::ArgMax, DType::Float32, f.get(), f.get(), 3),
                   Error);
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("cuda reduce over [outer, r, inner] matches the CPU" * doctest::skip(!
     const int64_t n = s.outer * s.r * s.inner, m = s.outer * s.inner;
     std::vector<float> x = random_vec(n, static_cast<uint32_t>(n));
     GpuBuf<float> gx(x);
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+    for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min}) {
       GpuBuf<float> go(static_cast<std::size_t>(m));
       gpu().reduce(op, gx.get(), go.get(), s.outer, s.r, s.inner);
       std::vector<float> ro(static_cast<std::size_t>(m));
@@ -151,18 +151,18 @@ TEST_CASE("cuda reduce over [outer, r, inner] matches the CPU" * doctest::skip(!
       check_close(go.host(), ro, "reduce r=" + std::to_string(s.r), 1e-3, 1e-4);
     }
     GpuBuf<int64_t> ga(static_cast<std::size_t>(m));
-    gpu().reduce(ReduceOp::ArgMax, gx.get(), ga.get(), s.outer, s.r, s.inner);
+    gpu().reduce(ReduceKind::ArgMax, gx.get(), ga.get(), s.outer, s.r, s.inner);
     std::vector<int64_t> ra(static_cast<std::size_t>(m));
-    cpu().reduce(ReduceOp::ArgMax, x.data(), ra.data(), s.outer, s.r, s.inner);
+    cpu().reduce(ReduceKind::ArgMax, x.data(), ra.data(), s.outer, s.r, s.inner);
     check_close(ga.host(), ra, "argmax r=" + std::to_string(s.r));
   }
   // ties: the first maximum wins, on both paths (inner == 1 and inner > 1)
   std::vector<float> ties(2 * 40, 1.0f);
   GpuBuf<float> gt(ties);
   GpuBuf<int64_t> gi(2);
-  gpu().reduce(ReduceOp::ArgMax, gt.get(), gi.get(), 2, 40, 1);
+  gpu().reduce(ReduceKind::ArgMax, gt.get(), gi.get(), 2, 40, 1);
   CHECK(gi.host() == std::vector<int64_t>{0, 0});
-  gpu().reduce(ReduceOp::ArgMax, gt.get(), gi.get(), 1, 40, 2);
+  gpu().reduce(ReduceKind::ArgMax, gt.get(), gi.get(), 1, 40, 2);
   CHECK(gi.host() == std::vector<int64_t>{0, 0});
 }
 

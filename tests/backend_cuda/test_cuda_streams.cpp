@@ -120,7 +120,7 @@ TEST_CASE("float16 NaN and +-65520 through cast, fill and reduce_into give the C
   std::vector<float> back_got = back.host();
   CHECK(std::memcmp(back_got.data(), back_ref.data(), back_ref.size() * sizeof(float)) == 0);
   // Max / Min with a NaN in dst or src: the CPU's rule (dst's NaN stays)
-  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min, ReduceOp::Sum}) {
+  for (ReduceKind op : {ReduceKind::Max, ReduceKind::Min, ReduceKind::Sum}) {
     std::vector<uint16_t> dst_ref = ref, src(ref.rbegin(), ref.rend());
     cpu().reduce_into(op, DType::Float16, dst_ref.data(), src.data(), n);
     GpuBuf<uint16_t> dst(ref), s(src);
@@ -143,7 +143,7 @@ TEST_CASE("inside a CommStreamScope the collectives' kernels go on the comm stre
     cuda::CommStreamScope scope(0);
     CHECK(cuda::stream_for(dev) == dev.comm_stream);
     GpuBuf<float> a(std::vector<float>{1, 2, 3}), b(std::vector<float>{10, 20, 30});
-    gpu().reduce_into(ReduceOp::Sum, DType::Float32, a.get(), b.get(), 3);
+    gpu().reduce_into(ReduceKind::Sum, DType::Float32, a.get(), b.get(), 3);
     CHECK(cudaStreamSynchronize(dev.comm_stream) == cudaSuccess);
     CHECK(a.host() == std::vector<float>{11, 22, 33});
   }
@@ -164,7 +164,7 @@ TEST_CASE("more than 2^31 elements: fill, sum and the last element" * doctest::s
   gpu().fill(DType::Float32, x, n, 1.0);
   float sum = 0.0f, last = 0.0f;
   GpuBuf<float> out(1);
-  gpu().reduce(ReduceOp::Sum, x, out.get(), 1, n, 1);
+  gpu().reduce(ReduceKind::Sum, x, out.get(), 1, n, 1);
   sum = out.host()[0];
   gpu().copy_to_host(d, &last, x + n - 1, sizeof(float));
   CHECK(last == 1.0f);

@@ -6,7 +6,7 @@
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
 #include "models/mlp.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;

@@ -170,7 +170,7 @@ TEST_CASE("CUDA float16 cast, fill and reduce_into agree bit for bit with the CP
   Tensor gx = x.to(gpu).to(DType::Float16), gy = y.to(gpu).to(DType::Float16);
   CHECK(gx.to(Device("cpu")).to_vector<uint16_t>() == hx.to_vector<uint16_t>());
   CHECK(gx.to(DType::Float32).to(Device("cpu")).to_vector<float>() == hx.to(DType::Float32).to_vector<float>());
-  for (dplab::ReduceOp op : {dplab::ReduceOp::Sum, dplab::ReduceOp::Max, dplab::ReduceOp::Min}) {
+  for (dplab::ReduceKind op : {dplab::ReduceKind::Sum, dplab::ReduceKind::Max, dplab::ReduceKind::Min}) {
     Tensor c = hx.contiguous_copy_on(Device("cpu")), d = gx.contiguous_copy_on(gpu);
     backend_for(Device("cpu")).reduce_into(op, DType::Float16, c.raw_data(), hy.raw_data(), c.numel());
     backend_for(gpu).reduce_into(op, DType::Float16, d.raw_data(), gy.raw_data(), d.numel());

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 
 namespace dplab::parallel::testing {

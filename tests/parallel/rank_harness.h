@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/comm/file_store.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/file_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
 
 namespace dplab::parallel::testing {

@@ -8,7 +8,9 @@
 #include <chrono>
 
 #include "framework/tensor/tensor.h"
+#include "parallel/comm/cost.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/transport/mailbox_transport.h"
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
@@ -232,6 +234,128 @@ TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
         CHECK(p.bytes_received == (r == 0 ? (n - 1) * S : S));
       }
     }
+}
+
+TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h") {
+  // ring.cpp, star.cpp and p2p.cpp count bytes as they move them; cost.h writes the same as
+  // formulas, which the mpi and nccl backends report. They must agree, call by call.
+  for (int n = 1; n <= 4; ++n)
+    for (int64_t elems : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{12001}})
+      for (int root : {0, n - 1}) {
+        CAPTURE(n); CAPTURE(elems); CAPTURE(root);
+        const int64_t S = elems * 4;  // float32 bytes
+        std::vector<std::map<std::string, Traffic>> got(n);
+        run_threads(n, [&](ProcessGroup& pg) {
+          auto& mine = got[pg.rank()];
+          auto measure = [&](const std::string& name, auto call) {
+            pg.reset_comm_stats();
+            call();
+            const CollectiveStats& s = pg.comm_stats().per_collective.at(name);
+            mine[name] = {s.bytes_sent, s.bytes_received};
+          };
+          Tensor t = make<float>(pg.rank(), elems);
+          std::vector<Tensor> list;
+          for (int i = 0; i < n; ++i) list.push_back(make<float>(i, elems));
+          measure("all_reduce", [&] { pg.all_reduce(t, ReduceOp::Sum, Algorithm::Ring); });
+          mine["star"] = {};
+          measure("all_reduce", [&] { pg.all_reduce(t, ReduceOp::Sum, Algorithm::Star); });
+          mine["star"] = mine["all_reduce"];
+          measure("all_reduce", [&] { pg.all_reduce(t, ReduceOp::Sum, Algorithm::Ring); });
+          measure("broadcast", [&] { pg.broadcast(t, root); });
+          measure("reduce", [&] { pg.reduce(t, root); });
+          measure("all_gather", [&] { pg.all_gather(list, t); });
+          measure("reduce_scatter", [&] { pg.reduce_scatter(t, list); });
+          measure("gather", [&] { pg.gather(list, t, root); });
+          measure("scatter", [&] { pg.scatter(t, list, root); });
+          if (n > 1) {
+            if (pg.rank() == 0) measure("send", [&] { pg.send(t, 1); });
+            if (pg.rank() == 1) measure("recv", [&] { pg.recv(t, 0); });
+          }
+        });
+        auto same = [](Traffic a, Traffic b) { return a.sent == b.sent && a.received == b.received; };
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          CHECK(same(got[r].at("all_reduce"), ring_all_reduce_cost(S, 4, r, n)));
+          CHECK(same(got[r].at("star"), star_all_reduce_cost(S, r, n)));
+          CHECK(same(got[r].at("broadcast"), chain_broadcast_cost(S, r, n, root)));
+          CHECK(same(got[r].at("reduce"), star_reduce_cost(S, r, n, root)));
+          CHECK(same(got[r].at("all_gather"), ring_all_gather_cost(S, n)));
+          CHECK(same(got[r].at("reduce_scatter"), ring_all_gather_cost(S, n)));
+          CHECK(same(got[r].at("gather"), star_reduce_cost(S, r, n, root)));
+          CHECK(same(got[r].at("scatter"), star_scatter_cost(S, r, n, root)));
+        }
+        if (n > 1) {
+          CHECK(same(got[0].at("send"), send_cost(S)));
+          CHECK(same(got[1].at("recv"), recv_cost(S)));
+        }
+      }
+}
+
+namespace {
+// An engine that moves nothing and writes down what ProcessGroup asked of it.
+struct RecordingEngine final : CollectiveEngine {
+  std::vector<std::string>* log;
+  std::string name_ = "recording";
+  explicit RecordingEngine(std::vector<std::string>* l) : log(l) {}
+  const std::string& name() const override { return name_; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void set_context(const std::string& c) override { log->push_back("context " + c); }
+  void all_reduce(Tensor&, ReduceOp, std::optional<Algorithm>) override { log->push_back("all_reduce"); }
+  void broadcast(Tensor&, int) override { log->push_back("broadcast"); }
+  void reduce(Tensor&, int, ReduceOp) override { log->push_back("reduce"); }
+  void all_gather(std::vector<Tensor>&, const Tensor&) override { log->push_back("all_gather"); }
+  void reduce_scatter(Tensor&, const std::vector<Tensor>&, ReduceOp) override {
+    log->push_back("reduce_scatter");
+  }
+  void gather(std::vector<Tensor>&, const Tensor&, int) override { log->push_back("gather"); }
+  void scatter(Tensor&, const std::vector<Tensor>&, int) override { log->push_back("scatter"); }
+  void barrier() override { throw CommError("the wire broke"); }
+  void send(const Tensor&, int) override { log->push_back("send"); }
+  void recv(Tensor&, int) override { log->push_back("recv"); }
+  void mark_failed(const std::string& why) override { log->push_back("failed " + why); }
+  void leave() override { log->push_back("leave"); }
+  void abort(const std::string& why) override { log->push_back("abort " + why); }
+};
+}  // namespace
+
+TEST_CASE("ProcessGroup checks, names the collective, calls its engine once, counts the model") {
+  std::vector<std::string> log;
+  {
+    ProcessGroup pg(std::make_unique<RecordingEngine>(&log));
+    // an engine without a dplab transport: both names are the engine's, for any device
+    CHECK(pg.transport_name() == "recording");
+    CHECK(pg.transport_name(Device(DeviceKind::CPU)) == "recording");
+    CHECK(pg.transport_name(Device("cuda:0")) == "recording");
+    Tensor t = make<float>(0, 6);
+    std::vector<Tensor> two{make<float>(0, 6), make<float>(1, 6)};
+    CHECK_THROWS_WITH_AS(pg.broadcast(t, 2), doctest::Contains("root must be in [0, 2), got 2"), Error);
+    CHECK_THROWS_WITH_AS(pg.all_gather(two = {t}, t), doctest::Contains("must hold 2 tensors"), Error);
+    two = {make<float>(0, 6), make<float>(1, 6)};
+    pg.all_reduce(t, ReduceOp::Avg);
+    pg.broadcast(t, 1);
+    pg.all_gather(two, t);
+    pg.send(t, 1);
+    CHECK(log == std::vector<std::string>{"context all_reduce(recording, avg)", "all_reduce",
+                                          "context broadcast(root 1)", "broadcast",
+                                          "context all_gather", "all_gather",
+                                          "context send(to 1)", "send"});
+    // the engine cannot see its wire, so the counters hold the formulas of cost.h
+    CommStats s = pg.comm_stats();
+    CHECK(s.per_collective.at("all_reduce").bytes_sent == ring_all_reduce_cost(24, 4, 0, 2).sent);
+    CHECK(s.per_collective.at("all_reduce").bytes_sent == 24);  // 2(N-1)/N * S
+    CHECK(s.per_collective.at("broadcast").bytes_received == 24);  // root 1 -> rank 0
+    CHECK(s.per_collective.at("all_gather").bytes_sent == 24);
+    CHECK(s.total.calls == 4);
+    log.clear();
+    CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("the wire broke"), CommError);
+    CHECK(log == std::vector<std::string>{"context barrier", "failed the wire broke"});
+    CHECK_THROWS_WITH_AS(pg.all_reduce(t), doctest::Contains("failed earlier (barrier on the "
+                                                             "recording backend: the wire broke)"),
+                         CommError);
+    log.clear();
+  }
+  CHECK(log == std::vector<std::string>{"leave"});
 }
 
 TEST_CASE("a rank that throws makes the others fail fast, naming it") {

@@ -18,7 +18,7 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "models/mlp.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/dp/data_parallel.h"
 #include "tests/ddp/ddp_reference.h"

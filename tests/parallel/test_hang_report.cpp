@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/backends/collective_watchdog.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/engines/collective_watchdog.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/transport/hang_report.h"

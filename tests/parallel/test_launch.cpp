@@ -22,7 +22,7 @@
 
 #include "framework/error.h"
 #include "parallel/comm/init.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 
 namespace par = dplab::parallel;
 namespace fs = std::filesystem;
@@ -377,4 +377,21 @@ TEST_CASE("spawn: a failing rank becomes an Error in the parent naming it") {
   CHECK(has(r.out, "exited with status 1"));
   CHECK(has(r.err, "rank 1 gives up"));  // the child printed its exception
   CHECK(r.seconds < 8.0);
+}
+
+TEST_CASE("spawn under dplab-run refuses, saying what to do, instead of starting two jobs") {
+  fs::path dir = fs::temp_directory_path() / ("dplab_spawn_rdzv_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "2", program("SPAWN_CHILD"), "ok", "2",
+               dir.string()});
+  CHECK(r.status != 0);  // each rank's spawn() threw, spawn_child exits 3, dplab-run fails
+  CHECK_MESSAGE(has(r.out, "spawn failed: spawn: this process is already rank"), r.out);
+  CHECK(has(r.out, "of 2 of a job started by a launcher"));
+  CHECK(has(r.out, "call init_process_group()"));
+  // no rank ran fn, and no parent got past spawn()
+  CHECK_FALSE(fs::exists(dir / "rank0.txt"));
+  CHECK_FALSE(fs::exists(dir / "rank1.txt"));
+  CHECK_FALSE(fs::exists(dir / "parent.txt"));
+  fs::remove_all(dir);
 }

@@ -3,14 +3,14 @@
 // through sockets as between two machines). Every collective is checked against a serial
 // reference (float32, int64, float16; sizes 0, 1, fewer than ranks, odd, several MiB) and
 // against the ring backend over shm in the same job, counters included.
-// Read next: mpi_test_main.h, parallel/backends/mpi_engine.cpp.
+// Read next: mpi_test_main.h, parallel/engines/mpi_engine.cpp.
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/mpi_test_main.h"
 
 #include <algorithm>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
 
@@ -42,6 +42,10 @@ ProcessGroup& ring() {
 
 TEST_CASE("the default group is the mpi backend, rank and size from mpirun") {
   CHECK(mpi().transport_name() == "mpi");
+  // an engine group has no dplab transport: the per-device name is the engine's (this
+  // dereferenced a null transport before the engine seam)
+  CHECK(mpi().transport_name(Device(DeviceKind::CPU)) == "mpi");
+  CHECK(mpi().transport_name(Device("cuda:0")) == "mpi");
   CHECK(mpi().rank() == std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
   CHECK(mpi().size() == std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")));
   CHECK(mpi_world().local_size == mpi().size());  // one host

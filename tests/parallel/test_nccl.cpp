@@ -8,7 +8,7 @@
 // communicator is aborted, not left hanging), two ranks on one GPU are refused naming the
 // cuda_ipc ring, and a collective issued right after a long kernel sees its finished output
 // (the comm stream waits for the compute stream).
-// Read next: parallel/backends/nccl_engine.cpp, test_nccl_rules.cpp (the same rules, no GPU).
+// Read next: parallel/engines/nccl_engine.cpp, test_nccl_rules.cpp (the same rules, no GPU).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -18,7 +18,7 @@
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/ops/ops.h"
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;
@@ -44,6 +44,7 @@ TEST_CASE("nccl without a GPU: a clear error naming the CPU backends" * doctest:
 TEST_CASE("nccl, world size 1: every collective on CUDA tensors" * doctest::skip(!has_gpu())) {
   auto pg = nccl_group();
   CHECK(pg->transport_name() == "nccl");
+  CHECK(pg->transport_name(Device("cuda:0")) == "nccl");  // no dplab transport to look at
   Tensor t = on_gpu({1, 2, 3});
   pg->all_reduce(t, parallel::ReduceOp::Sum);
   CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3});

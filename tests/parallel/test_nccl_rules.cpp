@@ -2,11 +2,11 @@
 // machine: which GPU a rank takes (its local rank), the refusal of several ranks per GPU
 // naming the cuda_ipc ring, and the wait that aborts the communicator on an error or after
 // the group's timeout instead of hanging, naming the collective and the rank.
-// Read next: parallel/backends/nccl_rules.h, test_nccl.cpp (the GPU half).
+// Read next: parallel/engines/nccl_rules.h, test_nccl.cpp (the GPU half).
 #include <doctest/doctest.h>
 
 #include "framework/error.h"
-#include "parallel/backends/nccl_rules.h"
+#include "parallel/engines/nccl_rules.h"
 
 using namespace dplab;
 using namespace dplab::parallel;

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/comm/file_store.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/rendezvous/file_store.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 
 namespace par = dplab::parallel;
 using Clock = std::chrono::steady_clock;

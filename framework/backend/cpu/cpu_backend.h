@@ -36,9 +36,9 @@ class CpuBackend final : public Backend {
   void unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) override;
   void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
               const Strided& b_layout, float* out) override;
-  void reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) override;
+  void reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) override;
 
-  void reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+  void reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
               int64_t inner) override;
 
   void gemm(const GemmArgs& g, const float* a, const float* b, float* c) override;

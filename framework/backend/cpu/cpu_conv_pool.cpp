@@ -12,24 +12,13 @@
 #include <vector>
 #include <limits>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 
 namespace dplab {
 namespace {
-
-void check_window(const char* what, const Window2d& w) {
-  DPLAB_CHECK(w.N >= 0 && w.C >= 0 && w.H >= 0 && w.W >= 0 && w.kh > 0 && w.kw > 0 &&
-                  w.stride > 0 && w.pad >= 0,
-              "{}: bad window N={} C={} H={} W={} kernel={}x{} stride={} pad={}", what, w.N, w.C,
-              w.H, w.W, w.kh, w.kw, w.stride, w.pad);
-  const int64_t oh = (w.H + 2 * w.pad - w.kh) / w.stride + 1;
-  const int64_t ow = (w.W + 2 * w.pad - w.kw) / w.stride + 1;
-  DPLAB_CHECK(w.out_h == oh && w.out_w == ow,
-              "{}: expected output {}x{} for input {}x{}, kernel {}x{}, stride {}, pad {}; got {}x{}",
-              what, oh, ow, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
-}
 
 // Where image n = nc / C, channel c = nc % C starts in cols: row c*kh*kw, column n*L.
 // Its kh*kw rows follow, each N*L floats apart.

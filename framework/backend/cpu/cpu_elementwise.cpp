@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "framework/backend/cpu/cpu_threads.h"
@@ -140,18 +141,18 @@ void binary_rows(const float* a, const float* b, float* out, const Walk& w, F f)
 }
 
 template <typename T>
-void reduce_into_typed(ReduceOp op, T* dst, const T* src, int64_t n) {
+void reduce_into_typed(ReduceKind op, T* dst, const T* src, int64_t n) {
   switch (op) {
-    case ReduceOp::Sum:
+    case ReduceKind::Sum:
       for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
       return;
-    case ReduceOp::Max:
+    case ReduceKind::Max:
       for (int64_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
       return;
-    case ReduceOp::Min:
+    case ReduceKind::Min:
       for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
       return;
-    case ReduceOp::ArgMax:
+    case ReduceKind::ArgMax:
       break;
   }
   DPLAB_FAIL("reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
@@ -241,12 +242,7 @@ void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s)
 
 void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
                         const Strided& bl, float* out) {
-  DPLAB_CHECK(al.ndim == bl.ndim, "binary: layouts must share the output shape, got {} and {} "
-              "dims", al.ndim, bl.ndim);
-  for (int d = 0; d < al.ndim; ++d) {
-    DPLAB_CHECK(al.shape[d] == bl.shape[d], "binary: layouts differ in dim {}: {} vs {}", d,
-                al.shape[d], bl.shape[d]);
-  }
+  check_same_shape("binary", al, bl);
   if (al.numel() == 0) return;
   Walk w = make_walk(al, &bl);
   switch (op) {
@@ -280,7 +276,7 @@ void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const fl
   DPLAB_FAIL("binary: unknown BinaryOp {}", static_cast<int>(op));
 }
 
-void CpuBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) {
+void CpuBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) {
   if (t == DType::Float16) return cpu_reduce_into_half(op, dst, src, n);
   if (t == DType::Float32) {
     reduce_into_typed(op, static_cast<float*>(dst), static_cast<const float*>(src), n);

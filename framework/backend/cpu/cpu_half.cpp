@@ -80,17 +80,17 @@ void cpu_cast_half(DType from, const void* src, DType to, void* dst, int64_t n) 
   }
 }
 
-void cpu_reduce_into_half(ReduceOp op, void* dst, const void* src, int64_t n) {
+void cpu_reduce_into_half(ReduceKind op, void* dst, const void* src, int64_t n) {
   uint16_t* d = static_cast<uint16_t*>(dst);
   const uint16_t* s = static_cast<const uint16_t*>(src);
   for (int64_t i = 0; i < n; ++i) {
     const float a = half_to_float(d[i]), b = half_to_float(s[i]);
     float r = 0.0f;
     switch (op) {
-      case ReduceOp::Sum: r = a + b; break;
-      case ReduceOp::Max: r = std::max(a, b); break;
-      case ReduceOp::Min: r = std::min(a, b); break;
-      case ReduceOp::ArgMax:
+      case ReduceKind::Sum: r = a + b; break;
+      case ReduceKind::Max: r = std::max(a, b); break;
+      case ReduceKind::Min: r = std::min(a, b); break;
+      case ReduceKind::ArgMax:
         DPLAB_FAIL("reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
     }
     d[i] = float_to_half(r);

@@ -17,7 +17,7 @@ float half_to_float(uint16_t h);
 // Backend contracts (backend.h) for dtype Float16, called from CpuBackend's dispatch.
 void cpu_cast_half(DType from, const void* src, DType to, void* dst, int64_t n);
 // dst[i] = half(float(dst[i]) op float(src[i])): each element accumulates in float.
-void cpu_reduce_into_half(ReduceOp op, void* dst, const void* src, int64_t n);
+void cpu_reduce_into_half(ReduceKind op, void* dst, const void* src, int64_t n);
 void cpu_fill_half(void* out, int64_t n, double value);
 
 }  // namespace dplab

@@ -6,6 +6,7 @@
 // Read next: framework/optim/.
 #include <cmath>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
@@ -20,11 +21,7 @@ namespace dplab {
 void CpuBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* buf,
                           int64_t n) {
   const bool use_momentum = a.momentum != 0.0f;
-  DPLAB_CHECK(!use_momentum || buf != nullptr,
-              "sgd_step: momentum is {} but no momentum buffer was given", a.momentum);
-  DPLAB_CHECK(!a.nesterov || (use_momentum && a.dampening == 0.0f),
-              "sgd_step: nesterov needs momentum > 0 and dampening 0, got momentum {} dampening {}",
-              a.momentum, a.dampening);
+  check_sgd_args(a, buf);
   // Each element is independent: share a large tensor between the threads (see cpu_threads.h).
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -43,7 +40,7 @@ void CpuBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, flo
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 void CpuBackend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
                            int64_t n) {
-  DPLAB_CHECK(a.step >= 1, "adam_step: expected step >= 1 (1-based), got {}", a.step);
+  check_adam_args(a);
   // Bias corrections in double: b2^t for t in the thousands needs the precision.
   const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));

@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/error.h"
 
@@ -49,19 +50,16 @@ void argmax_rows(const float* x, int64_t* out, int64_t outer, int64_t r, int64_t
 
 }  // namespace
 
-void CpuBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+void CpuBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                         int64_t inner) {
-  DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
-              "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
+  check_reduce(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
-  if (op == ReduceOp::ArgMax) {
-    DPLAB_CHECK(r > 0, "reduce: argmax over an empty dim (r = 0) has no answer");
+  if (op == ReduceKind::ArgMax) {
     argmax_rows(x, static_cast<int64_t*>(out), outer, r, inner);
     return;
   }
   float* y = static_cast<float*>(out);
-  if (r == 0) {  // the empty sum is 0; max / min of nothing is undefined
-    DPLAB_CHECK(op == ReduceOp::Sum, "reduce: max/min over an empty dim (r = 0) has no answer");
+  if (r == 0) {  // the empty sum is 0 (max / min of nothing: refused by check_reduce)
     std::fill_n(y, outer * inner, 0.0f);
     return;
   }
@@ -69,21 +67,21 @@ void CpuBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, i
     // Each output reduces one contiguous run of r floats: let Eigen vectorise it.
     for (int64_t o = 0; o < outer; ++o) {
       Eigen::Map<const Eigen::ArrayXf> row(x + o * r, r);
-      y[o] = op == ReduceOp::Sum ? row.sum() : op == ReduceOp::Max ? row.maxCoeff() : row.minCoeff();
+      y[o] = op == ReduceKind::Sum ? row.sum() : op == ReduceKind::Max ? row.maxCoeff() : row.minCoeff();
     }
     return;
   }
   switch (op) {
-    case ReduceOp::Sum:
+    case ReduceKind::Sum:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return a + b; });
       return;
-    case ReduceOp::Max:
+    case ReduceKind::Max:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return b > a ? b : a; });
       return;
-    case ReduceOp::Min:
+    case ReduceKind::Min:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return b < a ? b : a; });
       return;
-    case ReduceOp::ArgMax:
+    case ReduceKind::ArgMax:
       break;  // handled above
   }
 }

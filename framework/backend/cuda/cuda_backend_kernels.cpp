@@ -8,6 +8,7 @@
 // Read next: cuda_elementwise.cu (kernels), then tests/backend_cuda/test_cuda_kernels.cpp.
 #include <cmath>
 
+#include "framework/backend/backend_checks.h"
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
@@ -26,7 +27,7 @@ static_assert(static_cast<int>(UnaryOp::GtScalar) == static_cast<int>(cuda::KUna
 static_assert(static_cast<int>(UnaryOp::PowScalar) == static_cast<int>(cuda::KUnary::PowScalar));
 static_assert(static_cast<int>(BinaryOp::TanhGrad) == static_cast<int>(cuda::KBinary::TanhGrad));
 static_assert(static_cast<int>(BinaryOp::Eq) == static_cast<int>(cuda::KBinary::Eq));
-static_assert(static_cast<int>(ReduceOp::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
+static_assert(static_cast<int>(ReduceKind::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
 static_assert(cuda::kKernelMaxDims == kMaxDims);
 
 namespace {
@@ -43,13 +44,6 @@ cuda::KStrided to_kernel(const Strided& s) {
 
 cuda::KWindow to_kernel(const Window2d& w) {
   return {w.N, w.C, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w};
-}
-
-void check_window(const Window2d& w, const char* what) {
-  DPLAB_CHECK(w.N >= 0 && w.C >= 0 && w.H >= 0 && w.W >= 0 && w.kh > 0 && w.kw > 0 &&
-                  w.stride > 0 && w.pad >= 0 && w.out_h >= 0 && w.out_w >= 0,
-              "{}: bad window: x [{}, {}, {}, {}], kernel {}x{}, stride {}, pad {}, out {}x{}",
-              what, w.N, w.C, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
 }
 
 // Throws when the kernel just launched on dev flagged an index outside [0, hi)
@@ -118,20 +112,15 @@ void CudaBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s
 
 void CudaBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
                          const Strided& bl, float* out) {
-  DPLAB_CHECK(al.ndim == bl.ndim, "binary: layouts must share the output shape, got {} and {} "
-              "dims", al.ndim, bl.ndim);
-  for (int d = 0; d < al.ndim; ++d) {
-    DPLAB_CHECK(al.shape[d] == bl.shape[d], "binary: layouts differ in dim {}: {} vs {}", d,
-                al.shape[d], bl.shape[d]);
-  }
+  check_same_shape("binary", al, bl);
   if (al.numel() == 0) return;
   LogicalDevice& dev = bind_owner(out, "binary");
   CUDA_CHECK(cuda::launch_binary(static_cast<cuda::KBinary>(op), a, to_kernel(al), b,
                                  to_kernel(bl), out, dev.stream));
 }
 
-void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, int64_t n) {
-  DPLAB_CHECK(op != ReduceOp::ArgMax,
+void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) {
+  DPLAB_CHECK(op != ReduceKind::ArgMax,
               "reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(dst, "reduce_into");
@@ -147,13 +136,10 @@ void CudaBackend::reduce_into(ReduceOp op, DType t, void* dst, const void* src, 
   }
 }
 
-void CudaBackend::reduce(ReduceOp op, const float* x, void* out, int64_t outer, int64_t r,
+void CudaBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                          int64_t inner) {
-  DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
-              "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
+  check_reduce(op, outer, r, inner);
   if (outer == 0 || inner == 0) return;
-  DPLAB_CHECK(r > 0 || op == ReduceOp::Sum,
-              "reduce: max/min/argmax over an empty dim (r = 0) has no answer");
   LogicalDevice& dev = bind_owner(out, "reduce");
   const auto kop = static_cast<cuda::KReduce>(op);
   // the two-pass shapes' partials; freed right after the launch: the block's next user is
@@ -231,21 +217,21 @@ void CudaBackend::scatter_add_rows(const float* g, const int64_t* idx, int64_t r
 }
 
 void CudaBackend::im2col(const float* x, const Window2d& w, float* cols) {
-  check_window(w, "im2col");
+  check_window("im2col", w);
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(cols, "im2col");
   CUDA_CHECK(cuda::launch_im2col(x, to_kernel(w), cols, dev.stream));
 }
 
 void CudaBackend::col2im(const float* cols, const Window2d& w, float* gx) {
-  check_window(w, "col2im");
+  check_window("col2im", w);
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "col2im");
   CUDA_CHECK(cuda::launch_col2im(cols, to_kernel(w), gx, dev.stream));
 }
 
 void CudaBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
-  check_window(w, "max_pool2d");
+  check_window("max_pool2d", w);
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(y, "max_pool2d");
   CUDA_CHECK(cuda::launch_max_pool2d(x, to_kernel(w), y, argmax, dev.stream));
@@ -253,7 +239,7 @@ void CudaBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_
 
 void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
                                       float* gx) {
-  check_window(w, "max_pool2d_backward");
+  check_window("max_pool2d_backward", w);
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "max_pool2d_backward");
   CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.err_flag,
@@ -262,14 +248,14 @@ void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, co
 }
 
 void CudaBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
-  check_window(w, "avg_pool2d");
+  check_window("avg_pool2d", w);
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(y, "avg_pool2d");
   CUDA_CHECK(cuda::launch_avg_pool2d(x, to_kernel(w), y, dev.stream));
 }
 
 void CudaBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) {
-  check_window(w, "avg_pool2d_backward");
+  check_window("avg_pool2d_backward", w);
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "avg_pool2d_backward");
   CUDA_CHECK(cuda::launch_avg_pool2d_backward(gy, to_kernel(w), gx, dev.stream));
@@ -277,11 +263,7 @@ void CudaBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float*
 
 void CudaBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
                            int64_t n) {
-  DPLAB_CHECK(a.momentum == 0.0f || momentum_buf != nullptr,
-              "sgd_step: momentum {} needs a momentum buffer, got none", a.momentum);
-  DPLAB_CHECK(!a.nesterov || (a.momentum != 0.0f && a.dampening == 0.0f),
-              "sgd_step: nesterov needs momentum > 0 and dampening 0, got momentum {} dampening {}",
-              a.momentum, a.dampening);
+  check_sgd_args(a, momentum_buf);
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(param, "sgd_step");
   const cuda::KSgd k{a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first_step};
@@ -290,7 +272,7 @@ void CudaBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, fl
 
 void CudaBackend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m,
                             float* v, int64_t n) {
-  DPLAB_CHECK(a.step >= 1, "adam_step: expected a 1-based step, got {}", a.step);
+  check_adam_args(a);
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(param, "adam_step");
   // Bias corrections in double on the host: beta2^t for t ~ 1e4 needs the precision.

@@ -15,7 +15,7 @@ namespace dplab::cuda {
 namespace {
 
 static_assert(static_cast<int>(KReduce::Max) == 1 && static_cast<int>(KReduce::Min) == 2,
-              "reduce_like_cpu takes ReduceOp's order");
+              "reduce_like_cpu takes ReduceKind's order");
 
 __device__ inline float bits_to_float(uint16_t h) {
   if (half_is_nan(h)) return __uint_as_float(float_bits_from_half_nan(h));

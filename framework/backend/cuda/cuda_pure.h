@@ -45,7 +45,7 @@ DPLAB_HD inline uint32_t float_bits_from_half_nan(uint16_t h) {
 
 // reduce_into's element rule, dst = dst op src, as the CPU writes it with std::max(dst, src)
 // and std::min(dst, src): a NaN already in dst stays, a NaN arriving in src is dropped
-// (fmaxf / fminf would drop both). op: 0 sum, 1 max, 2 min (ReduceOp's order).
+// (fmaxf / fminf would drop both). op: 0 sum, 1 max, 2 min (ReduceKind's order).
 DPLAB_HD inline float reduce_like_cpu(int op, float dst, float src) {
   if (op == 1) return dst < src ? src : dst;  // std::max(dst, src)
   if (op == 2) return src < dst ? src : dst;  // std::min(dst, src)

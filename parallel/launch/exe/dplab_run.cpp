@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "framework/error.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 #include "parallel/launch/supervisor.h"
 
 namespace {

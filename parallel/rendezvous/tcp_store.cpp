@@ -3,7 +3,7 @@
 // carry their timeout to the server, which answers "timed out" itself; the client waits a
 // little longer than that, so a reply that never comes means the server is gone.
 // Read next: tcp_store_server.cpp.
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/comm/tcp_store_server.h"
+#include "parallel/rendezvous/tcp_store_server.h"
 
 namespace dplab::parallel {
 

@@ -2,7 +2,7 @@
 // The thread sleeps on a condition variable and wakes a few times per timeout; the cost
 // outside a hang is one lock and a clock read per collective.
 // Read next: mpi_engine.cpp.
-#include "parallel/backends/collective_watchdog.h"
+#include "parallel/engines/collective_watchdog.h"
 
 #include <algorithm>
 #include <charconv>

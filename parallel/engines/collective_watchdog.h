@@ -16,7 +16,7 @@
 #include <string>
 #include <thread>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

@@ -4,7 +4,7 @@
 // The protocol is a tiny request/response over length-prefixed strings (tcp_store.cpp);
 // the server parks get/wait requests until their keys exist or their deadline passes, so
 // no client ever polls and every wait ends in a CommError within the store's timeout.
-// Read next: tcp_store.cpp (client and wire format), tcp_store_server.cpp, init.h.
+// Read next: tcp_store.cpp (client and wire format), tcp_store_server.cpp, rendezvous.h.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

@@ -1,6 +1,6 @@
 // nccl_rules.cpp: see nccl_rules.h. Plain C++: no CUDA, no NCCL header.
 // Read next: nccl_engine.cpp.
-#include "parallel/backends/nccl_rules.h"
+#include "parallel/engines/nccl_rules.h"
 
 #include <chrono>
 #include <thread>

@@ -2,7 +2,7 @@
 // asking for the mpi backend says how to get it instead of failing to link.
 // Read next: mpi_engine.cpp.
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
 

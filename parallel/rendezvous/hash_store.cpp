@@ -1,7 +1,7 @@
 // hash_store.cpp: the in-process Store. Every write notifies all waiters; a waiter re-checks
 // its keys and gives up at its deadline with a CommError listing what never arrived.
 // Read next: process_group.cpp.
-#include "parallel/comm/hash_store.h"
+#include "parallel/rendezvous/hash_store.h"
 
 #include <chrono>
 

@@ -2,8 +2,8 @@
 // the last record for a key wins. Writers hold LOCK_EX while appending, readers LOCK_SH while
 // reading, so a reader never sees half a record. add() is read-modify-append under one
 // LOCK_EX, hence atomic across processes.
-// Read next: init.cpp.
-#include "parallel/comm/file_store.h"
+// Read next: rendezvous.cpp.
+#include "parallel/rendezvous/file_store.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

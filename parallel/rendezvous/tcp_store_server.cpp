@@ -5,7 +5,7 @@
 // so an expired wait is answered with an error within a few ms of its timeout.
 // Cost: O(#parked) work per set/add; rendezvous has at most world_size parked waits.
 // Read next: init.cpp (how ranks rendezvous on top of the store).
-#include "parallel/comm/tcp_store_server.h"
+#include "parallel/rendezvous/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "framework/error.h"
-#include "parallel/comm/tcp_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 
 namespace dplab::parallel {
 

@@ -25,9 +25,9 @@
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
-#include "parallel/backends/nccl_rules.h"
 #include "parallel/comm/init.h"
+#include "parallel/engines/collective_engine.h"
+#include "parallel/engines/nccl_rules.h"
 
 namespace dplab::parallel {
 
@@ -112,7 +112,7 @@ class NcclEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
+  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // NCCL picks its own
     cudaStream_t s = begin(t, "all_reduce");
     nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op),
                        comm_, s), "ncclAllReduce", "all_reduce");

@@ -4,7 +4,7 @@
 // their last look, so no server process is needed. Waits poll the file (10 -> 50 ms).
 // The file is deleted when the last of the world_size stores using it is destroyed; a file
 // left behind by a crashed run must be removed by hand (its old keys would look valid).
-// Read next: file_store.cpp, init.h.
+// Read next: file_store.cpp, rendezvous.h.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/comm/store.h"
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 

@@ -19,7 +19,7 @@
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
-#include "parallel/backends/collective_engine.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
 
@@ -72,7 +72,7 @@ void finalize_at_exit() {
 
 // float16 reductions: MPI knows no half type, so halves travel as MPI_UINT16_T and these
 // user ops add them with the CPU backend's half kernels (the same ones the ring uses).
-template <dplab::ReduceOp Op>
+template <dplab::ReduceKind Op>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
   backend_for(Device(DeviceKind::CPU)).reduce_into(Op, DType::Float16, inout, in, *len);
 }
@@ -159,7 +159,7 @@ class MpiEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
+  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // MPI picks its own
     auto lock = serialize();
     Watched watched(*watchdog_, "all_reduce");
     Tensor h = host_of(t);
@@ -375,9 +375,9 @@ MpiWorld mpi_world() {
   MPI_Comm_rank(local, &s.world.local_rank);
   MPI_Comm_size(local, &s.world.local_size);
   MPI_Comm_free(&local);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Sum>, 1, &s.half_ops[0]);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Max>, 1, &s.half_ops[1]);
-  MPI_Op_create(&half_op<dplab::ReduceOp::Min>, 1, &s.half_ops[2]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Sum>, 1, &s.half_ops[0]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Max>, 1, &s.half_ops[1]);
+  MPI_Op_create(&half_op<dplab::ReduceKind::Min>, 1, &s.half_ops[2]);
   s.ready = true;
   return s.world;
 }

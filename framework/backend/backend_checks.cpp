@@ -1,0 +1,48 @@
+// backend_checks.cpp: see backend_checks.h.
+#include "framework/backend/backend_checks.h"
+
+#include "framework/error.h"
+
+namespace dplab {
+
+void check_window(const char* what, const Window2d& w) {
+  DPLAB_CHECK(w.N >= 0 && w.C >= 0 && w.H >= 0 && w.W >= 0 && w.kh > 0 && w.kw > 0 &&
+                  w.stride > 0 && w.pad >= 0,
+              "{}: bad window N={} C={} H={} W={} kernel={}x{} stride={} pad={}", what, w.N, w.C,
+              w.H, w.W, w.kh, w.kw, w.stride, w.pad);
+  const int64_t oh = (w.H + 2 * w.pad - w.kh) / w.stride + 1;
+  const int64_t ow = (w.W + 2 * w.pad - w.kw) / w.stride + 1;
+  DPLAB_CHECK(w.out_h == oh && w.out_w == ow,
+              "{}: expected output {}x{} for input {}x{}, kernel {}x{}, stride {}, pad {}; got {}x{}",
+              what, oh, ow, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
+}
+
+void check_same_shape(const char* what, const Strided& a, const Strided& b) {
+  DPLAB_CHECK(a.ndim == b.ndim, "{}: layouts must share the output shape, got {} and {} dims",
+              what, a.ndim, b.ndim);
+  for (int d = 0; d < a.ndim; ++d)
+    DPLAB_CHECK(a.shape[d] == b.shape[d], "{}: layouts differ in dim {}: {} vs {}", what, d,
+                a.shape[d], b.shape[d]);
+}
+
+void check_reduce(ReduceKind op, int64_t outer, int64_t r, int64_t inner) {
+  DPLAB_CHECK(outer >= 0 && r >= 0 && inner >= 0,
+              "reduce: expected non-negative [outer, r, inner], got [{}, {}, {}]", outer, r, inner);
+  if (outer == 0 || inner == 0) return;  // nothing to compute, whatever r is
+  DPLAB_CHECK(r > 0 || op == ReduceKind::Sum, "reduce: {} over an empty dim (r = 0) has no answer",
+              op == ReduceKind::ArgMax ? "argmax" : "max/min");
+}
+
+void check_sgd_args(const SgdArgs& a, const float* momentum_buf) {
+  DPLAB_CHECK(a.momentum == 0.0f || momentum_buf != nullptr,
+              "sgd_step: momentum is {} but no momentum buffer was given", a.momentum);
+  DPLAB_CHECK(!a.nesterov || (a.momentum != 0.0f && a.dampening == 0.0f),
+              "sgd_step: nesterov needs momentum > 0 and dampening 0, got momentum {} dampening {}",
+              a.momentum, a.dampening);
+}
+
+void check_adam_args(const AdamArgs& a) {
+  DPLAB_CHECK(a.step >= 1, "adam_step: expected step >= 1 (1-based), got {}", a.step);
+}
+
+}  // namespace dplab

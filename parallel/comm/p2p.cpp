@@ -1,0 +1,53 @@
+// p2p.cpp: point to point over the transport, the bricks ring.cpp and star.cpp are built of.
+// A block of elements moves in segments of at most one transport slot (segment_bytes():
+// 128 KiB on shm and thread, 4 MiB on cuda_ipc); the receiver checks each segment's size,
+// so ranks that pass tensors of different sizes get an error, not garbage, and counts it.
+// Cost: a block of S bytes is S sent by one rank and S received by the other (cost.h).
+// Read next: ring.cpp.
+#include <algorithm>
+
+#include "framework/error.h"
+#include "parallel/comm/collectives.h"
+
+namespace dplab::parallel {
+
+int64_t segment_count(const Ctx& c, const Block& b) {
+  const int64_t seg = c.segment_elems();
+  return (b.elems + seg - 1) / seg;
+}
+
+void send_segment_of(Ctx& c, int peer, const Block& b, int64_t k) {
+  const int64_t seg = c.segment_elems();
+  const int64_t len = std::min(seg, b.elems - k * seg);
+  const std::size_t es = c.elem();
+  c.tr.send_segment(peer, b.data + k * seg * es, len * es);
+  c.traffic.sent += len * static_cast<int64_t>(es);
+}
+
+void recv_segment_of(Ctx& c, int peer, const Block& b, int64_t k, Into into) {
+  const int64_t seg = c.segment_elems();
+  const std::size_t es = c.elem();
+  const int64_t expect = std::min(seg, b.elems - k * seg) * static_cast<int64_t>(es);
+  std::byte* dst = b.data + k * seg * es;
+  c.tr.recv_segment(peer, [&](const void* data, std::size_t bytes) {
+    if (static_cast<int64_t>(bytes) != expect)
+      throw CommError(fmt::format("rank {}: got a {}-byte segment from rank {}, expected {}: "
+                                  "do all ranks pass tensors of one size and dtype?",
+                                  c.tr.rank(), bytes, peer, expect));
+    if (into == Into::Reduce) c.reduce(dst, data, bytes);  // Eigen or a CUDA kernel
+    else c.copy(dst, data, bytes);
+    c.traffic.received += static_cast<int64_t>(bytes);
+  });
+}
+
+void send_block(Ctx& c, int peer, const Block& b) {
+  for (int64_t k = 0; k < segment_count(c, b); ++k) send_segment_of(c, peer, b, k);
+}
+void recv_copy(Ctx& c, int peer, const Block& b) {
+  for (int64_t k = 0; k < segment_count(c, b); ++k) recv_segment_of(c, peer, b, k, Into::Copy);
+}
+void recv_reduce(Ctx& c, int peer, const Block& b) {
+  for (int64_t k = 0; k < segment_count(c, b); ++k) recv_segment_of(c, peer, b, k, Into::Reduce);
+}
+
+}  // namespace dplab::parallel

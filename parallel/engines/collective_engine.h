@@ -1,0 +1,119 @@
+// collective_engine.h: the seam under ProcessGroup. A ProcessGroup checks arguments, queues
+// async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
+// collective, which moves the bytes. Three engines sit behind it:
+//   dplab (dplab_engine.cpp): dplab's own ring and star (comm/ring.cpp, comm/star.cpp) over
+//     a transport (thread, shm; cuda_ipc for CUDA tensors, or host staging without it);
+//   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
+//   nccl (nccl_engine.cpp): NCCL, GPUs.
+// Adding a collective touches this interface, each engine, and ProcessGroup's checks.
+// Only create_process_group.cpp picks an engine (and a transport) by name.
+// Read next: dplab_engine.cpp (the teaching engine), then mpi_engine.cpp.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/tensor/tensor.h"
+#include "parallel/comm/collective_types.h"
+#include "parallel/engines/collective_watchdog.h"
+#include "parallel/rendezvous/store.h"
+
+namespace dplab::parallel {
+
+// Arguments reach an engine already checked by ProcessGroup (ranks in range, list lengths,
+// matching sizes and dtypes). ReduceOp::Avg is the engine's to do (sum, then scale by 1/N).
+// A collective that throws leaves the group broken: ProcessGroup refuses later calls.
+class CollectiveEngine {
+ public:
+  virtual ~CollectiveEngine() = default;
+  virtual const std::string& name() const = 0;  // "ring", "star", "mpi", "nccl"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // How bytes of a tensor on `d` travel ("shm", "thread", "cuda_ipc", "mpi", ...); with no
+  // device, how CPU tensors do.
+  virtual const std::string& transport_name() const { return name(); }
+  virtual std::string transport_name(Device) const { return name(); }
+  // What runs an all_reduce asked for with `a` (none: the group's default): "ring" or "star"
+  // on dplab's engine; MPI and NCCL pick their own algorithm and ignore `a`.
+  virtual std::string pattern(std::optional<Algorithm>) const { return name(); }
+
+  // Called once before each collective with its name for error messages and watchdogs
+  // ("all_reduce(ring, sum)").
+  virtual void set_context(const std::string& /*collective*/) {}
+
+  virtual void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+  virtual void reduce(Tensor& t, int root, ReduceOp op) = 0;
+  virtual void all_gather(std::vector<Tensor>& outputs, const Tensor& input) = 0;
+  virtual void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) = 0;
+  virtual void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) = 0;
+  virtual void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) = 0;
+  virtual void barrier() = 0;
+  virtual void send(const Tensor& t, int dst) = 0;
+  virtual void recv(Tensor& t, int src) = 0;
+
+  // The bytes this rank moved in the collective that just returned, where the engine sees
+  // them (dplab's counts them on its transports). MPI and NCCL cannot: empty, and the
+  // counters show the textbook formulas of comm/cost.h instead (model bytes, not measured).
+  virtual std::optional<Traffic> measured_traffic() const { return std::nullopt; }
+
+  // A collective on this rank threw: tell the peers, if the engine can (dplab marks its
+  // transports failed, so peers stop waiting and name this rank).
+  virtual void mark_failed(const std::string& /*why*/) {}
+  // This rank is done with the group: a peer still waiting on it will wait in vain.
+  virtual void leave() {}
+  // This rank is leaving while an exception unwinds its stack: peers blocked in a
+  // collective with it must not wait forever (MPI and NCCL have no timeouts: stop the job).
+  // (A rank that returns from main early is caught at exit: see mpi_engine.cpp.)
+  virtual void abort(const std::string& why) = 0;
+};
+
+bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
+
+// ---- the MPI world (mpi_engine.cpp; errors when built without MPI) ----
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  // MPI_THREAD_MULTIPLE granted: several threads may be in MPI at once. Without it every MPI
+  // call takes one process-wide lock, and two groups used from two threads can deadlock.
+  bool thread_multiple = false;
+};
+// Initialises MPI once (MPI_THREAD_MULTIPLE requested; MPI_Finalize runs at exit) and
+// returns this process's place in MPI_COMM_WORLD. Throws Error, saying to use mpirun, when
+// the environment says there are several ranks but MPI was not started by mpirun.
+MpiWorld mpi_world();
+// Rank root's string, on every rank of MPI_COMM_WORLD (a collective: all ranks call it).
+std::string mpi_broadcast_string(const std::string& value, int root);
+bool mpi_built();
+bool nccl_built();
+
+// The engines' constructors; create_process_group.cpp calls them.
+class Transport;
+// Where CUDA tensors go on dplab's engine: make(k), called collectively at the first
+// collective on a CUDA tensor (every rank reaches it at the same call), builds the cuda_ipc
+// transport for logical device cuda:k; later CUDA tensors must be on the same cuda:k.
+// Without a factory CUDA tensors are staged through host memory.
+using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
+// dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default pattern.
+std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
+                                                    Algorithm algorithm,
+                                                    CudaTransportFactory make_cuda);
+// mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp stand-ins, which throw an Error
+// naming the build option when dplab was built without that engine, and when rank /
+// world_size disagree with the engine's. `prefix` names this group's keys in the store
+// (NCCL publishes its unique id there).
+// timeout: how long a collective may run before the engine gives up: the mpi engine's
+// watchdog then names the late rank and aborts the job (and a rank that exits waits this
+// long for the others); the nccl engine aborts its communicator. watchdog_store: the store
+// the mpi watchdog files its hang report in (collective_watchdog.h), under watchdog_prefix.
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
+                                                  CollectiveWatchdog::Connect watchdog_store,
+                                                  const std::string& watchdog_prefix);
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
+                                                   int rank, int world_size, Seconds timeout);
+
+}  // namespace dplab::parallel

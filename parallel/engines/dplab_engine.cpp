@@ -1,0 +1,285 @@
+// dplab_engine.cpp: dplab's own CollectiveEngine, the one to read. Tensors in, algorithms
+// out: it picks the transport by the tensors' device (the CPU one for CPU tensors, cuda_ipc
+// for CUDA tensors, made at the first CUDA call; CUDA tensors go through host memory only
+// when there is no cuda_ipc), turns tensors into Blocks, and runs ring.cpp's or star.cpp's
+// algorithm over them, counting the bytes it moves (comm_stats() shows these, measured).
+// A collective that throws marks the transports failed, so peers stop waiting and name
+// this rank; so does a group destroyed while an exception unwinds the stack.
+// Read next: comm/ring.cpp, comm/star.cpp; transport/transport.h.
+#include "parallel/engines/collective_engine.h"
+
+#include "framework/backend/backend.h"
+#include "framework/error.h"
+#include "parallel/comm/collectives.h"
+
+namespace dplab::parallel {
+
+namespace {
+
+// The kernel under a collective's reduction: Avg is a Sum, then a scale by 1/N.
+dplab::ReduceKind kernel_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return dplab::ReduceKind::Max;
+    case ReduceOp::Min: return dplab::ReduceKind::Min;
+    default: return dplab::ReduceKind::Sum;
+  }
+}
+
+Block block_of(const Tensor& t) { return {static_cast<std::byte*>(t.raw_data()), t.numel()}; }
+
+void write_back(Tensor& user, const Tensor& host) {
+  if (!user.is_same(host)) user.copy_(host);
+}
+// The device a collective's buffers are on after staging: one CPU for all CPU devices.
+Device where(const Tensor& t) { return t.device().is_cpu() ? Device(DeviceKind::CPU) : t.device(); }
+// n bytes between two buffers of device d (memmove on the CPU, a D2D copy on the GPU).
+void copy_on(Device d, void* dst, const void* src, std::size_t n) {
+  if (n) backend_for(d).copy_device(d, dst, d, src, n);
+}
+void check_where(const std::vector<Tensor>& staged, Device d, const char* what, const char* name) {
+  for (std::size_t i = 0; i < staged.size(); ++i)
+    DPLAB_CHECK(!staged[i].defined() || where(staged[i]) == d,
+                "{}: {}[{}] is on {} but the input is on {}: one collective moves tensors of "
+                "one device", what, name, i, staged[i].device(), d);
+}
+void scale_for_avg(const Tensor& t, ReduceOp op, int n) {
+  if (op != ReduceOp::Avg || t.numel() == 0) return;
+  auto* x = static_cast<float*>(t.raw_data());
+  backend_for(t.device()).unary(UnaryOp::MulScalar, x, x, t.numel(), 1.0f / n);
+}
+
+class DplabEngine final : public CollectiveEngine {
+ public:
+  DplabEngine(std::unique_ptr<Transport> transport, Algorithm algorithm,
+              CudaTransportFactory make_cuda)
+      : transport_(std::move(transport)), algorithm_(algorithm),
+        make_cuda_(std::move(make_cuda)), cuda_in_place_(make_cuda_ != nullptr),
+        name_(algorithm_name(algorithm)) {
+    DPLAB_CHECK(transport_ != nullptr, "dplab engine: no transport");
+  }
+
+  const std::string& name() const override { return name_; }
+  int rank() const override { return transport_->rank(); }
+  int size() const override { return transport_->size(); }
+  const std::string& transport_name() const override { return transport_->name(); }
+  std::string transport_name(Device d) const override {
+    if (d.is_cpu()) return transport_->name();
+    if (cuda_in_place_) return "cuda_ipc";  // made, or to be made at the first CUDA call
+    return transport_->name() + " (staged through host memory)";
+  }
+  std::string pattern(std::optional<Algorithm> a) const override {
+    return algorithm_name(a.value_or(algorithm_));
+  }
+  void set_context(const std::string& collective) override {
+    context_ = collective;
+    traffic_ = {};
+  }
+  std::optional<Traffic> measured_traffic() const override { return traffic_; }
+
+  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) override {
+    const Algorithm a = algo.value_or(algorithm_);
+    Tensor host = stage(t);
+    run(host.dtype(), op, where(host), [&](Ctx& c) {
+      if (a == Algorithm::Ring) ring_all_reduce(c, block_of(host));
+      else star_all_reduce(c, block_of(host));
+    });
+    scale_for_avg(host, op, size());
+    write_back(t, host);
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    Tensor host = stage(t);
+    run(host.dtype(), ReduceOp::Sum, where(host),
+        [&](Ctx& c) { chain_broadcast(c, block_of(host), root); });
+    write_back(t, host);
+  }
+
+  void reduce(Tensor& t, int root, ReduceOp op) override {
+    Tensor host = stage(t);
+    run(host.dtype(), op, where(host), [&](Ctx& c) { star_reduce(c, block_of(host), root); });
+    if (rank() == root) {
+      scale_for_avg(host, op, size());
+      write_back(t, host);
+    }
+  }
+
+  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
+    const int n = size(), r = rank();
+    std::vector<Tensor> host(n);
+    std::vector<Block> blocks(n);
+    for (int i = 0; i < n; ++i) {
+      host[i] = stage(outputs[i]);
+      blocks[i] = block_of(host[i]);
+    }
+    Tensor in = stage(input);
+    check_where(host, where(in), "all_gather", "outputs");
+    copy_on(where(in), blocks[r].data, in.raw_data(), in.nbytes());
+    run(input.dtype(), ReduceOp::Sum, where(in), [&](Ctx& c) {
+      if (input.numel()) ring_all_gather(c, blocks, -1);  // rank r starts holding block r
+    });
+    for (int i = 0; i < n; ++i) write_back(outputs[i], host[i]);
+  }
+
+  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+    // the ring reduces in place, so it runs on a scratch copy (on the output's device) and
+    // the inputs stay as they were
+    const int n = size(), r = rank();
+    const std::size_t bytes = static_cast<std::size_t>(output.nbytes());
+    Tensor host = stage(output);
+    const Device d = where(host);
+    std::vector<std::byte> host_scratch(d.is_cpu() ? bytes * n : 0);
+    Tensor gpu_scratch = d.is_cpu() ? Tensor() : Tensor::empty({output.numel() * n},
+                                                               {.dtype = output.dtype(), .device = d});
+    std::byte* base = d.is_cpu() ? host_scratch.data()
+                                 : static_cast<std::byte*>(gpu_scratch.raw_data());
+    std::vector<Block> blocks(n);
+    for (int i = 0; i < n; ++i) {
+      Tensor h = stage(inputs[i]);
+      check_where({h}, d, "reduce_scatter", "inputs");
+      blocks[i] = {base + i * bytes, output.numel()};
+      copy_on(d, blocks[i].data, h.raw_data(), bytes);
+    }
+    run(output.dtype(), op, d, [&](Ctx& c) {
+      if (bytes) ring_reduce_scatter(c, blocks, -1);  // rank r ends with block r
+    });
+    copy_on(d, host.raw_data(), blocks[r].data, bytes);
+    scale_for_avg(host, op, n);
+    write_back(output, host);
+  }
+
+  void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) override {
+    const int n = size(), r = rank();
+    Tensor in = stage(input);
+    std::vector<Tensor> host(n);
+    std::vector<Block> blocks(n);
+    if (r == root) {
+      for (int i = 0; i < n; ++i) {
+        host[i] = stage(outputs[i]);
+        blocks[i] = block_of(host[i]);
+      }
+      check_where(host, where(in), "gather", "outputs");
+      copy_on(where(in), blocks[root].data, in.raw_data(), in.nbytes());
+    } else {
+      blocks[r] = block_of(in);
+    }
+    run(input.dtype(), ReduceOp::Sum, where(in), [&](Ctx& c) { star_gather(c, blocks, root); });
+    if (r == root)
+      for (int i = 0; i < n; ++i) write_back(outputs[i], host[i]);
+  }
+
+  void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) override {
+    const int n = size();
+    std::vector<Tensor> host(n);
+    std::vector<Block> blocks(n);
+    if (rank() == root) {
+      for (int i = 0; i < n; ++i) {
+        host[i] = stage(inputs[i]);
+        blocks[i] = block_of(host[i]);
+      }
+    }
+    Tensor out = stage(output);
+    check_where(host, where(out), "scatter", "inputs");
+    run(output.dtype(), ReduceOp::Sum, where(out),
+        [&](Ctx& c) { star_scatter(c, blocks, block_of(out), root); });
+    write_back(output, out);
+  }
+
+  void barrier() override {
+    run(DType::Float32, ReduceOp::Sum, Device(DeviceKind::CPU), [&](Ctx& c) {
+      if (size() > 1) star_barrier(c);
+    });
+  }
+
+  void send(const Tensor& t, int dst) override {
+    Tensor host = stage(t);
+    run(t.dtype(), ReduceOp::Sum, where(host), [&](Ctx& c) { send_block(c, dst, block_of(host)); });
+  }
+
+  void recv(Tensor& t, int src) override {
+    Tensor host = stage(t);
+    run(t.dtype(), ReduceOp::Sum, where(host), [&](Ctx& c) { recv_copy(c, src, block_of(host)); });
+    write_back(t, host);
+  }
+
+  void mark_failed(const std::string& why) override {
+    const std::string msg = fmt::format("{} on rank {}: {}", context_, rank(), why);
+    each_transport([&](Transport& t) { t.mark_failed(msg); });
+  }
+  void leave() override {
+    each_transport([&](Transport& t) { t.mark_left(); });
+  }
+  void abort(const std::string& why) override {
+    const std::string msg = fmt::format("rank {} {}", rank(), why);
+    each_transport([&](Transport& t) { t.mark_failed(msg); });
+  }
+
+ private:
+  // The tensor a collective works on. CPU tensors, and CUDA tensors when the group moves
+  // them with cuda_ipc, are used in place (every tensor is contiguous: tensor.h); a CUDA
+  // tensor without cuda_ipc goes through a host copy.
+  Tensor stage(const Tensor& t) const {
+    if (!t.defined() || t.device().is_cpu() || cuda_in_place_) return t;
+    return t.contiguous_copy_on(Device(DeviceKind::CPU));
+  }
+
+  // The transport for buffers on d; the cuda_ipc one is made here at the first CUDA call.
+  Transport& transport_for(Device d) {
+    if (d.is_cpu()) return *transport_;
+    if (!cuda_transport_) {
+      DPLAB_CHECK(make_cuda_ != nullptr, "process group: a {} buffer reached the collectives, "
+                  "but this group has no cuda_ipc transport (it should have been staged)", d);
+      cuda_transport_ = make_cuda_(d.index);
+      cuda_index_ = d.index;
+      make_cuda_ = nullptr;  // made once; this lets go of the store the factory held
+    }
+    DPLAB_CHECK(d.index == cuda_index_, "process group: this rank's cuda_ipc transport is on "
+                "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
+                "rank, or a second process group", cuda_index_, d);
+    return *cuda_transport_;
+  }
+  template <typename Each>
+  void each_transport(Each each) {
+    each(*transport_);
+    if (cuda_transport_) each(*cuda_transport_);
+  }
+
+  // One algorithm on buffers of `device`: its transport, named for error messages.
+  template <typename Fn>
+  void run(DType dtype, ReduceOp op, Device device, Fn fn) {
+    Transport& tr = transport_for(device);
+    tr.set_context(context_);
+    Ctx ctx{tr, dtype, kernel_op(op), traffic_, device};
+    try {
+      fn(ctx);
+    } catch (...) {
+      // a GPU transport must order its streams again even when the collective threw; the
+      // first error is the one to report
+      try {
+        tr.end_collective();
+      } catch (const std::exception&) {
+      }
+      throw;
+    }
+    tr.end_collective();  // cuda_ipc: compute waits for the comm stream from here on
+  }
+
+  std::unique_ptr<Transport> transport_;       // CPU tensors (and staged CUDA tensors)
+  Algorithm algorithm_;                         // all_reduce's pattern unless the call names one
+  CudaTransportFactory make_cuda_;              // set by create_process_group with CUDA
+  bool cuda_in_place_ = false;                  // a factory was given: CUDA tensors stay put
+  std::unique_ptr<Transport> cuda_transport_;   // made by make_cuda_ at the first CUDA call
+  int cuda_index_ = -1;                         // its logical device
+  std::string name_;
+  std::string context_;  // the collective in progress (set_context)
+  Traffic traffic_;      // its bytes so far
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
+                                                    Algorithm algorithm,
+                                                    CudaTransportFactory make_cuda) {
+  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda));
+}
+
+}  // namespace dplab::parallel
