@@ -281,6 +281,10 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
       res.interrupted_by = sig;
       stop_all(sig);  // forward the user's signal; SIGKILL follows after the grace period
     }
+    // Reap everything that ended, then name one cause. A rank killed by a signal and the
+    // peers that then fail because it died often end within the same pass: the signal is
+    // the cause, the peers' error exits are its echo.
+    int cause = -1;
     for (size_t r = 0; r < kids.size(); ++r) {
       if (!kids[r].alive) continue;
       int st = 0;
@@ -289,17 +293,23 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
       --alive;
       res.ranks[r].wait_status = st;
       bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      if (failed && !res.ranks[r].stopped_by_us && res.failed_rank < 0 && res.interrupted_by == 0) {
-        res.failed_rank = static_cast<int>(r);
-        res.failure = fmt::format("rank {} (pid {}) {}", r, kids[r].pid, describe_wait_status(st));
-        // A rank that was stopped (kill -STOP, a debugger) makes its peers time out: the
-        // first to time out is only the messenger, so name the stopped one too.
-        for (const Child& c : kids)
-          if (c.alive && process_state(c.pid) == 'T')
-            res.failure += fmt::format("; rank {} (pid {}) is stopped (SIGSTOP or a debugger): "
-                                       "it stopped making progress", c.rank, c.pid);
-        stop_all(SIGTERM);
-      }
+      if (!failed || res.ranks[r].stopped_by_us || res.failed_rank >= 0 || res.interrupted_by != 0)
+        continue;
+      const bool by_signal = WIFSIGNALED(st);
+      if (cause < 0 || (by_signal && !WIFSIGNALED(res.ranks[cause].wait_status)))
+        cause = static_cast<int>(r);
+    }
+    if (cause >= 0) {
+      res.failed_rank = cause;
+      res.failure = fmt::format("rank {} (pid {}) {}", cause, kids[cause].pid,
+                                describe_wait_status(res.ranks[cause].wait_status));
+      // A rank that was stopped (kill -STOP, a debugger) makes its peers time out: the
+      // first to time out is only the messenger, so name the stopped one too.
+      for (const Child& c : kids)
+        if (c.alive && process_state(c.pid) == 'T')
+          res.failure += fmt::format("; rank {} (pid {}) is stopped (SIGSTOP or a debugger): "
+                                     "it stopped making progress", c.rank, c.pid);
+      stop_all(SIGTERM);
     }
     if (stopping && alive > 0 && Clock::now() >= kill_at) {
       for (auto& c : kids)
