@@ -63,12 +63,18 @@ def plot_throughput(rows, out):
     plt.close(fig)
 
 
-def per_run_bars(dev_rows, out, name, series, ylabel, title):
+def run_keys(dev_rows):
+    """(mode, N) of every run, in the order per_device.csv lists them."""
     runs = []
     for r in dev_rows:
         key = (r["mode"], int(r["N"]))
         if key not in runs:
             runs.append(key)
+    return runs
+
+
+def per_run_bars(dev_rows, out, name, series, ylabel, title):
+    runs = run_keys(dev_rows)
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(runs) + 2), 4))
     x = 0
     ticks, labels = [], []
@@ -153,11 +159,7 @@ MEMORY_PARTS = [("param_bytes", "tab:blue", "parameters"), ("grad_bytes", "tab:o
 
 def plot_memory(dev_rows, out):
     """One bar per device of every run, stacked by what holds the bytes at the peak."""
-    runs = []
-    for r in dev_rows:
-        key = (r["mode"], int(r["N"]))
-        if key not in runs:
-            runs.append(key)
+    runs = run_keys(dev_rows)
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(dev_rows) + 2), 4))
     x = 0
     ticks, labels = [], []

@@ -55,14 +55,6 @@ void check_close(const Params& a, const Params& b, double eps) {
   }
 }
 
-std::shared_ptr<ProcessGroup> mpi_group() {
-  return std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
-}
-std::shared_ptr<ProcessGroup> ring_group() {
-  static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
-                                        {.backend = "ring", .timeout = Seconds(30.0)});
-  return pg;
-}
 
 }  // namespace
 

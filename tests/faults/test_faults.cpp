@@ -67,6 +67,22 @@ void check_nothing_left(const Job& job, double within_s, const std::string& what
   CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
 }
 
+// One trial's blow: start the job, wait until its n ranks are ready, let it train for a
+// random moment, then send `sig` to a random rank.
+struct Hit {
+  Job job;
+  int victim;
+  pid_t pid;
+};
+Hit hit_random_rank(const std::vector<std::string>& argv, int n, int sig) {
+  Job job = start_job(argv, job_env());
+  auto pids = wait_ready(job, n);
+  std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
+  const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
+  ::kill(pids[victim], sig);
+  return {job, victim, pids[victim]};
+}
+
 struct Setup {
   std::string backend;
   int n;
@@ -80,12 +96,8 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
   double worst = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(2); ++t, ++count) {
-      Job job = start_job(dplab_run(s.backend, s.n), job_env());
-      auto pids = wait_ready(job, s.n);
-      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
-      const int victim = std::uniform_int_distribution<int>(0, s.n - 1)(rng());
+      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGKILL);
       const auto hit = Clock::now();
-      ::kill(pids[victim], SIGKILL);
       auto st = wait_exit(job, kTimeout + kGrace + 5);
       const double took = std::chrono::duration<double>(Clock::now() - hit).count();
       worst = std::max(worst, took);
@@ -93,7 +105,7 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
       CHECK(exit_code(*st) == 1);
       CHECK_MESSAGE(output(job).find(fmt::format("rank {} (pid {}) was killed by signal 9", victim,
-                                                 pids[victim])) != std::string::npos,
+                                                 pid)) != std::string::npos,
                     what << ":\n" << output(job));
       check_nothing_left(job, 2.0, what);
       kill_job(job);
@@ -107,11 +119,7 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
   int count = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(1); ++t, ++count) {
-      Job job = start_job(dplab_run(s.backend, s.n), job_env());
-      auto pids = wait_ready(job, s.n);
-      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
-      const int victim = std::uniform_int_distribution<int>(0, s.n - 1)(rng());
-      ::kill(pids[victim], SIGSTOP);
+      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGSTOP);
       auto st = wait_exit(job, kTimeout + kGrace + 10);
       const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
@@ -120,7 +128,7 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
       // the ranks' diagnosis and the launcher's line both name the stopped rank
       CHECK_MESSAGE(out.find(fmt::format("rank {} stopped making progress", victim)) !=
                         std::string::npos, what << ":\n" << out);
-      CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pids[victim])) !=
+      CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) !=
                         std::string::npos, what << ":\n" << out);
       check_nothing_left(job, 2.0, what);
       kill_job(job);
@@ -251,46 +259,35 @@ std::vector<std::string> mpirun(int n) {
 
 }  // namespace
 
-TEST_CASE("mpi: a rank killed by SIGKILL ends the whole job" * doctest::skip(!have_mpirun())) {
+// kill -9 or SIGSTOP a random rank of an mpirun job: mpirun must end the job (the watchdog
+// aborts it when a rank is stopped, naming it), leaving nothing behind.
+static void mpi_trials(int sig, const char* label) {
   int count = 0;
   for (int n : {2, 3}) {
     for (int t = 0; t < trials(1); ++t, ++count) {
-      Job job = start_job(mpirun(n), job_env());
-      auto pids = wait_ready(job, n);
-      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
-      const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
-      ::kill(pids[victim], SIGKILL);
-      const std::string what = fmt::format("mpi N={} rank {} killed", n, victim);
+      const auto [job, victim, pid] = hit_random_rank(mpirun(n), n, sig);
+      const std::string what = fmt::format("mpi N={} rank {} got {}", n, victim, strsignal(sig));
       auto st = wait_exit(job, kTimeout + 20);
       REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
       CHECK(exit_code(*st) != 0);
+      if (sig == SIGSTOP) {
+        CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
+                          std::string::npos, what << ":\n" << output(job));
+        ::kill(pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
+      }
       check_nothing_left(job, 5.0, what);
       kill_job(job);
     }
   }
-  fmt::print("mpi, kill -9 a rank: {} trials, mpirun ended the job each time\n", count);
+  fmt::print("mpi, {}: {} trials, the job ended each time{}\n", label, count,
+             sig == SIGSTOP ? " and the watchdog named the stopped rank" : "");
+}
+
+TEST_CASE("mpi: a rank killed by SIGKILL ends the whole job" * doctest::skip(!have_mpirun())) {
+  mpi_trials(SIGKILL, "kill -9 a rank");
 }
 
 TEST_CASE("mpi: a stopped rank is named by the watchdog, which aborts the job" *
           doctest::skip(!have_mpirun())) {
-  int count = 0;
-  for (int n : {2, 3}) {
-    for (int t = 0; t < trials(1); ++t, ++count) {
-      Job job = start_job(mpirun(n), job_env());
-      auto pids = wait_ready(job, n);
-      std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
-      const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
-      ::kill(pids[victim], SIGSTOP);
-      const std::string what = fmt::format("mpi N={} rank {} stopped", n, victim);
-      auto st = wait_exit(job, kTimeout + 20);
-      REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
-      CHECK(exit_code(*st) != 0);
-      CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
-                        std::string::npos, what << ":\n" << output(job));
-      ::kill(pids[victim], SIGCONT);  // if mpirun left it stopped, let the SIGKILL below land
-      check_nothing_left(job, 5.0, what);
-      kill_job(job);
-    }
-  }
-  fmt::print("mpi, SIGSTOP a rank: {} trials, the watchdog named the stopped rank each time\n", count);
+  mpi_trials(SIGSTOP, "SIGSTOP a rank");
 }

@@ -18,6 +18,15 @@ namespace dplab::parallel::testing {
 
 constexpr int kSkipped = 77;
 
+// The job's mpi group (init_process_group's, made by run_under_mpirun), and a ring group
+// over the same ranks and store, for suites that compare the two engines in one job.
+inline std::shared_ptr<ProcessGroup> mpi_group() { return default_process_group_handle(); }
+inline std::shared_ptr<ProcessGroup> ring_group() {
+  static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
+                                        {.backend = "ring", .timeout = Seconds(30.0)});
+  return pg;
+}
+
 inline int run_under_mpirun(int argc, char** argv) {
   if (!mpi_built()) {
     std::printf("skipped: dplab was built without MPI\n");

@@ -15,19 +15,6 @@ int main(int argc, char** argv) { return testing::run_under_mpirun(argc, argv); 
 
 using namespace dplab::parallel::testing;
 
-namespace {
-
-std::shared_ptr<ProcessGroup> mpi_group() {
-  return std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
-}
-std::shared_ptr<ProcessGroup> ring_group() {
-  static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
-                                        {.backend = "ring", .timeout = Seconds(30.0)});
-  return pg;
-}
-
-}  // namespace
-
 TEST_CASE("ZeRO on mpi equals one process and ZeRO on the ring, stages 1 and 2, SGD and Adam") {
   const int world = get_world_size();
   for (const InnerOptions& o : {kSgd, kAdam}) {
