@@ -1,0 +1,123 @@
+// grading.h: how hw4 is checked. Ranks are threads, each with a process group over the
+// library's thread transport. A small MLP trains on a global batch split across the ranks;
+// with gradients averaged by the student's reducer, every rank must end with the parameters
+// of one process trained on the whole batch. The process group's counters say how many
+// all-reduces really ran, and a hook registered before the reducer's sees how many were
+// launched by the time the last gradient of a backward arrived (overlap).
+#pragma once
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coursework/hw4_ddp/reducer.h"
+#include "framework/ops/ops.h"
+#include "framework/optim/sgd.h"
+#include "framework/tensor/random.h"
+#include "models/mlp.h"
+#include "parallel/rendezvous/hash_store.h"
+
+namespace hw4::grading {
+
+using namespace dplab;
+using dplab::parallel::ProcessGroup;
+
+// Runs body(pg) on n threads; a rank's exception fails the test, naming the rank.
+inline void run_ranks(int n, const std::function<void(std::shared_ptr<ProcessGroup>)>& body) {
+  auto store = std::make_shared<dplab::parallel::HashStore>(dplab::parallel::Seconds(20.0));
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(dplab::parallel::create_process_group(store, r, n,
+                                                   {.backend = "ring", .timeout = dplab::parallel::Seconds(20.0)}));
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      FAIL(fmt::format("rank {} of {} threw: {}", r, n, e.what()));
+    }
+  }
+}
+
+// "[[3], [2, 1], [0]]"
+inline std::string buckets_str(const std::vector<std::vector<size_t>>& buckets) {
+  std::string s = "[";
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    s += b ? ", [" : "[";
+    for (size_t i = 0; i < buckets[b].size(); ++i) s += (i ? ", " : "") + std::to_string(buckets[b][i]);
+    s += "]";
+  }
+  return s + "]";
+}
+
+constexpr int64_t kIn = 6, kHidden = 8, kClasses = 3;  // parameters: 48 + 8 + 24 + 3 floats
+
+// The same initial weights everywhere, and the global batch of a step.
+// (Ranks are threads sharing the default generator: seed and draw under one lock.)
+inline std::shared_ptr<models::MLP> make_model() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  manual_seed(42);
+  return std::make_shared<models::MLP>(kIn, std::vector<int64_t>{kHidden}, kClasses);
+}
+inline Tensor global_x(int step, int64_t rows) {
+  Generator g(100 + step);
+  return randn({rows, kIn}, {}, &g);
+}
+inline Tensor global_y(int step, int64_t rows) {
+  Generator g(200 + step);
+  return randint(0, kClasses, {rows}, {.dtype = DType::Int64}, &g);
+}
+
+inline std::vector<std::vector<float>> params_of(nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+// One process, `steps` SGD steps on the whole batch of each step (`micro` micro-batches per
+// step, the loss of each a mean over its rows, gradients summed over the micro-batches).
+inline std::vector<std::vector<float>> single_process(int steps, int64_t rows, int micro = 1) {
+  auto model = make_model();
+  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    for (int m = 0; m < micro; ++m) {
+      const int step_id = s * micro + m;
+      cross_entropy(model->forward(global_x(step_id, rows)), global_y(step_id, rows)).backward();
+    }
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+// "" if a rank's parameters equal one process's; else which parameter differs and by how much.
+inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
+                                  const std::vector<std::vector<float>>& want) {
+  const char* names[] = {"the first layer's weight", "the first layer's bias", "the last layer's weight",
+                         "the last layer's bias"};
+  for (size_t p = 0; p < want.size(); ++p)
+    for (size_t i = 0; i < want[p].size(); ++i)
+      if (std::abs(got[p][i] - want[p][i]) > 1e-5f + 1e-4f * std::abs(want[p][i]))
+        return fmt::format("rank {} of {}: {} (parameter {}) element {} is {:.6f} after training, but one "
+                           "process on the whole batch gets {:.6f}: are the gradients averaged (not summed), "
+                           "and every bucket written back?", rank, n, p < 4 ? names[p] : "a parameter", p, i,
+                           got[p][i], want[p][i]);
+  return "";
+}
+
+}  // namespace hw4::grading
