@@ -73,31 +73,43 @@ def run_keys(dev_rows):
     return runs
 
 
-def per_run_bars(dev_rows, out, name, series, ylabel, title):
+def device_bars(ax, dev_rows, draw):
+    """One slot per device of every run, grouped under the run's label: draw(x, row, first)
+    draws that device's bars at x (first: the very first device, which labels the legend)."""
     runs = run_keys(dev_rows)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(runs) + 2), 4))
-    x = 0
-    ticks, labels = [], []
+    x, ticks, labels = 0, [], []
     for mode, n in runs:
         devs = [r for r in dev_rows if r["mode"] == mode and int(r["N"]) == n]
         start = x
         for d in devs:
-            for k, (key, colour, label) in enumerate(series):
-                width = 0.8 / len(series)
-                ax.bar(x + k * width, f(d, key), width=width, color=colour,
-                       label=label if (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0") else None)
+            draw(x, d, (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0"))
             x += 1
         ticks.append((start + x - 1) / 2)
         labels.append(f"{mode}\nN={n}")
         x += 0.7
     ax.set_xticks(ticks)
     ax.set_xticklabels(labels, fontsize=8)
-    ax.set(ylabel=ylabel, title=title)
-    ax.legend()
+
+
+def save(fig, ax, out, name, legend_size=None):
+    ax.legend(fontsize=legend_size)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(os.path.join(out, name), dpi=110)
     plt.close(fig)
+
+
+def per_run_bars(dev_rows, out, name, series, ylabel, title):
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(run_keys(dev_rows)) + 2), 4))
+
+    def draw(x, d, first):
+        width = 0.8 / len(series)
+        for k, (key, colour, label) in enumerate(series):
+            ax.bar(x + k * width, f(d, key), width=width, color=colour, label=label if first else None)
+
+    device_bars(ax, dev_rows, draw)
+    ax.set(ylabel=ylabel, title=title)
+    save(fig, ax, out, name)
 
 
 def plot_split(rows, out):
@@ -159,35 +171,21 @@ MEMORY_PARTS = [("param_bytes", "tab:blue", "parameters"), ("grad_bytes", "tab:o
 
 def plot_memory(dev_rows, out):
     """One bar per device of every run, stacked by what holds the bytes at the peak."""
-    runs = run_keys(dev_rows)
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(dev_rows) + 2), 4))
-    x = 0
-    ticks, labels = [], []
-    for mode, n in runs:
-        devs = [r for r in dev_rows if r["mode"] == mode and int(r["N"]) == n]
-        start = x
-        for d in devs:
-            bottom = 0.0
-            first = (mode, n, d["device"]) == (runs[0][0], runs[0][1], "0")
-            for key, colour, label in MEMORY_PARTS:
-                mib = f(d, key) / 2**20
-                ax.bar(x, mib, bottom=bottom, width=0.8, color=colour, label=label if first else None)
-                bottom += mib
-            # the rest of the peak: backward's and communication's transient buffers
-            other = max(0.0, f(d, "peak_mib") - bottom)
-            ax.bar(x, other, bottom=bottom, width=0.8, color="lightgrey", label="other (transient)" if first else None)
-            x += 1
-        ticks.append((start + x - 1) / 2)
-        labels.append(f"{mode}\nN={n}")
-        x += 0.7
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(labels, fontsize=8)
+
+    def draw(x, d, first):
+        bottom = 0.0
+        for key, colour, label in MEMORY_PARTS:
+            mib = f(d, key) / 2**20
+            ax.bar(x, mib, bottom=bottom, width=0.8, color=colour, label=label if first else None)
+            bottom += mib
+        # the rest of the peak: backward's and communication's transient buffers
+        other = max(0.0, f(d, "peak_mib") - bottom)
+        ax.bar(x, other, bottom=bottom, width=0.8, color="lightgrey", label="other (transient)" if first else None)
+
+    device_bars(ax, dev_rows, draw)
     ax.set(ylabel="MiB at the peak", title="memory per device / rank")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "memory.png"), dpi=110)
-    plt.close(fig)
+    save(fig, ax, out, "memory.png", legend_size=7)
 
 
 def main():

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coursework/hw3_ring_allreduce/ring.h"
+#include "coursework/rank_threads.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/transport/thread_transport.h"
@@ -59,35 +60,19 @@ inline std::vector<int64_t> run_ranks(int n, const std::function<void(CountingTr
                                       std::vector<int64_t>* received = nullptr,
                                       Seconds timeout = Seconds(20.0)) {
   auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
-  std::vector<std::exception_ptr> errors(n);
   std::vector<int64_t> sent(n), got(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, timeout));
-        try {
-          body(tr);
-        } catch (const std::exception& e) {
-          tr.mark_failed(e.what());  // the other ranks stop waiting for this one
-          throw;
-        }
-        sent[r] = tr.sent;
-        got[r] = tr.received;
-        tr.mark_left();
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!errors[r]) continue;
+  course::run_rank_threads(n, [&](int r) {
+    CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, timeout));
     try {
-      std::rethrow_exception(errors[r]);
+      body(tr);
     } catch (const std::exception& e) {
-      FAIL(fmt::format("rank {} of {} threw: {}", r, n, e.what()));
+      tr.mark_failed(e.what());  // the other ranks stop waiting for this one
+      throw;
     }
-  }
+    sent[r] = tr.sent;
+    got[r] = tr.received;
+    tr.mark_left();
+  });
   if (received) *received = got;
   return sent;
 }

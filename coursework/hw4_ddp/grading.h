@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "coursework/hw4_ddp/reducer.h"
+#include "coursework/rank_threads.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
@@ -30,27 +31,11 @@ using dplab::parallel::ProcessGroup;
 
 // Runs body(pg) on n threads; a rank's exception fails the test, naming the rank.
 inline void run_ranks(int n, const std::function<void(std::shared_ptr<ProcessGroup>)>& body) {
-  auto store = std::make_shared<dplab::parallel::HashStore>(dplab::parallel::Seconds(20.0));
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(dplab::parallel::create_process_group(store, r, n,
-                                                   {.backend = "ring", .timeout = dplab::parallel::Seconds(20.0)}));
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      FAIL(fmt::format("rank {} of {} threw: {}", r, n, e.what()));
-    }
-  }
+  const dplab::parallel::Seconds timeout(20.0);
+  auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
+  course::run_rank_threads(n, [&](int r) {
+    body(dplab::parallel::create_process_group(store, r, n, {.backend = "ring", .timeout = timeout}));
+  });
 }
 
 // "[[3], [2, 1], [0]]"
