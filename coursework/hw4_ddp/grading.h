@@ -8,34 +8,22 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <cmath>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "coursework/hw4_ddp/reducer.h"
-#include "coursework/rank_threads.h"
-#include "framework/ops/ops.h"
-#include "framework/optim/sgd.h"
-#include "framework/tensor/random.h"
-#include "models/mlp.h"
-#include "parallel/rendezvous/hash_store.h"
+#include "coursework/one_process_reference.h"
 
 namespace hw4::grading {
 
 using namespace dplab;
+using namespace course;
 using dplab::parallel::ProcessGroup;
 
-// Runs body(pg) on n threads; a rank's exception fails the test, naming the rank.
-inline void run_ranks(int n, const std::function<void(std::shared_ptr<ProcessGroup>)>& body) {
-  const dplab::parallel::Seconds timeout(20.0);
-  auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
-  course::run_rank_threads(n, [&](int r) {
-    body(dplab::parallel::create_process_group(store, r, n, {.backend = "ring", .timeout = timeout}));
-  });
+inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
+                                  const std::vector<std::vector<float>>& want) {
+  return course::compare_params(rank, n, got, want, "are the gradients averaged (not summed), and every "
+                                "bucket written back?");
 }
 
 // "[[3], [2, 1], [0]]"
@@ -47,62 +35,6 @@ inline std::string buckets_str(const std::vector<std::vector<size_t>>& buckets) 
     s += "]";
   }
   return s + "]";
-}
-
-constexpr int64_t kIn = 6, kHidden = 8, kClasses = 3;  // parameters: 48 + 8 + 24 + 3 floats
-
-// The same initial weights everywhere, and the global batch of a step.
-// (Ranks are threads sharing the default generator: seed and draw under one lock.)
-inline std::shared_ptr<models::MLP> make_model() {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  manual_seed(42);
-  return std::make_shared<models::MLP>(kIn, std::vector<int64_t>{kHidden}, kClasses);
-}
-inline Tensor global_x(int step, int64_t rows) {
-  Generator g(100 + step);
-  return randn({rows, kIn}, {}, &g);
-}
-inline Tensor global_y(int step, int64_t rows) {
-  Generator g(200 + step);
-  return randint(0, kClasses, {rows}, {.dtype = DType::Int64}, &g);
-}
-
-inline std::vector<std::vector<float>> params_of(nn::Module& m) {
-  std::vector<std::vector<float>> out;
-  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
-  return out;
-}
-
-// One process, `steps` SGD steps on the whole batch of each step (`micro` micro-batches per
-// step, the loss of each a mean over its rows, gradients summed over the micro-batches).
-inline std::vector<std::vector<float>> single_process(int steps, int64_t rows, int micro = 1) {
-  auto model = make_model();
-  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    for (int m = 0; m < micro; ++m) {
-      const int step_id = s * micro + m;
-      cross_entropy(model->forward(global_x(step_id, rows)), global_y(step_id, rows)).backward();
-    }
-    opt.step();
-  }
-  return params_of(*model);
-}
-
-// "" if a rank's parameters equal one process's; else which parameter differs and by how much.
-inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
-                                  const std::vector<std::vector<float>>& want) {
-  const char* names[] = {"the first layer's weight", "the first layer's bias", "the last layer's weight",
-                         "the last layer's bias"};
-  for (size_t p = 0; p < want.size(); ++p)
-    for (size_t i = 0; i < want[p].size(); ++i)
-      if (std::abs(got[p][i] - want[p][i]) > 1e-5f + 1e-4f * std::abs(want[p][i]))
-        return fmt::format("rank {} of {}: {} (parameter {}) element {} is {:.6f} after training, but one "
-                           "process on the whole batch gets {:.6f}: are the gradients averaged (not summed), "
-                           "and every bucket written back?", rank, n, p < 4 ? names[p] : "a parameter", p, i,
-                           got[p][i], want[p][i]);
-  return "";
 }
 
 }  // namespace hw4::grading
