@@ -103,15 +103,14 @@ class Backend {
   virtual void unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) = 0;
   // out (contiguous, shape of a_layout) <- a op b; layouts share the output shape, with
   // stride 0 where an input broadcasts. out may alias a or b when their layout is contiguous.
-  virtual void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
-                      const Strided& b_layout, float* out) = 0;
+  void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+              const Strided& b_layout, float* out);
   // dst[i] = dst[i] op src[i] (Sum, Max or Min), float32 or int64: the collectives' reduction.
   virtual void reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) = 0;
 
   // ---- reductions: x viewed as [outer, r, inner], reduced over r -> [outer, inner] ----
   // out is float32, or int64 for ArgMax (first maximum wins).
-  virtual void reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
-                      int64_t inner) = 0;
+  void reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r, int64_t inner);
 
   // ---- linear algebra ----
   virtual void gemm(const GemmArgs& g, const float* a, const float* b, float* c) = 0;
@@ -146,9 +145,9 @@ class Backend {
   // x: [N, C, H, W] -> cols: [C*kh*kw, N*out_h*out_w], every image's columns side by side
   // (row (c*kh + i)*kw + j, column n*out_h*out_w + oh*out_w + ow), so that a convolution
   // over the whole batch is one GEMM. Padding reads as 0.
-  virtual void im2col(const float* x, const Window2d& w, float* cols) = 0;
+  void im2col(const float* x, const Window2d& w, float* cols);
   // gx <- every column entry added back to its image position (gx is overwritten, not accumulated)
-  virtual void col2im(const float* cols, const Window2d& w, float* gx) = 0;
+  void col2im(const float* cols, const Window2d& w, float* gx);
   // How many column floats conv2d should unroll at a time: it cuts the batch into groups of
   // images whose columns fit. 8 MiB by default: GEMMs wide enough to keep a GPU busy.
   virtual int64_t im2col_group_floats() const { return int64_t{2} << 20; }
@@ -164,18 +163,35 @@ class Backend {
   virtual void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) {
     for (int64_t i = 0; i < n; ++i) piece(i, 0);
   }
-  virtual void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
-  virtual void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
-                                   float* gx) = 0;
+  void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax);
+  void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w, float* gx);
   // padding counts in the divisor (PyTorch's count_include_pad=True)
-  virtual void avg_pool2d(const float* x, const Window2d& w, float* y) = 0;
-  virtual void avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) = 0;
+  void avg_pool2d(const float* x, const Window2d& w, float* y);
+  void avg_pool2d_backward(const float* gy, const Window2d& w, float* gx);
 
   // ---- optimizer steps, fused (state lives on the parameter's device) ----
-  virtual void sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
-                        int64_t n) = 0;
-  virtual void adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
-                         int64_t n) = 0;
+  void sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf, int64_t n);
+  void adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v, int64_t n);
+
+ protected:
+  // What each backend computes. The public functions above call these once the arguments
+  // passed the checks of backend_checks.h, written once for every backend: backends only
+  // compute.
+  virtual void binary_kernel(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+                             const Strided& b_layout, float* out) = 0;
+  virtual void reduce_kernel(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
+                             int64_t inner) = 0;
+  virtual void im2col_kernel(const float* x, const Window2d& w, float* cols) = 0;
+  virtual void col2im_kernel(const float* cols, const Window2d& w, float* gx) = 0;
+  virtual void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
+  virtual void max_pool2d_backward_kernel(const float* gy, const int64_t* argmax,
+                                          const Window2d& w, float* gx) = 0;
+  virtual void avg_pool2d_kernel(const float* x, const Window2d& w, float* y) = 0;
+  virtual void avg_pool2d_backward_kernel(const float* gy, const Window2d& w, float* gx) = 0;
+  virtual void sgd_step_kernel(const SgdArgs& a, float* param, const float* grad,
+                               float* momentum_buf, int64_t n) = 0;
+  virtual void adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m,
+                                float* v, int64_t n) = 0;
 };
 
 // The backend for a device kind. Throws Error for CUDA when dplab was built without it,

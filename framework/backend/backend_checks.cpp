@@ -45,4 +45,62 @@ void check_adam_args(const AdamArgs& a) {
   DPLAB_CHECK(a.step >= 1, "adam_step: expected step >= 1 (1-based), got {}", a.step);
 }
 
+
+// ---- the public Backend functions: the check, then the backend's kernel ----
+
+void Backend::binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+                     const Strided& b_layout, float* out) {
+  check_same_shape("binary", a_layout, b_layout);
+  binary_kernel(op, a, a_layout, b, b_layout, out);
+}
+
+void Backend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
+                     int64_t inner) {
+  check_reduce(op, outer, r, inner);
+  reduce_kernel(op, x, out, outer, r, inner);
+}
+
+void Backend::im2col(const float* x, const Window2d& w, float* cols) {
+  check_window("im2col", w);
+  im2col_kernel(x, w, cols);
+}
+
+void Backend::col2im(const float* cols, const Window2d& w, float* gx) {
+  check_window("col2im", w);
+  col2im_kernel(cols, w, gx);
+}
+
+void Backend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
+  check_window("max_pool2d", w);
+  max_pool2d_kernel(x, w, y, argmax);
+}
+
+void Backend::max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
+                                  float* gx) {
+  check_window("max_pool2d_backward", w);
+  max_pool2d_backward_kernel(gy, argmax, w, gx);
+}
+
+void Backend::avg_pool2d(const float* x, const Window2d& w, float* y) {
+  check_window("avg_pool2d", w);
+  avg_pool2d_kernel(x, w, y);
+}
+
+void Backend::avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) {
+  check_window("avg_pool2d_backward", w);
+  avg_pool2d_backward_kernel(gy, w, gx);
+}
+
+void Backend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                       int64_t n) {
+  check_sgd_args(a, momentum_buf);
+  sgd_step_kernel(a, param, grad, momentum_buf, n);
+}
+
+void Backend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
+                        int64_t n) {
+  check_adam_args(a);
+  adam_step_kernel(a, param, grad, m, v, n);
+}
+
 }  // namespace dplab

@@ -1,8 +1,9 @@
-// backend_checks.h: the argument checks every backend makes before it computes, written
-// once for the CPU and the CUDA backend (which only compute). Each throws dplab::Error
-// saying what was expected and what came. Ops check shapes and devices before they reach a
-// backend; these guard the backend's own contract (a window's geometry, two layouts of one
-// shape, an optimizer's flags), so a wrong call from any caller fails alike on every device.
+// backend_checks.h: the argument checks made above every backend: Backend's public kernel
+// functions (backend.h) run them, then call the backend's *_kernel, so the CPU and CUDA
+// backends only compute. Each throws dplab::Error saying what was expected and what came.
+// Ops check shapes and devices before they reach a backend; these guard the backend's own
+// contract (a window's geometry, two layouts of one shape, an optimizer's flags), so a wrong
+// call from any caller fails alike on every device.
 // Read next: backend.h.
 #pragma once
 #include <cstdint>

@@ -34,12 +34,12 @@ class CpuBackend final : public Backend {
   void strided_copy(DType t, const void* src, const Strided& src_layout, void* out) override;
   void cast(DType from, const void* src, DType to, void* dst, int64_t n) override;
   void unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) override;
-  void binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
-              const Strided& b_layout, float* out) override;
+  void binary_kernel(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
+                     const Strided& b_layout, float* out) override;
   void reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) override;
 
-  void reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
-              int64_t inner) override;
+  void reduce_kernel(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
+                     int64_t inner) override;
 
   void gemm(const GemmArgs& g, const float* a, const float* b, float* c) override;
 
@@ -60,21 +60,21 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
                         float* out) override;
 
-  void im2col(const float* x, const Window2d& w, float* cols) override;
-  void col2im(const float* cols, const Window2d& w, float* gx) override;
+  void im2col_kernel(const float* x, const Window2d& w, float* cols) override;
+  void col2im_kernel(const float* cols, const Window2d& w, float* gx) override;
   int64_t im2col_group_floats() const override;
   int lanes() const override;
   void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) override;
-  void max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) override;
-  void max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
-                           float* gx) override;
-  void avg_pool2d(const float* x, const Window2d& w, float* y) override;
-  void avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) override;
+  void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) override;
+  void max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
+                                  float* gx) override;
+  void avg_pool2d_kernel(const float* x, const Window2d& w, float* y) override;
+  void avg_pool2d_backward_kernel(const float* gy, const Window2d& w, float* gx) override;
 
-  void sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
-                int64_t n) override;
-  void adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
-                 int64_t n) override;
+  void sgd_step_kernel(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                       int64_t n) override;
+  void adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
+                        int64_t n) override;
 };
 
 // The one CpuBackend, shared by every cpu:k device (they differ only in memory accounting).

@@ -12,7 +12,6 @@
 #include <vector>
 #include <limits>
 
-#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
@@ -79,8 +78,7 @@ struct PaddedPlane {
 
 }  // namespace
 
-void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
-  check_window("im2col", w);
+void CpuBackend::im2col_kernel(const float* x, const Window2d& w, float* cols) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
   const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
 #pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
@@ -107,8 +105,7 @@ void CpuBackend::im2col(const float* x, const Window2d& w, float* cols) {
 
 // The adjoint of im2col: every column entry is added back where im2col read it, into the
 // padded plane; what lands on the border (padding) is dropped when the interior is stored.
-void CpuBackend::col2im(const float* cols, const Window2d& w, float* gx) {
-  check_window("col2im", w);
+void CpuBackend::col2im_kernel(const float* cols, const Window2d& w, float* gx) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
   const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
 #pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
@@ -198,8 +195,7 @@ static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int
   }
 }
 
-void CpuBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
-  check_window("max_pool2d", w);
+void CpuBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   if (w.pad == 0 && w.kh == 2 && w.kw == 2 && w.stride == 2) return max_pool2x2(x, w, y, argmax);
   if (w.pad == 0) return max_pool2d_unpadded(x, w, y, argmax);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
@@ -232,9 +228,8 @@ void CpuBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t
   }
 }
 
-void CpuBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
-                                     float* gx) {
-  check_window("max_pool2d_backward", w);
+void CpuBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
+                                            float* gx) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   int64_t bad = -1;  // an output whose argmax is outside its plane (reported after the loop)
 #pragma omp parallel for num_threads(plane_threads(w, plane)) schedule(static)
@@ -257,8 +252,7 @@ void CpuBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, con
 }
 
 // y = (sum of the kh x kw window, padding read as 0) / (kh*kw)   (count_include_pad=True)
-void CpuBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
-  check_window("avg_pool2d", w);
+void CpuBackend::avg_pool2d_kernel(const float* x, const Window2d& w, float* y) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
 #pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
@@ -281,8 +275,7 @@ void CpuBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
 }
 
 // d y[o] / d x[i] = 1/(kh*kw) for every in-image i of window o.
-void CpuBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) {
-  check_window("avg_pool2d_backward", w);
+void CpuBackend::avg_pool2d_backward_kernel(const float* gy, const Window2d& w, float* gx) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
   std::fill_n(gx, w.N * w.C * plane, 0.0f);

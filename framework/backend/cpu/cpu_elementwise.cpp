@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "framework/backend/cpu/cpu_threads.h"
@@ -240,9 +239,8 @@ void CpuBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s)
   DPLAB_CHECK(known, "unary: unknown UnaryOp {}", static_cast<int>(op));
 }
 
-void CpuBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
-                        const Strided& bl, float* out) {
-  check_same_shape("binary", al, bl);
+void CpuBackend::binary_kernel(BinaryOp op, const float* a, const Strided& al, const float* b,
+                               const Strided& bl, float* out) {
   if (al.numel() == 0) return;
   Walk w = make_walk(al, &bl);
   switch (op) {

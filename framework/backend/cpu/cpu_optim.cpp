@@ -6,7 +6,6 @@
 // Read next: framework/optim/.
 #include <cmath>
 
-#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
@@ -18,10 +17,9 @@ namespace dplab {
 //   buf = first_step ? g : momentum * buf + (1 - dampening) * g      (only if momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
-void CpuBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* buf,
-                          int64_t n) {
+void CpuBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* grad, float* buf,
+                                 int64_t n) {
   const bool use_momentum = a.momentum != 0.0f;
-  check_sgd_args(a, buf);
   // Each element is independent: share a large tensor between the threads (see cpu_threads.h).
 #pragma omp parallel for num_threads(threads_for(n)) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -38,9 +36,8 @@ void CpuBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, flo
 //   AdamW: p *= 1 - lr * wd            Adam: g = grad + wd * p
 //   m = b1 * m + (1 - b1) * g          v = b2 * v + (1 - b2) * g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-void CpuBackend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
-                           int64_t n) {
-  check_adam_args(a);
+void CpuBackend::adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
+                                  int64_t n) {
   // Bias corrections in double: b2^t for t in the thousands needs the precision.
   const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));

@@ -8,7 +8,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 
-#include "framework/backend/backend_checks.h"
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/error.h"
 
@@ -50,9 +49,8 @@ void argmax_rows(const float* x, int64_t* out, int64_t outer, int64_t r, int64_t
 
 }  // namespace
 
-void CpuBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
-                        int64_t inner) {
-  check_reduce(op, outer, r, inner);
+void CpuBackend::reduce_kernel(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
+                               int64_t inner) {
   if (outer == 0 || inner == 0) return;
   if (op == ReduceKind::ArgMax) {
     argmax_rows(x, static_cast<int64_t*>(out), outer, r, inner);

@@ -8,7 +8,6 @@
 // Read next: cuda_elementwise.cu (kernels), then tests/backend_cuda/test_cuda_kernels.cpp.
 #include <cmath>
 
-#include "framework/backend/backend_checks.h"
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
@@ -110,9 +109,8 @@ void CudaBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float s
                                 cuda::stream_for(dev)));
 }
 
-void CudaBackend::binary(BinaryOp op, const float* a, const Strided& al, const float* b,
-                         const Strided& bl, float* out) {
-  check_same_shape("binary", al, bl);
+void CudaBackend::binary_kernel(BinaryOp op, const float* a, const Strided& al, const float* b,
+                                const Strided& bl, float* out) {
   if (al.numel() == 0) return;
   LogicalDevice& dev = bind_owner(out, "binary");
   CUDA_CHECK(cuda::launch_binary(static_cast<cuda::KBinary>(op), a, to_kernel(al), b,
@@ -136,9 +134,8 @@ void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src
   }
 }
 
-void CudaBackend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
-                         int64_t inner) {
-  check_reduce(op, outer, r, inner);
+void CudaBackend::reduce_kernel(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
+                                int64_t inner) {
   if (outer == 0 || inner == 0) return;
   LogicalDevice& dev = bind_owner(out, "reduce");
   const auto kop = static_cast<cuda::KReduce>(op);
@@ -216,30 +213,26 @@ void CudaBackend::scatter_add_rows(const float* g, const int64_t* idx, int64_t r
   check_indices(dev, "scatter_add_rows", "index", -1);
 }
 
-void CudaBackend::im2col(const float* x, const Window2d& w, float* cols) {
-  check_window("im2col", w);
+void CudaBackend::im2col_kernel(const float* x, const Window2d& w, float* cols) {
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(cols, "im2col");
   CUDA_CHECK(cuda::launch_im2col(x, to_kernel(w), cols, dev.stream));
 }
 
-void CudaBackend::col2im(const float* cols, const Window2d& w, float* gx) {
-  check_window("col2im", w);
+void CudaBackend::col2im_kernel(const float* cols, const Window2d& w, float* gx) {
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "col2im");
   CUDA_CHECK(cuda::launch_col2im(cols, to_kernel(w), gx, dev.stream));
 }
 
-void CudaBackend::max_pool2d(const float* x, const Window2d& w, float* y, int64_t* argmax) {
-  check_window("max_pool2d", w);
+void CudaBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(y, "max_pool2d");
   CUDA_CHECK(cuda::launch_max_pool2d(x, to_kernel(w), y, argmax, dev.stream));
 }
 
-void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, const Window2d& w,
-                                      float* gx) {
-  check_window("max_pool2d_backward", w);
+void CudaBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
+                                             float* gx) {
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "max_pool2d_backward");
   CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.err_flag,
@@ -247,32 +240,28 @@ void CudaBackend::max_pool2d_backward(const float* gy, const int64_t* argmax, co
   check_indices(dev, "max_pool2d_backward", "argmax", w.H * w.W);
 }
 
-void CudaBackend::avg_pool2d(const float* x, const Window2d& w, float* y) {
-  check_window("avg_pool2d", w);
+void CudaBackend::avg_pool2d_kernel(const float* x, const Window2d& w, float* y) {
   if (w.N * w.C * w.out_h * w.out_w == 0) return;
   LogicalDevice& dev = bind_owner(y, "avg_pool2d");
   CUDA_CHECK(cuda::launch_avg_pool2d(x, to_kernel(w), y, dev.stream));
 }
 
-void CudaBackend::avg_pool2d_backward(const float* gy, const Window2d& w, float* gx) {
-  check_window("avg_pool2d_backward", w);
+void CudaBackend::avg_pool2d_backward_kernel(const float* gy, const Window2d& w, float* gx) {
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "avg_pool2d_backward");
   CUDA_CHECK(cuda::launch_avg_pool2d_backward(gy, to_kernel(w), gx, dev.stream));
 }
 
-void CudaBackend::sgd_step(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
-                           int64_t n) {
-  check_sgd_args(a, momentum_buf);
+void CudaBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
+                                  int64_t n) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(param, "sgd_step");
   const cuda::KSgd k{a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first_step};
   CUDA_CHECK(cuda::launch_sgd_step(k, param, grad, momentum_buf, n, dev.stream));
 }
 
-void CudaBackend::adam_step(const AdamArgs& a, float* param, const float* grad, float* m,
-                            float* v, int64_t n) {
-  check_adam_args(a);
+void CudaBackend::adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m,
+                                   float* v, int64_t n) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(param, "adam_step");
   // Bias corrections in double on the host: beta2^t for t ~ 1e4 needs the precision.
