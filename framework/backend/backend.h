@@ -2,6 +2,9 @@
 // Ops in framework/ops/ resolve shapes, broadcasting and autograd once; a backend only
 // computes, on contiguous buffers (a Strided describes the one strided read we allow).
 // CPU implements this in backend/cpu/ on Eigen; CUDA in backend/cuda/ on kernels + cuBLAS.
+// Kernels whose arguments carry a contract of their own (a window, two layouts, optimizer
+// flags) are public non-virtual functions here that check it (backend_checks.h) and then
+// call the protected *_kernel each backend implements.
 // Every kernel runs on the device the pointers belong to; CUDA kernels are asynchronous
 // on that device's stream, and copy_to_host synchronises.
 // Read next: backend/cpu/cpu_backend.h, ops/ops.h.
