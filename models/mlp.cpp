@@ -27,4 +27,13 @@ std::shared_ptr<nn::Module> MLP::make_empty_copy() const {
   return std::make_shared<MLP>(in_features, hidden, num_classes);
 }
 
+std::shared_ptr<nn::Sequential> linear_relu_stack(int depth, int64_t width) {
+  auto seq = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < depth; ++i) {
+    seq->push_back(std::make_shared<nn::Linear>(width, width));
+    seq->push_back(std::make_shared<nn::ReLU>());
+  }
+  return seq;
+}
+
 }  // namespace dplab::models

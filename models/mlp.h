@@ -25,4 +25,8 @@ class MLP : public nn::Sequential {
   std::vector<int64_t> hidden;
 };
 
+// `depth` blocks of Linear(width, width) + ReLU: the deep, uniform net whose activation
+// memory gradient checkpointing is measured on (tutorial 19 and its test).
+std::shared_ptr<nn::Sequential> linear_relu_stack(int depth, int64_t width);
+
 }  // namespace dplab::models

@@ -18,6 +18,7 @@
 
 #include "framework/dplab.h"
 #include "framework/nn/grad_checkpoint.h"
+#include "models/mlp.h"
 
 using namespace dplab;
 
@@ -76,11 +77,7 @@ int run(int argc, char** argv) {
   // L blocks of Linear(W, W) + ReLU on their own logical device, so its counter is theirs
   const Device d("cpu:1");
   manual_seed(0);
-  auto seq = std::make_shared<nn::Sequential>();
-  for (int i = 0; i < depth; ++i) {
-    seq->push_back(std::make_shared<nn::Linear>(width, width));
-    seq->push_back(std::make_shared<nn::ReLU>());
-  }
+  auto seq = models::linear_relu_stack(depth, width);
   seq->to(d);
   Tensor x = randn({batch, width}).to(d);
   sum(seq->forward(x)).backward();  // makes the gradients, which later steps add into

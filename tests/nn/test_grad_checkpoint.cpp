@@ -7,6 +7,7 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
+#include "models/mlp.h"
 
 using namespace dplab;
 
@@ -108,11 +109,7 @@ TEST_CASE("checkpoint_sequential: a deep MLP's peak activation memory falls as i
   const int64_t batch = 128, width = 256, act = batch * width * 4;
   const Device d("cpu:9");
   manual_seed(1);
-  auto seq = std::make_shared<nn::Sequential>();
-  for (int i = 0; i < depth; ++i) {
-    seq->push_back(std::make_shared<nn::Linear>(width, width));
-    seq->push_back(std::make_shared<nn::ReLU>());
-  }
+  auto seq = models::linear_relu_stack(depth, width);
   seq->to(d);
   Tensor x = randn({batch, width}).to(d);
   checkpoint_sequential(*seq, 0, x).sum().backward();  // allocates the gradients
