@@ -1,7 +1,7 @@
 // mailbox_transport.cpp: slots, counters and waits. The only code here that touches other
 // ranks' memory; no arithmetic, only memcpy and atomics.
 // Cost per segment: one memcpy by the sender, one read (reduce or copy) by the receiver,
-// one FUTEX_WAKE syscall per counter bump (cheap when nobody sleeps).
+// and a FUTEX_WAKE system call only when the other side has gone to sleep.
 // Read next: shm_transport.cpp.
 #include "parallel/transport/mailbox_transport.h"
 
@@ -10,8 +10,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -23,7 +27,6 @@ namespace dplab::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kSpins = 2000;                         // ~10-50 us of polling before sleeping
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 constexpr auto kPidCheckEvery = std::chrono::milliseconds(50);
 
@@ -44,6 +47,21 @@ inline void cpu_relax() {
 }
 
 }  // namespace
+
+WaitPolicy wait_policy() {
+  static const WaitPolicy policy = [] {
+    WaitPolicy p;
+    if (const char* env = std::getenv("DPLAB_WAIT"); env != nullptr && *env != '\0') {
+      int spins = -1, yield_us = -1;
+      DPLAB_CHECK(std::sscanf(env, "%d,%d", &spins, &yield_us) == 2 && spins >= 0 && yield_us >= 0,
+                  "DPLAB_WAIT: expected \"spins,yield_us\" (two integers >= 0, e.g. 200,200), "
+                  "got \"{}\"", env);
+      p = {spins, yield_us};
+    }
+    return p;
+  }();
+  return policy;
+}
 
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.
 bool pid_alive(int32_t pid) {
@@ -115,12 +133,26 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
   return echo ? echo : gone;
 }
 
+// Why spin, then yield, then sleep (measured with bench_allreduce, 4 KiB, on 2 cores; the
+// table is in tutorials/16_ps_vs_ring.md): with a core per rank the peer's write comes
+// within microseconds and a short spin catches it; with more ranks than cores a long spin
+// burns the slice the peer needs, and going to sleep at once pays a futex wake-up per step;
+// sched_yield hands the core to the peer that is ready to run and comes back as soon as it
+// has written, and the futex sleep bounds what an idle rank costs.
 template <typename Ready>
-void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int peer,
-                                const char* waiting_for) {
-  for (int i = 0; i < kSpins; ++i) {
+void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping,
+                                Ready ready, int peer, const char* waiting_for) {
+  const WaitPolicy policy = wait_policy();
+  for (int i = 0; i < policy.spins; ++i) {
     if (ready()) return;
     cpu_relax();
+  }
+  if (policy.yield_us > 0) {
+    const auto until = Clock::now() + std::chrono::microseconds(policy.yield_us);
+    do {
+      if (ready()) return;
+      sched_yield();
+    } while (Clock::now() < until);
   }
   // filed while we sleep, so a rank that times out can follow who waits on whom
   struct Waiting {
@@ -150,7 +182,13 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int pe
                                   "rank {}; {}", rank_, context_, collectives_, timeout_.count(),
                                   waiting_for, peer, hang_report(peer)));
     }
-    futex_wait(&word, seen);
+    // Raise the flag, then look once more: the peer bumps the counter, then reads the flag
+    // (both seq_cst), so either it sees the flag and wakes us, or we see its bump here.
+    // (futex_wait itself also returns at once if the counter moved from `seen`.)
+    sleeping.store(1, std::memory_order_seq_cst);
+    seen = word.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait(&word, seen);
+    sleeping.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -189,12 +227,13 @@ void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) 
   LinkHeader& l = link(rank_, peer);
   uint32_t w = l.written.load(std::memory_order_relaxed);  // only this rank writes it
   // wait until the receiver has freed the slot we are about to fill
-  wait_for(l.consumed, [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; },
-           peer, "a free slot towards");
+  wait_for(l.consumed, l.sender_sleeping,
+           [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; }, peer,
+           "a free slot towards");
   slot_fill(peer, w, src, len);
   l.lens[w % kSlots] = static_cast<uint32_t>(len);
-  l.written.store(w + 1, std::memory_order_release);  // publishes the bytes and the length
-  futex_wake(&l.written);
+  l.written.store(w + 1, std::memory_order_seq_cst);  // publishes the bytes and the length
+  if (l.receiver_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.written);
 }
 
 void MailboxTransport::recv_segment(
@@ -205,12 +244,12 @@ void MailboxTransport::recv_segment(
   LinkHeader& l = link(peer, rank_);
   uint32_t c = l.consumed.load(std::memory_order_relaxed);  // only this rank writes it
   // wait for the write from the peer
-  wait_for(l.written, [&] { return l.written.load(std::memory_order_acquire) != c; }, peer,
-           "data from");
+  wait_for(l.written, l.receiver_sleeping,
+           [&] { return l.written.load(std::memory_order_acquire) != c; }, peer, "data from");
   use(slot_view(peer, c), l.lens[c % kSlots]);
   slot_read_done();  // e.g. a GPU reduce of the slot has finished: it may be overwritten
-  l.consumed.store(c + 1, std::memory_order_release);  // the slot may be refilled now
-  futex_wake(&l.consumed);
+  l.consumed.store(c + 1, std::memory_order_seq_cst);  // the slot may be refilled now
+  if (l.sender_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.consumed);
 }
 
 void MailboxTransport::mark_left() {

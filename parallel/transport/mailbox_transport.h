@@ -3,10 +3,13 @@
 // threads). The block holds, for each rank, a status (pid, failed flag, reason) and, for
 // each ordered pair s -> r, a link: kSlots slots of kSegmentBytes plus two counters,
 // `written` (bumped by s) and `consumed` (bumped by r). A slot is free while
-// written - consumed < kSlots. Waits spin briefly, then sleep in futex(FUTEX_WAIT) on the
-// counter (not the _PRIVATE variant, so a write in another process wakes us), waking every
-// few ms to check the deadline, the peers' failed flags, and whether the awaited peer
-// still lives (pid) and has not left the group: nothing more can come from it then.
+// written - consumed < kSlots. A wait has three phases (WaitPolicy, below): it spins
+// briefly, then yields its core (sched_yield) for a while, then sleeps in
+// futex(FUTEX_WAIT) on the counter (not the _PRIVATE variant, so a write in another
+// process wakes us), waking every few ms to check the deadline, the peers' failed flags,
+// and whether the awaited peer still lives (pid) and has not left the group: nothing more
+// can come from it then. A sleeper raises the link's `sleeping` flag first, so a bump
+// makes the FUTEX_WAKE system call only when someone sleeps.
 // Each rank also files its progress (collectives started, the current one's name, the peer
 // it waits on), so a rank whose wait times out can name the rank that stopped
 // (hang_report.h) instead of the neighbour it happened to wait on.
@@ -42,9 +45,27 @@ struct alignas(64) RankStatus {
 
 struct alignas(64) LinkHeader {
   alignas(64) std::atomic<uint32_t> written;   // segments the sender has filled
+  std::atomic<uint32_t> receiver_sleeping;     // 1 while the receiver sleeps on `written`
   alignas(64) std::atomic<uint32_t> consumed;  // segments the receiver has freed
+  std::atomic<uint32_t> sender_sleeping;       // 1 while the sender sleeps on `consumed`
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
 };
+
+// How a wait spends its time before it sleeps. The measurements behind the defaults are in
+// mailbox_transport.cpp and tutorials/16_ps_vs_ring.md ("Waiting"):
+//   spin: polls of the counter (with a pause) while the peer is probably about to write:
+//         a hand-off between two running ranks then costs well under a microsecond;
+//   yield: then, for up to yield_us, sched_yield() between polls: when ranks outnumber the
+//         cores, the rank we wait for may be queued on ours, and yielding lets it run now
+//         instead of after our time slice (on an idle core the call returns at once);
+//   then futex sleep, which costs a wake-up (several us) but no CPU.
+// DPLAB_WAIT="spins,yield_us" (e.g. "2000,0": the old spin-then-sleep) overrides them, for
+// measuring.
+struct WaitPolicy {
+  int spins = 200;
+  int yield_us = 200;
+};
+WaitPolicy wait_policy();  // the defaults, or DPLAB_WAIT's (read once)
 
 // Whether process pid still runs (false for a zombie: killed, not yet reaped).
 bool pid_alive(int32_t pid);
@@ -88,8 +109,10 @@ class MailboxTransport : public Transport {
   LinkHeader& link(int from, int to) const { return links_[from * size_ + to]; }
   std::byte* slot(int from, int to, uint32_t index) const;
   // Returns once ready() holds; throws CommError on timeout, a failed peer or a dead pid.
+  // `sleeping` is the link's flag for this side: raised while it sleeps on `word`.
   template <typename Ready>
-  void wait_for(std::atomic<uint32_t>& word, Ready ready, int peer, const char* waiting_for);
+  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, Ready ready,
+                int peer, const char* waiting_for);
   // Why waiting on `peer` is hopeless (it left, died, or some rank failed), if it is.
   std::optional<std::string> problem(int peer, bool check_pid);
   // After a timeout: which rank stopped making progress, from every rank's filed status.
