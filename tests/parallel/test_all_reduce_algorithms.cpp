@@ -3,16 +3,21 @@
 // every rank ends with the serial reference and with exactly what the ring gives, for sizes
 // 0, 1, N-1, primes and several transport segments, float32 / int64 / float16, sum, avg,
 // max and min; the traffic counters equal cost.cpp's formulas and the textbook volumes;
-// the alpha-beta model's times and auto's choice follow the formulas of cost.h.
+// the alpha-beta model's times and auto's choice follow the formulas of cost.h; and an
+// all-reduce on one rank, and DDP on one rank, cost nothing.
 // Read next: test_collectives_threads.cpp (the other collectives).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "framework/nn/layers.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/random.h"
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/collectives.h"
 #include "parallel/comm/cost.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/transport/mailbox_transport.h"
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
@@ -248,5 +253,28 @@ TEST_CASE("an all-reduce on one rank costs nothing: no bytes, the tensor untouch
     }
     CHECK(pg.comm_stats().total.bytes_sent == 0);
     CHECK(pg.comm_stats().total.bytes_received == 0);
+  });
+}
+
+TEST_CASE("DDP on one rank stands aside: no bucket copies, no hook, the single device's gradients") {
+  run_threads(1, [](ProcessGroup& pg) {
+    manual_seed(3);
+    auto plain = std::make_shared<nn::Linear>(7, 5);
+    manual_seed(3);
+    auto wrapped = std::make_shared<nn::Linear>(7, 5);
+    int hook_calls = 0;
+    DistributedDataParallel ddp(wrapped, {.process_group = testing::borrow(pg),
+                                          .comm_hook = [&](ProcessGroup& g, Tensor& b) {
+                                            ++hook_calls;
+                                            return g.all_reduce_async(b, ReduceOp::Avg);
+                                          }});
+    Tensor x = randn({4, 7});
+    plain->forward(x).sum().backward();
+    ddp.forward(x).sum().backward();
+    CHECK(hook_calls == 0);
+    CHECK(ddp.reducer().reductions_launched() == 0);
+    const auto a = plain->parameters(), b = wrapped->parameters();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].grad().to_vector<float>() == b[i].grad().to_vector<float>());
   });
 }
