@@ -111,7 +111,7 @@ Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
 
 // ---- time ----
 
-LinkCost shm_link_cost() { return {.alpha = 2e-6, .beta = 1.0 / 6e9, .cores = cpu_cores()}; }
+LinkCost shm_link_cost() { return {.alpha = 2e-6, .beta = 1.0 / 8e9, .gamma = 1.0 / 8e9, .cores = cpu_cores()}; }
 
 int cpu_cores() {
   cpu_set_t set;
@@ -122,11 +122,12 @@ int cpu_cores() {
 
 namespace {
 
-// One rank's part of an all-reduce: its steps and the bytes of the larger direction of each
-// (a step that sends m and receives m costs alpha + m·beta: both directions at once).
+// One rank's part of an all-reduce: its steps, the bytes of the larger direction of each (a
+// step that sends m and receives m costs alpha + m·beta: both directions at once), and the
+// bytes it adds into its buffer.
 struct RankWork {
-  double steps = 0, bytes = 0;
-  double seconds(const LinkCost& l) const { return steps * l.alpha + bytes * l.beta; }
+  double steps = 0, bytes = 0, reduced = 0;
+  double seconds(const LinkCost& l) const { return steps * l.alpha + bytes * l.beta + reduced * l.gamma; }
 };
 
 // Every rank's work, from the step structure of each algorithm (the files say the same).
@@ -135,20 +136,21 @@ std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
   const int p = power_of_two_below(n), k = log2_of(p);
   for (int r = 0; r < n; ++r) {
     switch (algo) {
-      case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N
-        w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s};
+      case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N; N-1 of them reduce
+        w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s};
         break;
-      case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in, then N-1 out
-        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s} : RankWork{2, 2 * s};
+      case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
+        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s} : RankWork{2, 2 * s, 0};
         break;
       case Algorithm::RecursiveDoubling:
       case Algorithm::HalvingDoubling: {
         const bool rd = algo == Algorithm::RecursiveDoubling;
         // the core on P ranks: log2 P whole buffers, or 2 log2 P halving/doubling steps
-        RankWork core = rd ? RankWork{double(k), k * s} : RankWork{2.0 * k, 2.0 * (p - 1) / p * s};
+        RankWork core = rd ? RankWork{double(k), k * s, k * s}
+                           : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
         const int v = folded_rank(r, n);
-        if (v < 0) w[r] = {2, 2 * s};  // folded away: S out, the result S in
-        else if (r < 2 * (n - p)) w[r] = {core.steps + 2, core.bytes + 2 * s};  // + fold, unfold
+        if (v < 0) w[r] = {2, 2 * s, 0};  // folded away: S out, the result S in
+        else if (r < 2 * (n - p)) w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
         else w[r] = core;
         break;
       }

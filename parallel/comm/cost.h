@@ -37,33 +37,38 @@ Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root);
 Traffic send_cost(int64_t bytes);
 Traffic recv_cost(int64_t bytes);
 
-// ---- time: the alpha-beta model, and the choice `auto` makes with it ----
+// ---- time: the alpha-beta(-gamma) model, and the choice `auto` makes with it ----
 // A step in which a rank sends m bytes to a peer and takes m in costs alpha + m·beta: alpha
-// the latency of one hand-off (the flag, the wake-up), beta the seconds per byte the rank
-// spends copying into a slot and reducing or copying out of one. `cores` is how many ranks
-// can run at once; with more ranks than cores they take turns (below).
+// the latency of one hand-off (the flag, the wake-up), beta the seconds per byte of moving
+// it (the copy into a slot and out of it); adding r received bytes into the buffer costs
+// r·gamma more (Thakur, Rabenseifner and Gropp's gamma: the reduction's arithmetic and
+// memory traffic). `cores` is how many ranks can run at once; with more ranks than cores
+// they take turns (below).
 struct LinkCost {
   double alpha = 0;  // seconds per step
-  double beta = 0;   // seconds per byte sent (the receiver's reduce of it included)
+  double beta = 0;   // seconds per byte sent
+  double gamma = 0;  // seconds per byte reduced
   int cores = 1;     // CPUs the ranks share (cpu_cores(): this process's affinity mask)
 };
-// Measured on dplab's shm transport on the 2-core machines of this project (ping-pong of
-// `bench_allreduce --calibrate`): about 2 us per hand-off, about 6 GB/s per rank. Only
-// their ratio decides the choice, and only near the crossover sizes.
+// dplab's shm transport on the 2-core machines of this project: about 2 us per hand-off,
+// 8 GB/s to move and 8 GB/s to reduce (bench_allreduce fits alpha and beta + gamma from its
+// recursive-doubling rows at N = 2). Only their ratios decide the choice, and only near the
+// crossover sizes.
 LinkCost shm_link_cost();
 // The CPUs this process may run on (sched_getaffinity), at least 1.
 int cpu_cores();
 
 // Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto). Two bounds, the
 // larger wins:
-//   the critical path: the busiest rank's steps·alpha + bytes·beta, as if every rank had a
-//     core of its own (ring 2(N-1)·alpha + 2(N-1)/N·S·beta; recursive doubling
-//     log2(P)·(alpha + S·beta); halving-doubling 2·log2(P)·alpha + 2(P-1)/P·S·beta; the
-//     fold adds 2·(alpha + S·beta); star 2(N-1)·(alpha + S·beta) through rank 0);
-//   the cores: the work of all ranks together (sum over ranks of steps·alpha + bytes·beta)
-//     divided by `cores`: N ranks on C < N cores time-share, so an algorithm in which every
-//     rank is busy every step (the ring) slows by N/C, while one whose ranks idle (the star's
-//     leaves, the fold's waiting ranks) leaves its cores to the others.
+//   the critical path: the busiest rank's steps·alpha + bytes·beta + reduced·gamma, as if
+//     every rank had a core of its own (ring 2(N-1)·alpha + 2(N-1)/N·S·beta + (N-1)/N·S·gamma;
+//     recursive doubling log2(P)·(alpha + S·beta + S·gamma); halving-doubling
+//     2·log2(P)·alpha + 2(P-1)/P·S·beta + (P-1)/P·S·gamma; the fold adds 2·alpha + 2·S·beta
+//     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0);
+//   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
+//     time-share, so an algorithm in which every rank is busy every step (the ring) slows
+//     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
+//     leaves its cores to the others.
 double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link);
 // The fastest of ring, recursive doubling and halving-doubling by all_reduce_seconds (ties:
 // the first in that order). The star is never chosen: it is the parameter-server example.

@@ -48,19 +48,21 @@ inline void cpu_relax() {
 
 }  // namespace
 
-WaitPolicy wait_policy() {
-  static const WaitPolicy policy = [] {
-    WaitPolicy p;
-    if (const char* env = std::getenv("DPLAB_WAIT"); env != nullptr && *env != '\0') {
-      int spins = -1, yield_us = -1;
-      DPLAB_CHECK(std::sscanf(env, "%d,%d", &spins, &yield_us) == 2 && spins >= 0 && yield_us >= 0,
-                  "DPLAB_WAIT: expected \"spins,yield_us\" (two integers >= 0, e.g. 200,200), "
-                  "got \"{}\"", env);
-      p = {spins, yield_us};
-    }
-    return p;
+WaitPolicy wait_policy(int ranks) {
+  static const std::optional<WaitPolicy> from_env = []() -> std::optional<WaitPolicy> {
+    const char* env = std::getenv("DPLAB_WAIT");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    int spin_us = -1, yield_us = -1;
+    DPLAB_CHECK(std::sscanf(env, "%d,%d", &spin_us, &yield_us) == 2 && spin_us >= 0 && yield_us >= 0,
+                "DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers >= 0, e.g. 50,0), got \"{}\"",
+                env);
+    return WaitPolicy{spin_us, yield_us};
   }();
-  return policy;
+  if (from_env) return *from_env;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+  return ranks <= cores ? WaitPolicy{.spin_us = 10, .yield_us = 200} : WaitPolicy{.spin_us = 2, .yield_us = 200};
 }
 
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.
@@ -79,7 +81,7 @@ MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, in
                                    int size, Seconds timeout, std::string name,
                                    std::size_t slot_bytes)
     : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout),
-      name_(std::move(name)), slot_bytes_(slot_bytes) {
+      name_(std::move(name)), slot_bytes_(slot_bytes), policy_(wait_policy(size)) {
   auto* base = static_cast<std::byte*>(memory);
   std::size_t n = static_cast<std::size_t>(size);
   statuses_ = reinterpret_cast<RankStatus*>(base);
@@ -133,26 +135,42 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
   return echo ? echo : gone;
 }
 
-// Why spin, then yield, then sleep (measured with bench_allreduce, 4 KiB, on 2 cores; the
-// table is in tutorials/16_ps_vs_ring.md): with a core per rank the peer's write comes
-// within microseconds and a short spin catches it; with more ranks than cores a long spin
-// burns the slice the peer needs, and going to sleep at once pays a futex wake-up per step;
-// sched_yield hands the core to the peer that is ready to run and comes back as soon as it
-// has written, and the futex sleep bounds what an idle rank costs.
+// Why these phases (bench_allreduce at 4 KiB on 2 cores shared with other programs; the
+// table is in tutorials/16_ps_vs_ring.md, "Waiting"): with a core per rank the peer's write
+// comes within microseconds and a spin catches it; with more ranks than cores a long spin
+// burns the slice the peer needs, and yielding hands it over at once (4 ranks: 63-97 us per
+// all-reduce against 98-115 us sleeping at once). But a yield can also give the core to
+// another program's busy process for a whole slice (under heavy load some runs took
+// milliseconds per all-reduce): a yield that took longer than kLongYield turns yielding off
+// for kNoYieldFor, and the wait sleeps on the futex instead.
+constexpr auto kLongYield = std::chrono::microseconds(100);
+constexpr auto kNoYieldFor = std::chrono::milliseconds(100);
+
 template <typename Ready>
 void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping,
                                 Ready ready, int peer, const char* waiting_for) {
-  const WaitPolicy policy = wait_policy();
-  for (int i = 0; i < policy.spins; ++i) {
-    if (ready()) return;
-    cpu_relax();
-  }
-  if (policy.yield_us > 0) {
-    const auto until = Clock::now() + std::chrono::microseconds(policy.yield_us);
+  if (ready()) return;
+  if (policy_.spin_us > 0) {
+    const auto until = Clock::now() + std::chrono::microseconds(policy_.spin_us);
     do {
+      for (int i = 0; i < 32; ++i) {  // ~0.3-1.5 us of polls between looks at the clock
+        if (ready()) return;
+        cpu_relax();
+      }
+    } while (Clock::now() < until);
+  }
+  if (policy_.yield_us > 0 && Clock::now() >= no_yield_until_) {
+    const auto until = Clock::now() + std::chrono::microseconds(policy_.yield_us);
+    for (auto now = Clock::now(); now < until;) {
       if (ready()) return;
       sched_yield();
-    } while (Clock::now() < until);
+      const auto back = Clock::now();
+      if (back - now > kLongYield) {  // someone else had the core: stop yielding for a while
+        no_yield_until_ = back + kNoYieldFor;
+        break;
+      }
+      now = back;
+    }
   }
   // filed while we sleep, so a rank that times out can follow who waits on whom
   struct Waiting {

@@ -51,21 +51,26 @@ struct alignas(64) LinkHeader {
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
 };
 
-// How a wait spends its time before it sleeps. The measurements behind the defaults are in
-// mailbox_transport.cpp and tutorials/16_ps_vs_ring.md ("Waiting"):
-//   spin: polls of the counter (with a pause) while the peer is probably about to write:
-//         a hand-off between two running ranks then costs well under a microsecond;
-//   yield: then, for up to yield_us, sched_yield() between polls: when ranks outnumber the
-//         cores, the rank we wait for may be queued on ours, and yielding lets it run now
-//         instead of after our time slice (on an idle core the call returns at once);
-//   then futex sleep, which costs a wake-up (several us) but no CPU.
-// DPLAB_WAIT="spins,yield_us" (e.g. "2000,0": the old spin-then-sleep) overrides them, for
-// measuring.
+// How a wait spends its time before it sleeps (the measurements behind the defaults:
+// tutorials/16_ps_vs_ring.md, "Waiting"):
+//   spin_us: poll the counter (with a pause): a hand-off between two running ranks costs
+//         well under a microsecond. 10 us while every rank has a core, 2 us when ranks
+//         outnumber the cores: then the rank we wait for may need the very core we spin on
+//         (and other programs' processes can put two ranks on one core even when N <= cores);
+//   yield_us: then sched_yield() between polls, for up to this long: hands the core to a
+//         rank queued behind us, which writes and lets us go on within microseconds. But a
+//         yield also hands the core to any other program's busy process, which may keep it
+//         for a whole time slice (milliseconds): a yield that took longer than 100 us says
+//         so, and this rank then skips the yield phase for the next 100 ms;
+//   then futex sleep: a wake-up costs several microseconds but no CPU, and the scheduler runs
+//         a woken sleeper ahead of processes that were busy all along.
+// DPLAB_WAIT="spin_us,yield_us" (e.g. "2,0") overrides both, for measuring.
 struct WaitPolicy {
-  int spins = 200;
+  int spin_us = 10;
   int yield_us = 200;
 };
-WaitPolicy wait_policy();  // the defaults, or DPLAB_WAIT's (read once)
+// The defaults for `ranks` ranks on this process's cores, or DPLAB_WAIT's.
+WaitPolicy wait_policy(int ranks);
 
 // Whether process pid still runs (false for a zombie: killed, not yet reaped).
 bool pid_alive(int32_t pid);
@@ -123,6 +128,8 @@ class MailboxTransport : public Transport {
   Seconds timeout_;
   std::string name_;
   std::size_t slot_bytes_;
+  WaitPolicy policy_;  // wait_policy(size)
+  std::chrono::steady_clock::time_point no_yield_until_{};  // a yield lost the core: sleep instead
   std::string context_ = "(no collective)";
   uint64_t collectives_ = 0;  // set_context calls so far: the current collective's number
   RankStatus* statuses_;

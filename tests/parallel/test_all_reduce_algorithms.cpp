@@ -208,12 +208,23 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   CHECK(near(all_reduce_seconds(Algorithm::Star, 4, S, two), all_reduce_seconds(Algorithm::Star, 4, S, wide)));
   CHECK(all_reduce_seconds(Algorithm::Ring, 1, S, two) == 0);
   CHECK(all_reduce_seconds(Algorithm::Ring, 4, 0, two) == 0);
+  // gamma: the bytes each rank adds in, (N-1)/N·S for the ring, log2(P)·S for recursive doubling
+  LinkCost reducing = wide;
+  reducing.gamma = 0.5e-9;
+  CHECK(near(all_reduce_seconds(Algorithm::Ring, 4, S, reducing),
+             all_reduce_seconds(Algorithm::Ring, 4, S, wide) + 0.75 * S * 0.5e-9));
+  CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, 4, S, reducing),
+             all_reduce_seconds(Algorithm::RecursiveDoubling, 4, S, wide) + 2 * S * 0.5e-9));
   // auto: latency-bound sizes take recursive doubling; large ones at N = 3 the ring (the
-  // fold costs 2 S); at N = 4 halving-doubling (the ring's bytes in fewer steps)
+  // fold costs 2 S); at N = 4 halving-doubling (the ring's bytes in fewer steps); at N = 2,
+  // once reducing S costs more than a step, the ring (it reduces S/2, not S)
   CHECK(choose_all_reduce(4, 4096, two) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(3, 4096, two) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(3, 64 << 20, two) == Algorithm::Ring);
   CHECK(choose_all_reduce(4, 64 << 20, two) == Algorithm::HalvingDoubling);
+  LinkCost shm = shm_link_cost();
+  CHECK(choose_all_reduce(2, 4096, shm) == Algorithm::RecursiveDoubling);
+  CHECK(choose_all_reduce(2, 64 << 20, shm) == Algorithm::Ring);
   CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two), doctest::Contains("resolve auto"), Error);
 }
 
@@ -277,4 +288,12 @@ TEST_CASE("DDP on one rank stands aside: no bucket copies, no hook, the single d
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].grad().to_vector<float>() == b[i].grad().to_vector<float>());
   });
+}
+
+TEST_CASE("waits spin long only while every rank has a core of its own") {
+  if (std::getenv("DPLAB_WAIT") != nullptr) return;  // the user's policy, for measuring
+  const WaitPolicy alone = wait_policy(1), crowded = wait_policy(1 << 20);
+  CHECK(alone.spin_us > crowded.spin_us);
+  CHECK(crowded.spin_us <= 5);
+  CHECK(crowded.yield_us > 0);  // yields (until a yield loses the core to another program)
 }
