@@ -9,7 +9,7 @@
 // The star's busbw falls as N grows: rank 0 is the wall. auto/mpi is busbw(auto) /
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
-// S·beta), the numbers comm/cost.cpp's shm_link_cost() holds.
+// S·(beta + gamma)), beside the numbers comm/cost.cpp's shm_link_cost() holds.
 // Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,auto,star,mpi]
 //                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 3]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-mpi]
@@ -346,10 +346,10 @@ int main(int argc, char** argv) {
   for (const Row& r : rows)
     if (r.n == 2 && r.algo == "recursive_doubling") rd2.push_back({double(r.bytes), r.seconds});
   if (auto [alpha, beta] = fit_alpha_beta(rd2); beta > 0)
-    std::printf("alpha-beta fit of recursive doubling at N = 2 (one exchange of S: t = alpha + S*beta): "
-                "alpha = %.2f us, 1/beta = %.2f GB/s; the model auto uses (comm/cost.cpp): alpha = %.2f us, "
-                "1/beta = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta, shm_link_cost().alpha * 1e6,
-                1e-9 / shm_link_cost().beta);
+    std::printf("alpha-beta fit of recursive doubling at N = 2 (one exchange of S, reduced: t = alpha + "
+                "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
+                "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
+                shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {
