@@ -204,7 +204,9 @@ std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, dou
   }
   const double det = sw * swmm - swm * swm;
   if (pts.size() < 2 || det <= 0) return {0, 0};
-  return {(swmm * swt - swm * swmt) / det, (sw * swmt - swm * swt) / det};
+  const double alpha = (swmm * swt - swm * swmt) / det;
+  if (alpha < 0) return {0, swmt / swmm};  // noise pushed it below 0: a line through the origin
+  return {alpha, (sw * swmt - swm * swt) / det};
 }
 
 std::vector<std::string> split(const std::string& list) {
