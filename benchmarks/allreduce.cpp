@@ -1,11 +1,17 @@
-// allreduce.cpp (bench_allreduce): ring vs star (parameter server) all-reduce over the shm
-// transport, N forked processes of one thread each, float32 sizes 4 KiB .. 64 MiB, and,
-// when OpenMPI is there, dplab's mpi backend (MPI_Allreduce) on the same sizes
-// (allreduce_mpi.cpp via mpirun; --mpi-btl tcp sends its bytes through sockets).
-// Per size: time per call (slowest rank), algbw = S / t, busbw = 2(N-1)/N * S / t (the
-// nccl-tests definition: the bytes a ring must move per rank; equal to link speed when the
-// algorithm is bandwidth-optimal). The star's busbw falls as N grows: rank 0 is the wall.
-// Usage: bench_allreduce [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes 67108864]
+// allreduce.cpp (bench_allreduce): dplab's all-reduce algorithms over the shm transport
+// (ring, recursive doubling, halving-doubling, auto, star), N forked processes of one
+// thread each, float32 sizes 4 KiB .. 64 MiB, and, when OpenMPI is there, dplab's mpi
+// backend (MPI_Allreduce) on the same sizes (allreduce_mpi.cpp via mpirun; --mpi-btl tcp
+// sends its bytes through sockets). The auto rows say which algorithm auto ran.
+// Per size: time per call (slowest rank, best of --trials runs of the loop, the same rule
+// for MPI), algbw = S / t, busbw = 2(N-1)/N * S / t (the nccl-tests definition: the bytes
+// a ring must move per rank; equal to link speed when the algorithm is bandwidth-optimal).
+// The star's busbw falls as N grows: rank 0 is the wall. auto/mpi is busbw(auto) /
+// busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
+// Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
+// S·(beta + gamma)), beside the numbers comm/cost.cpp's shm_link_cost() holds.
+// Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,auto,star,mpi]
+//                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 3]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
@@ -26,6 +32,7 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/rendezvous/file_store.h"
+#include "parallel/comm/cost.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;
@@ -35,9 +42,10 @@ namespace {
 
 struct Row {
   int n;
-  std::string algo;  // ring, star, mpi
+  std::string algo;  // ring, recursive_doubling, halving_doubling, auto, star, mpi
   int64_t bytes;
   double seconds;
+  std::string ran;   // what ran: for auto, the algorithm it picked; else algo
 };
 
 int iterations_for(int64_t bytes) {
@@ -47,7 +55,7 @@ int iterations_for(int64_t bytes) {
 // Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
 // into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
 std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::vector<Algorithm>& algos,
-                          double link_gbps) {
+                          double link_gbps, int trials) {
   std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
   std::filesystem::remove(store_path);
   int fds[2];
@@ -70,16 +78,20 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
             t.fill_(1.0);
             pg->all_reduce(t, ReduceOp::Sum, a);  // warm-up: page faults, caches
             const int iters = iterations_for(bytes);
-            pg->barrier();
-            auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
-            double secs =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                iters;
-            Tensor slowest = Tensor::empty({1});
-            slowest.fill_(secs);
-            pg->all_reduce(slowest, ReduceOp::Max, Algorithm::Star);
-            out += fmt::format("{} {} {:.9f}\n", algorithm_name(a), bytes, slowest.item());
+            double best = 1e300;
+            for (int trial = 0; trial < trials; ++trial) {
+              pg->barrier();
+              auto t0 = std::chrono::steady_clock::now();
+              for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
+              Tensor slowest = Tensor::empty({1});
+              slowest.fill_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                            iters);
+              pg->all_reduce(slowest, ReduceOp::Max, Algorithm::Star);
+              best = std::min(best, double(slowest.item()));
+            }
+            std::string ran = pg->all_reduce_algorithm(bytes, a);
+            if (ran.rfind("auto:", 0) == 0) ran = ran.substr(5);
+            out += fmt::format("{} {} {:.9f} {}\n", algorithm_name(a), bytes, best, ran);
           }
         if (r == 0 && ::write(fds[1], out.data(), out.size()) < 0) code = 2;
       } catch (const std::exception& e) {
@@ -105,13 +117,13 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
   std::filesystem::remove(store_path);
   DPLAB_CHECK(ok, "bench: a rank of the N = {} run failed (see stderr)", n);
   std::vector<Row> rows;
-  char algo[16];
+  char algo[32], ran[32];
   long long bytes;
   double secs;
   int used = 0;
-  for (const char* p = text.c_str(); std::sscanf(p, "%15s %lld %lf%n", algo, &bytes, &secs, &used) == 3;
-       p += used)
-    rows.push_back({n, algo, bytes, secs});
+  for (const char* p = text.c_str();
+       std::sscanf(p, "%31s %lld %lf %31s%n", algo, &bytes, &secs, ran, &used) == 4; p += used)
+    rows.push_back({n, algo, bytes, secs, ran});
   return rows;
 }
 
@@ -128,7 +140,7 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
-std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::string& btl) {
+std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::string& btl, int trials) {
   std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
   std::string prog = self + "/allreduce_mpi";
   if (!on_path("mpirun") || access(prog.c_str(), X_OK) != 0) {
@@ -137,13 +149,13 @@ std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::st
     return {};
   }
   std::string cmd = fmt::format("mpirun --allow-run-as-root --oversubscribe --bind-to none -np {} "
-                                "--mca btl self,{} {}", n, btl, prog);
+                                "--mca btl self,{} {} --trials {}", n, btl, prog, trials);
   for (int64_t b : sizes) cmd += fmt::format(" {}", b);
   std::vector<Row> rows;
   if (FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r")) {
     long long bytes;
     double secs;
-    while (std::fscanf(f, "%lld %lf", &bytes, &secs) == 2) rows.push_back({n, "mpi", bytes, secs});
+    while (std::fscanf(f, "%lld %lf", &bytes, &secs) == 2) rows.push_back({n, "mpi", bytes, secs, "mpi"});
     pclose(f);
   }
   return rows;
@@ -175,6 +187,28 @@ std::string human(int64_t bytes) {
   return fmt::format("{} KiB", bytes >> 10);
 }
 
+// Short column titles for the table.
+std::string short_name(const std::string& algo) {
+  if (algo == "recursive_doubling") return "rd";
+  if (algo == "halving_doubling") return "hd";
+  return algo;
+}
+
+// Weighted least squares of t = alpha + beta * S (weights 1/t^2: relative error), as
+// dplab-compare fits its ping-pong.
+std::pair<double, double> fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
+  double sw = 0, swm = 0, swmm = 0, swt = 0, swmt = 0;
+  for (auto [m, t] : pts) {
+    const double w = 1.0 / (t * t);
+    sw += w, swm += w * m, swmm += w * m * m, swt += w * t, swmt += w * m * t;
+  }
+  const double det = sw * swmm - swm * swm;
+  if (pts.size() < 2 || det <= 0) return {0, 0};
+  const double alpha = (swmm * swt - swm * swmt) / det;
+  if (alpha < 0) return {0, swmt / swmm};  // noise pushed it below 0: a line through the origin
+  return {alpha, (sw * swmt - swm * swt) / det};
+}
+
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
   for (std::size_t start = 0; start <= list.size();) {
@@ -189,16 +223,18 @@ std::vector<std::string> split(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> ranks = {2, 4};
-  std::vector<std::string> backends = {"ring", "star", "mpi"};
+  std::vector<int> ranks = {2, 3, 4};
+  std::vector<std::string> backends = {"ring", "recursive_doubling", "halving_doubling", "auto", "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
+  int trials = 3;
   std::string csv, btl = "vader";
-  double link_gbps = 0;  // > 0: ring and star behind emulated links (transport/link_model.h)
+  double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
   std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];
     else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
+    else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--no-mpi") std::erase(backends, "mpi");
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
@@ -208,8 +244,9 @@ int main(int argc, char** argv) {
       ranks.clear();
       for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--backend ring,star,mpi] [--ranks 2,4] [--max-bytes N] "
-                   "[--mpi-btl vader|tcp] [--link-gbps G] [--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,auto,star,mpi] "
+                   "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
+                   "[--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
     }
   }
@@ -220,10 +257,11 @@ int main(int argc, char** argv) {
   }
   std::vector<Algorithm> ours;
   for (const std::string& b : backends) {
-    if (b == "ring") ours.push_back(Algorithm::Ring);
-    else if (b == "star") ours.push_back(Algorithm::Star);
-    else if (b != "mpi") {
-      std::fprintf(stderr, "bench_allreduce: --backend takes ring, star and mpi, got '%s'\n", b.c_str());
+    if (b == "mpi") continue;
+    try {
+      ours.push_back(algorithm_from_name(b));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "bench_allreduce: --backend takes those and mpi: %s\n", e.what());
       return 2;
     }
   }
@@ -236,6 +274,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_allreduce: --link-gbps must be >= 0 (0: none), got %g\n", link_gbps);
     return 2;
   }
+  if (trials < 1) {
+    std::fprintf(stderr, "bench_allreduce: --trials must be >= 1, got %d\n", trials);
+    return 2;
+  }
+  for (int n : ranks)
+    if (n < 1) {
+      std::fprintf(stderr, "bench_allreduce: --ranks takes counts >= 1, got %d\n", n);
+      return 2;
+    }
   std::vector<int64_t> sizes;
   for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
 
@@ -243,11 +290,11 @@ int main(int argc, char** argv) {
   try {
     for (int n : ranks) {
       if (!ours.empty()) {
-        auto mine = run_ours(n, sizes, ours, link_gbps);
+        auto mine = run_ours(n, sizes, ours, link_gbps, trials);
         rows.insert(rows.end(), mine.begin(), mine.end());
       }
       if (mpi) {
-        auto theirs = run_mpi(n, sizes, btl);
+        auto theirs = run_mpi(n, sizes, btl, trials);
         rows.insert(rows.end(), theirs.begin(), theirs.end());
       }
     }
@@ -256,56 +303,64 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::map<std::tuple<int, std::string, int64_t>, double> secs;
-  for (const Row& r : rows) secs[{r.n, r.algo, r.bytes}] = r.seconds;
+  std::map<std::tuple<int, std::string, int64_t>, const Row*> at;
+  for (const Row& r : rows) at[{r.n, r.algo, r.bytes}] = &r;
+  auto find = [&](int n, const std::string& algo, int64_t b) -> const Row* {
+    auto it = at.find({n, algo, b});
+    return it == at.end() || it->second->seconds <= 0 ? nullptr : it->second;
+  };
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
-  std::printf("all-reduce of float32, 1 thread per rank: ring and star over dplab's shm, mpi = "
-              "dplab's mpi backend over OpenMPI's %s (GB/s = 1e9 bytes/s)\n", btl.c_str());
+  std::printf("all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over its shm "
+              "transport, mpi = dplab's mpi backend over OpenMPI's %s; time = slowest rank, best of %d "
+              "(GB/s = 1e9 bytes/s)\n", cpu_cores(), btl.c_str(), trials);
   if (link_gbps > 0)
-    std::printf("ring and star: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
+    std::printf("dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
                 "a bandwidth-optimal ring's busbw approaches it, the star's time is N x the ring's\n",
                 link_gbps, link_gbps / 8);
+  const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
+  const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  for (const std::string& b : backends) std::printf(" | %5s us %9s", b.c_str(), "busbw");
-  const bool ratio = mpi && !ours.empty() && ours.front() == Algorithm::Ring;
-  if (ratio) std::printf(" | %9s", "mpi/ring");
-  const bool both = std::find(ours.begin(), ours.end(), Algorithm::Ring) != ours.end() &&
-                    std::find(ours.begin(), ours.end(), Algorithm::Star) != ours.end();
-  if (both) std::printf(" | %9s", "star/ring");
+  for (const std::string& b : backends) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
+  if (has_auto) std::printf(" | auto ran");
+  if (ratio) std::printf(" | auto/mpi");
   std::printf("\n");
   for (int n : ranks)
     for (int64_t b : sizes) {
       std::printf("%2d %8s", n, human(b).c_str());
       for (const std::string& name : backends) {
-        auto it = secs.find({n, name, b});
-        if (it == secs.end() || it->second <= 0) std::printf(" | %8s %9s", "-", "-");
-        else std::printf(" | %8.1f %9.2f", it->second * 1e6, busbw(n, b, it->second));
+        if (const Row* r = find(n, name, b)) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
+        else std::printf(" | %8s %5s", "-", "-");
       }
-      if (ratio) {
-        auto m = secs.find({n, "mpi", b}), r = secs.find({n, "ring", b});
-        if (m != secs.end() && r != secs.end() && m->second > 0)
-          std::printf(" | %9.2f", r->second / m->second);  // busbw(mpi) / busbw(ring)
-        else
-          std::printf(" | %9s", "-");
+      if (has_auto) {
+        const Row* a = find(n, "auto", b);
+        std::printf(" | %8s", a ? short_name(a->ran).c_str() : "-");
       }
-      if (both) {  // time of the star over time of the ring: the textbook says N (links) or 1
-        auto s = secs.find({n, "star", b}), r = secs.find({n, "ring", b});
-        if (s != secs.end() && r != secs.end() && r->second > 0) std::printf(" | %9.2f", s->second / r->second);
-        else std::printf(" | %9s", "-");
+      if (ratio) {  // busbw(auto) / busbw(mpi) = t(mpi) / t(auto)
+        const Row *a = find(n, "auto", b), *m = find(n, "mpi", b);
+        if (a && m) std::printf(" | %8.2f", m->seconds / a->seconds);
+        else std::printf(" | %8s", "-");
       }
       std::printf("\n");
     }
-  std::printf("busbw = 2(N-1)/N * bytes / time (the slowest rank's); mpi/ring = busbw ratio "
-              "(> 1: MPI faster)\n");
+  std::printf("rd = recursive_doubling, hd = halving_doubling; busbw = 2(N-1)/N * bytes / time; "
+              "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
+  std::vector<std::pair<double, double>> rd2;
+  for (const Row& r : rows)
+    if (r.n == 2 && r.algo == "recursive_doubling") rd2.push_back({double(r.bytes), r.seconds});
+  if (auto [alpha, beta] = fit_alpha_beta(rd2); beta > 0)
+    std::printf("alpha-beta fit of recursive doubling at N = 2 (one exchange of S, reduced: t = alpha + "
+                "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
+                "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
+                shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {
       std::fprintf(stderr, "bench_allreduce: cannot write %s\n", csv.c_str());
       return 1;
     }
-    std::fprintf(f, "ranks,algorithm,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps\n");
+    std::fprintf(f, "ranks,algorithm,ran,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%d,%s,%lld,%.9f,%.4f,%.4f,%g\n", r.n, r.algo.c_str(),
+      std::fprintf(f, "%d,%s,%s,%lld,%.9f,%.4f,%.4f,%g\n", r.n, r.algo.c_str(), r.ran.c_str(),
                    static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
                    busbw(r.n, r.bytes, r.seconds), r.algo == "mpi" ? 0.0 : link_gbps);
     std::fclose(f);

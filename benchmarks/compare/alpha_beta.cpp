@@ -16,6 +16,7 @@
 #include "benchmarks/compare/training.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
+#include "parallel/comm/cost.h"
 #include "parallel/comm/init.h"
 #include "parallel/launch/spawn.h"
 
@@ -92,22 +93,20 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
   return out;
 }
 
-double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes) {
-  if (n <= 1) return 0;
-  const double steps = 2.0 * (n - 1);
-  const double volume = p == Pattern::Ring ? steps / n * bytes : steps * bytes;
-  return steps * ab.alpha + volume * ab.beta;
+double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores) {
+  const parallel::Algorithm algo = p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
+  return parallel::all_reduce_seconds(algo, n, bytes, {.alpha = ab.alpha, .beta = ab.beta, .cores = cores});
 }
 
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,
-                    double bucket_bytes, bool overlap) {
+                    double bucket_bytes, bool overlap, int cores) {
   // Buckets of bucket_bytes, the last (launched last, holding the first layers) the remainder.
   const double full = std::floor(grad_bytes / bucket_bytes);
   double last_bytes = grad_bytes - full * bucket_bytes;
   double full_buckets = full;
   if (last_bytes <= 0) last_bytes = bucket_bytes, full_buckets -= 1;
-  const double last = allreduce_seconds(ab, p, n, last_bytes);
-  const double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes) + last;
+  const double last = allreduce_seconds(ab, p, n, last_bytes, cores);
+  const double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores) + last;
   if (!overlap) return compute_s + comm;
   return std::max(compute_s, comm - last) + last;
 }
@@ -121,9 +120,10 @@ std::vector<ProjectionRow> project(const AlphaBeta& ab, const std::vector<std::p
     for (int n = 1; n <= 1024; n *= 2)
       for (Pattern p : {Pattern::Ring, Pattern::Star})
         for (bool overlap : {false, true}) {
-          const double step = step_seconds(ab, p, n, compute, bytes, bucket_bytes, overlap);
+          // a cluster: every device has its own cores
+          const double step = step_seconds(ab, p, n, compute, bytes, bucket_bytes, overlap, n);
           rows.push_back({name, params, n, p == Pattern::Ring ? "ring" : "star", overlap, compute,
-                          step_seconds(ab, p, n, 0, bytes, bucket_bytes, false), step});
+                          step_seconds(ab, p, n, 0, bytes, bucket_bytes, false, n), step});
         }
   }
   return rows;

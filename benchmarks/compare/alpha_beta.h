@@ -5,6 +5,10 @@
 //   ring  T = 2(N-1)·alpha + 2(N-1)/N · S·beta   (reduce-scatter + all-gather, every rank busy)
 //   star  T = 2(N-1)·alpha + 2(N-1)   · S·beta   (the master receives N-1 copies, then sends
 //                                                  N-1 copies back, one after the other)
+// (parallel/comm/cost.h writes these, for every algorithm, in one place: this calls it) and
+// with more ranks than cores (N > C) the ranks take turns: the ring, whose N ranks all work
+// in every step, takes N/C times as long; the star's leaves sit idle while rank 0 works, so
+// its time stays rank 0's (all_reduce_seconds' two bounds, cost.h);
 // and a DDP step with compute time C and buckets b_1..b_k (b_k the last launched) costs
 //   no overlap   C + sum_i T(b_i)
 //   overlap      max(C, sum_i T(b_i) - T(b_k)) + T(b_k)   (all but the last bucket can hide
@@ -42,11 +46,11 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
                                          const std::vector<std::string>& worker_args);
 
 enum class Pattern { Ring, Star };
-// Seconds of one all-reduce of `bytes` over n ranks.
-double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes);
+// Seconds of one all-reduce of `bytes` over n ranks sharing `cores` CPUs (a cluster: cores = n).
+double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores);
 // Seconds of one DDP step: `compute_s`, gradients of `grad_bytes` in buckets of `bucket_bytes`.
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,
-                    double bucket_bytes, bool overlap);
+                    double bucket_bytes, bool overlap, int cores);
 
 struct ProjectionRow {
   std::string model;

@@ -14,12 +14,21 @@ namespace dplab::parallel {
 // The collective's reduction. Avg is Sum followed by a scale by 1/N (float32 only); the
 // elementwise kernel underneath (Backend::reduce_into) only ever sees Sum, Max or Min.
 enum class ReduceOp { Sum, Avg, Max, Min };
-// The all-reduce pattern of dplab's own engine. Star = parameter server: all to rank 0,
-// rank 0 reduces, sends back. MPI and NCCL pick their own and ignore it.
-enum class Algorithm { Ring, Star };
+// The all-reduce pattern of dplab's own engine (MPI and NCCL pick their own and ignore it):
+//   Ring               reduce-scatter + all-gather around a ring (ring.cpp): bandwidth-optimal
+//   Star               parameter server: all to rank 0, rank 0 reduces, sends back (star.cpp)
+//   RecursiveDoubling  log2 N exchanges of the whole buffer (recursive_doubling.cpp): latency
+//   HalvingDoubling    Rabenseifner: recursive halving + doubling (halving_doubling.cpp): both
+//   Auto               per call, the one the alpha-beta model of cost.h says is fastest for
+//                      this size and N (choose_all_reduce), as MPI picks by message size and
+//                      NCCL picks tree or ring
+enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, Auto };
 
 std::string reduce_op_name(ReduceOp op);
+// "ring", "star", "recursive_doubling", "halving_doubling", "auto"
 std::string algorithm_name(Algorithm a);
+// The inverse of algorithm_name; throws Error listing the names for anything else.
+Algorithm algorithm_from_name(const std::string& name);
 
 // Bytes of one rank in one collective: payload it copied into a peer's slot (sent) or
 // consumed from a slot a peer filled (received).

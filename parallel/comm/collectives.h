@@ -7,6 +7,9 @@
 // p2p.cpp: one block to or from one peer, segment by segment (the size check and the
 //           traffic count live there, once).
 // ring.cpp: all-reduce, reduce-scatter, all-gather, broadcast (a chain).
+// recursive_doubling.cpp: all-reduce in log2 N exchanges (small messages), and the fold
+//           that takes any N to a power of two.
+// halving_doubling.cpp: Rabenseifner's all-reduce, recursive halving + doubling (medium).
 // star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier.
 // What each moves per rank: cost.h.
 // Read next: ring.cpp.
@@ -63,6 +66,9 @@ void recv_segment_of(Ctx& c, int peer, const Block& b, int64_t k, Into into);
 void send_block(Ctx& c, int peer, const Block& b);
 void recv_copy(Ctx& c, int peer, const Block& b);
 void recv_reduce(Ctx& c, int peer, const Block& b);
+// out to peer `to` while in arrives from peer `from` (the same peer in an exchange), segment
+// by segment interleaved; in is reduced into or overwritten.
+void send_recv(Ctx& c, int to, const Block& out, int from, const Block& in, Into into);
 
 // ---- ring.cpp ----
 // blocks[i] is chunk i; all ranks pass the same chunk sizes. After it, rank r holds the
@@ -72,6 +78,16 @@ void ring_reduce_scatter(Ctx& c, std::vector<Block>& blocks, int shift);
 void ring_all_gather(Ctx& c, std::vector<Block>& blocks, int shift);
 void ring_all_reduce(Ctx& c, Block buffer);
 void chain_broadcast(Ctx& c, Block buffer, int root);
+
+// ---- recursive_doubling.cpp, halving_doubling.cpp: log2 N steps, any N ----
+// The largest power of two <= n: the ranks the recursive algorithms run on after the fold.
+int power_of_two_below(int n);
+// Where rank r sits after the fold of the non-power-of-two ranks: its virtual rank in
+// [0, P), or -1 for a rank that handed its buffer over and waits for the result.
+int folded_rank(int r, int n);
+int unfolded_rank(int v, int n);  // the real rank of virtual rank v
+void recursive_doubling_all_reduce(Ctx& c, Block buffer);
+void halving_doubling_all_reduce(Ctx& c, Block buffer);
 
 // ---- star.cpp ----
 void star_all_reduce(Ctx& c, Block buffer);

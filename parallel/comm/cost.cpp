@@ -1,11 +1,26 @@
-// cost.cpp: the per-rank byte formulas of cost.h, derived step by step below.
-// Read next: ring.cpp (the algorithm these count).
+// cost.cpp: the per-rank byte formulas of cost.h, derived step by step below; then the
+// alpha-beta time of each all-reduce, and the choice `auto` makes with it.
+// Read next: ring.cpp (the algorithm these count), recursive_doubling.cpp.
 #include "parallel/comm/cost.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "framework/error.h"
+#include "parallel/comm/collectives.h"
 
 namespace dplab::parallel {
 
 namespace {
 int mod(int a, int n) { return ((a % n) + n) % n; }
+int log2_of(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
 }  // namespace
 
 Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int size) {
@@ -16,6 +31,55 @@ Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int siz
   const int64_t elems = bytes / elem_size;
   auto c = [&](int i) { return chunk_elems(elems, n, mod(i, n)) * elem_size; };
   return {2 * bytes - c(r + 1) - c(r + 2), 2 * bytes - c(r) - c(r + 1)};
+}
+
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size) {
+  if (size == 1 || bytes == 0) return {};
+  const int p = power_of_two_below(size), steps = log2_of(p);
+  const int v = folded_rank(rank, size);
+  if (v < 0) return {bytes, bytes};  // fold: out to the pair; unfold: the result back in
+  const bool paired = rank < 2 * (size - p);  // receives the fold, sends the unfold
+  const int64_t moved = steps * bytes + (paired ? bytes : 0);
+  return {moved, moved};
+}
+
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size) {
+  if (size == 1 || bytes == 0) return {};
+  const int p = power_of_two_below(size), v = folded_rank(rank, size);
+  if (v < 0) return {bytes, bytes};  // as in recursive doubling
+  const int64_t elems = bytes / elem_size;
+  auto range = [&](int lo, int hi) {  // bytes of chunks [lo, hi) of P
+    return (chunk_offset(elems, p, hi) - chunk_offset(elems, p, lo)) * elem_size;
+  };
+  Traffic t;
+  // halving, d = P/2 .. 1: send the half of our shared 2d chunks I give away, receive the
+  // partner's copy of the half I keep
+  for (int d = p / 2; d >= 1; d /= 2) {
+    const int lo = v & ~(2 * d - 1), mid = lo + d;
+    const bool keep_lower = (v & d) == 0;
+    t.sent += keep_lower ? range(mid, lo + 2 * d) : range(lo, mid);
+    t.received += keep_lower ? range(lo, mid) : range(mid, lo + 2 * d);
+  }
+  // doubling, d = 1 .. P/2: my d chunks out, the partner's d chunks in
+  for (int d = 1; d < p; d *= 2) {
+    const int mine = v & ~(d - 1), theirs = (v ^ d) & ~(d - 1);
+    t.sent += range(mine, mine + d);
+    t.received += range(theirs, theirs + d);
+  }
+  if (rank < 2 * (size - p)) t.sent += bytes, t.received += bytes;  // fold in, unfold out
+  return t;
+}
+
+Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size) {
+  switch (algo) {
+    case Algorithm::Ring: return ring_all_reduce_cost(bytes, elem_size, rank, size);
+    case Algorithm::Star: return star_all_reduce_cost(bytes, rank, size);
+    case Algorithm::RecursiveDoubling: return recursive_doubling_cost(bytes, rank, size);
+    case Algorithm::HalvingDoubling: return halving_doubling_cost(bytes, elem_size, rank, size);
+    case Algorithm::Auto: break;
+  }
+  DPLAB_FAIL("all_reduce_cost: expected a concrete algorithm, got {} (resolve auto with "
+             "choose_all_reduce first)", algorithm_name(algo));
 }
 
 Traffic ring_all_gather_cost(int64_t block_bytes, int size) {
@@ -44,5 +108,80 @@ Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root) {
 
 Traffic send_cost(int64_t bytes) { return {bytes, 0}; }
 Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
+
+// ---- time ----
+
+LinkCost shm_link_cost() { return {.alpha = 2e-6, .beta = 1.0 / 8e9, .gamma = 1.0 / 8e9, .cores = cpu_cores()}; }
+
+int cpu_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+namespace {
+
+// One rank's part of an all-reduce: its steps, the bytes of the larger direction of each (a
+// step that sends m and receives m costs alpha + m·beta: both directions at once), and the
+// bytes it adds into its buffer.
+struct RankWork {
+  double steps = 0, bytes = 0, reduced = 0;
+  double seconds(const LinkCost& l) const { return steps * l.alpha + bytes * l.beta + reduced * l.gamma; }
+};
+
+// Every rank's work, from the step structure of each algorithm (the files say the same).
+std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
+  std::vector<RankWork> w(n);
+  const int p = power_of_two_below(n), k = log2_of(p);
+  for (int r = 0; r < n; ++r) {
+    switch (algo) {
+      case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N; N-1 of them reduce
+        w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s};
+        break;
+      case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
+        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s} : RankWork{2, 2 * s, 0};
+        break;
+      case Algorithm::RecursiveDoubling:
+      case Algorithm::HalvingDoubling: {
+        const bool rd = algo == Algorithm::RecursiveDoubling;
+        // the core on P ranks: log2 P whole buffers, or 2 log2 P halving/doubling steps
+        RankWork core = rd ? RankWork{double(k), k * s, k * s}
+                           : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
+        const int v = folded_rank(r, n);
+        if (v < 0) w[r] = {2, 2 * s, 0};  // folded away: S out, the result S in
+        else if (r < 2 * (n - p)) w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
+        else w[r] = core;
+        break;
+      }
+      case Algorithm::Auto:
+        DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double busiest = 0, all = 0;
+  for (const RankWork& w : work_of(algo, n, bytes)) {
+    busiest = std::max(busiest, w.seconds(link));
+    all += w.seconds(link);
+  }
+  // with more ranks than cores, the cores must do everyone's work: at best all / cores
+  return std::max(busiest, all / std::max(1, link.cores));
+}
+
+Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link) {
+  Algorithm best = Algorithm::Ring;
+  double best_s = all_reduce_seconds(best, n, bytes, link);
+  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
+    const double t = all_reduce_seconds(a, n, bytes, link);
+    if (t < best_s) best = a, best_s = t;
+  }
+  return best;
+}
 
 }  // namespace dplab::parallel

@@ -14,6 +14,15 @@ namespace dplab::parallel {
 
 // Ring reduce-scatter + all-gather over N chunks: 2(N-1)/N * S per rank when N divides S.
 Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int size);
+// Recursive doubling over P = 2^floor(log2 N) ranks: log2(P)·S each way per rank; with
+// E = N - P extra ranks folded in, ranks 2i < 2E move S each way and ranks 2i+1 < 2E
+// (log2(P) + 1)·S (recursive_doubling.cpp).
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size);
+// Rabenseifner: 2(P-1)/P·S each way per rank when P divides S (the exact sum of the halves
+// it sends, for any S); the fold adds S each way for the 2E paired ranks, as above.
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size);
+// What `algo` moves (Ring, Star, RecursiveDoubling, HalvingDoubling; not Auto).
+Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size);
 // Ring all-gather or reduce-scatter of N blocks of S bytes: N-1 blocks out and N-1 in.
 Traffic ring_all_gather_cost(int64_t block_bytes, int size);
 // Chain root -> root+1 -> ...: all but the last send S, all but the root receive S.
@@ -27,5 +36,42 @@ Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root);
 // One message of S bytes.
 Traffic send_cost(int64_t bytes);
 Traffic recv_cost(int64_t bytes);
+
+// ---- time: the alpha-beta(-gamma) model, and the choice `auto` makes with it ----
+// A step in which a rank sends m bytes to a peer and takes m in costs alpha + m·beta: alpha
+// the latency of one hand-off (the flag, the wake-up), beta the seconds per byte of moving
+// it (the copy into a slot and out of it); adding r received bytes into the buffer costs
+// r·gamma more (Thakur, Rabenseifner and Gropp's gamma: the reduction's arithmetic and
+// memory traffic). `cores` is how many ranks can run at once; with more ranks than cores
+// they take turns (below).
+struct LinkCost {
+  double alpha = 0;  // seconds per step
+  double beta = 0;   // seconds per byte sent
+  double gamma = 0;  // seconds per byte reduced
+  int cores = 1;     // CPUs the ranks share (cpu_cores(): this process's affinity mask)
+};
+// dplab's shm transport on the 2-core machines of this project: about 2 us per hand-off,
+// 8 GB/s to move and 8 GB/s to reduce (bench_allreduce fits alpha and beta + gamma from its
+// recursive-doubling rows at N = 2). Only their ratios decide the choice, and only near the
+// crossover sizes.
+LinkCost shm_link_cost();
+// The CPUs this process may run on (sched_getaffinity), at least 1.
+int cpu_cores();
+
+// Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto). Two bounds, the
+// larger wins:
+//   the critical path: the busiest rank's steps·alpha + bytes·beta + reduced·gamma, as if
+//     every rank had a core of its own (ring 2(N-1)·alpha + 2(N-1)/N·S·beta + (N-1)/N·S·gamma;
+//     recursive doubling log2(P)·(alpha + S·beta + S·gamma); halving-doubling
+//     2·log2(P)·alpha + 2(P-1)/P·S·beta + (P-1)/P·S·gamma; the fold adds 2·alpha + 2·S·beta
+//     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0);
+//   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
+//     time-share, so an algorithm in which every rank is busy every step (the ring) slows
+//     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
+//     leaves its cores to the others.
+double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link);
+// The fastest of ring, recursive doubling and halving-doubling by all_reduce_seconds (ties:
+// the first in that order). The star is never chosen: it is the parameter-server example.
+Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link);
 
 }  // namespace dplab::parallel

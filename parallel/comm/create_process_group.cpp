@@ -7,6 +7,7 @@
 #include "parallel/comm/process_group.h"
 
 #include "framework/error.h"
+#include "parallel/comm/cost.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "parallel/engines/collective_engine.h"
@@ -21,7 +22,8 @@ bool is_engine_backend(const std::string& backend) {
   return backend == "mpi" || backend == "nccl";
 }
 bool is_known_backend(const std::string& backend) {
-  return backend == "ring" || backend == "star" || is_engine_backend(backend);
+  return is_engine_backend(backend) || backend == "ring" || backend == "star" ||
+         backend == "recursive_doubling" || backend == "halving_doubling" || backend == "auto";
 }
 
 namespace {
@@ -75,7 +77,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
   DPLAB_CHECK(is_known_backend(opts.backend), "create_process_group: backend must be \"ring\", "
-              "\"star\", \"mpi\" or \"nccl\", got \"{}\"", opts.backend);
+              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"auto\", \"mpi\" or "
+              "\"nccl\", got \"{}\"", opts.backend);
   DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
               "emulated link), got {}", opts.link_gbps);
   DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
@@ -103,10 +106,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   }
   store->set_timeout(saved);
   if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
-  const Algorithm algorithm = opts.backend == "star" ? Algorithm::Star : Algorithm::Ring;
+  // what auto weighs: the shm transport's hand-off and copy costs, or the emulated link's
+  // bandwidth where that is slower
+  LinkCost link = shm_link_cost();
+  if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   return std::make_shared<ProcessGroup>(make_dplab_engine(
-      std::move(transport), algorithm,
-      cuda_ipc_factory(store, prefix, rank, world_size, threads, opts)));
+      std::move(transport), algorithm_from_name(opts.backend),
+      cuda_ipc_factory(store, prefix, rank, world_size, threads, opts), link));
 }
 
 }  // namespace dplab::parallel

@@ -2,6 +2,8 @@
 // A block of elements moves in segments of at most one transport slot (segment_bytes():
 // 128 KiB on shm and thread, 4 MiB on cuda_ipc); the receiver checks each segment's size,
 // so ranks that pass tensors of different sizes get an error, not garbage, and counts it.
+// send_recv streams one block out while another streams in, segment by segment interleaved:
+// the step of the ring and of the recursive algorithms.
 // Cost: a block of S bytes is S sent by one rank and S received by the other (cost.h).
 // Read next: ring.cpp.
 #include <algorithm>
@@ -38,6 +40,17 @@ void recv_segment_of(Ctx& c, int peer, const Block& b, int64_t k, Into into) {
     else c.copy(dst, data, bytes);
     c.traffic.received += static_cast<int64_t>(bytes);
   });
+}
+
+void send_recv(Ctx& c, int to, const Block& out, int from, const Block& in, Into into) {
+  const int64_t out_segs = segment_count(c, out), in_segs = segment_count(c, in);
+  for (int64_t k = 0; k < std::max(out_segs, in_segs); ++k) {
+    // segment k out first: when out and in overlap (an exchange in place), it leaves before
+    // the peer's segment k lands on it; and two ranks that send to each other never wait
+    // on each other, since a link holds kSlots segments
+    if (k < out_segs) send_segment_of(c, to, out, k);
+    if (k < in_segs) recv_segment_of(c, from, in, k, into);
+  }
 }
 
 void send_block(Ctx& c, int peer, const Block& b) {

@@ -30,7 +30,24 @@ std::string reduce_op_name(ReduceOp op) {
   }
   return "?";
 }
-std::string algorithm_name(Algorithm a) { return a == Algorithm::Ring ? "ring" : "star"; }
+std::string algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Star: return "star";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::HalvingDoubling: return "halving_doubling";
+    case Algorithm::Auto: return "auto";
+  }
+  return "?";
+}
+
+Algorithm algorithm_from_name(const std::string& name) {
+  for (Algorithm a : {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling,
+                      Algorithm::HalvingDoubling, Algorithm::Auto})
+    if (algorithm_name(a) == name) return a;
+  DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling "
+             "or auto, got \"{}\"", name);
+}
 
 namespace {
 
@@ -176,6 +193,9 @@ ProcessGroup::~ProcessGroup() {
 }
 
 const std::string& ProcessGroup::backend() const { return engine_->name(); }
+std::string ProcessGroup::all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo) const {
+  return engine_->pattern(algo, bytes);
+}
 const std::string& ProcessGroup::transport_name() const { return engine_->transport_name(); }
 std::string ProcessGroup::transport_name(Device d) const { return engine_->transport_name(d); }
 
@@ -202,7 +222,8 @@ void ProcessGroup::run(const char* name, const std::string& context, Traffic mod
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) {
   check_op(op, t, "all_reduce");
   // the model: what MPI and NCCL do for large messages, the ring
-  run("all_reduce", fmt::format("all_reduce({}, {})", engine_->pattern(algo), reduce_op_name(op)),
+  run("all_reduce", fmt::format("all_reduce({}, {})", engine_->pattern(algo, t.nbytes()),
+                                reduce_op_name(op)),
       ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_),
       [&] { engine_->all_reduce(t, op, algo); });
 }

@@ -21,8 +21,11 @@
 namespace dplab::parallel {
 
 struct ProcessGroupOptions {
-  // "ring" (all_reduce uses Algorithm::Ring) or "star" (uses Star) over shm on one node;
-  // "mpi" or "nccl": an existing engine, any number of nodes (it picks its own algorithms)
+  // dplab's engine over shm on one node, named by the all_reduce algorithm it uses unless a
+  // call names another: "ring", "star", "recursive_doubling", "halving_doubling", or "auto"
+  // (per call, the fastest by cost.h's model for the size; the other collectives are the
+  // same on all five); "mpi" or "nccl": an existing engine, any number of nodes (it picks
+  // its own algorithms)
   std::string backend = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
@@ -63,7 +66,11 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const std::string& backend() const;  // "ring", "star", "mpi", "nccl"
+  const std::string& backend() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
+  // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
+  // "recursive_doubling", "halving_doubling"; "auto:<the one picked>" for auto; the engine's
+  // name on mpi and nccl.
+  std::string all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo = {}) const;
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
   // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)";
@@ -71,7 +78,8 @@ class ProcessGroup {
   std::string transport_name(Device d) const;
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's
-  // (ring or star; the mpi and nccl backends pick their own).
+  // (ring, star, recursive doubling, halving-doubling or auto; the mpi and nccl backends
+  // pick their own). On one rank it returns at once: there is nothing to reduce.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
   // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).
   void broadcast(Tensor& t, int root = 0);
@@ -116,7 +124,7 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Backend "ring" or "star": dplab's engine over the thread transport when store is a
+// Backend "ring", "star", "recursive_doubling", "halving_doubling" or "auto": dplab's engine over the thread transport when store is a
 // HashStore (ranks are threads of one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
@@ -126,7 +134,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The backends create_process_group knows: "ring", "star", "mpi", "nccl".
+// The backends create_process_group knows: the five above, "mpi", "nccl".
 bool is_known_backend(const std::string& backend);
 bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
 

@@ -16,7 +16,8 @@
  * r+2 (in all-gather): 2S - |c(r+1)| - |c(r+2)| elements, which is 2(N-1)/N * S when N
  * divides S. It receives 2S - |c(r)| - |c(r+1)|. No rank moves more than any other.
  * (The formulas, in one place: cost.cpp.)
- * Read next: star.cpp, the same collective as a parameter server.
+ * Read next: recursive_doubling.cpp and halving_doubling.cpp (fewer steps), star.cpp (the
+ * same collective as a parameter server).
  */
 #include <algorithm>
 
@@ -39,18 +40,11 @@ namespace {
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // One ring step: stream `out` to the right while `in` streams in from the left, segment by
-// segment, interleaved so neither side waits for a whole chunk. reduce: add into `in`
-// (reduce-scatter) instead of overwriting it (all-gather).
+// segment, interleaved so neither side waits for a whole chunk (p2p.cpp's send_recv).
+// reduce: add into `in` (reduce-scatter) instead of overwriting it (all-gather).
 void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
   const int n = c.tr.size(), r = c.tr.rank();
-  const int right = mod(r + 1, n), left = mod(r - 1, n);
-  const int64_t out_segs = segment_count(c, out), in_segs = segment_count(c, in);
-  for (int64_t k = 0; k < std::max(out_segs, in_segs); ++k) {
-    // copy segment k of my outgoing chunk into a slot of the link to the right
-    if (k < out_segs) send_segment_of(c, right, out, k);
-    // wait for segment k from the left, then reduce (or copy) it out of the slot
-    if (k < in_segs) recv_segment_of(c, left, in, k, reduce ? Into::Reduce : Into::Copy);
-  }
+  send_recv(c, mod(r + 1, n), out, mod(r - 1, n), in, reduce ? Into::Reduce : Into::Copy);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> pg,
                  int64_t bucket_cap_bytes, bool find_unused_parameters, bool gradient_as_bucket_view, CommHook hook)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), cap_bytes_(bucket_cap_bytes),
-      find_unused_(find_unused_parameters), grad_as_view_(gradient_as_bucket_view), hook_(std::move(hook)) {
+      find_unused_(find_unused_parameters), grad_as_view_(gradient_as_bucket_view), hook_(std::move(hook)),
+      solo_(pg_->size() == 1 && !grad_as_view_ && !find_unused_) {
   // First guess, reverse registration order: the order in which backward usually finishes.
   std::vector<size_t> order;
   for (size_t p = params_.size(); p-- > 0;) order.push_back(p);
@@ -137,6 +138,10 @@ void Reducer::mark_unused(size_t p) {
 
 void Reducer::mark_ready(size_t p) {
   if (!require_sync_) return;  // inside no_sync(): gradients just accumulate in .grad
+  // One rank: its gradients are already the average over all ranks; copying them into a
+  // bucket, handing the bucket to a communication hook and copying it back would cost
+  // time (measured: tutorials/16_ps_vs_ring.md) and change nothing.
+  if (solo_) return;
   if (!backward_active_) {
     backward_active_ = true;
     queue_backward_callback([this] { finalize(); });

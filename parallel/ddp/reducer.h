@@ -21,6 +21,9 @@
 //     zero_grad(/*set_to_none=*/false) zeroes it in place and backward adds into it, so no
 //     gradient is ever allocated or copied.
 // Cost per step: one all-reduce per bucket; a ring moves 2(N-1)/N of the bucket's bytes.
+// On one rank (world size 1) the reducer stands aside: .grad already holds the average, so
+// no gradient is copied into a bucket, no hook is called and nothing waits (unless
+// gradient_as_bucket_view or find_unused_parameters asks for the buckets' layout).
 // Read next: distributed_data_parallel.h.
 #pragma once
 #include <functional>
@@ -107,6 +110,7 @@ class Reducer {
   bool require_sync_ = true;
   bool backward_active_ = false;      // a finalize callback is queued for this backward
   int64_t reductions_launched_ = 0;
+  bool solo_ = false;                 // world size 1: hooks return at once (reducer.h)
   std::shared_ptr<Reducer*> self_ = std::make_shared<Reducer*>(this);  // what the hooks hold
 };
 

@@ -1,7 +1,8 @@
 // collective_engine.h: the seam under ProcessGroup. A ProcessGroup checks arguments, queues
 // async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
 // collective, which moves the bytes. Three engines sit behind it:
-//   dplab (dplab_engine.cpp): dplab's own ring and star (comm/ring.cpp, comm/star.cpp) over
+//   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling and halving-doubling
+//     (comm/ring.cpp, comm/star.cpp, comm/recursive_doubling.cpp, comm/halving_doubling.cpp) over
 //     a transport (thread, shm; cuda_ipc for CUDA tensors, or host staging without it);
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs.
@@ -35,9 +36,11 @@ class CollectiveEngine {
   // device, how CPU tensors do.
   virtual const std::string& transport_name() const { return name(); }
   virtual std::string transport_name(Device) const { return name(); }
-  // What runs an all_reduce asked for with `a` (none: the group's default): "ring" or "star"
-  // on dplab's engine; MPI and NCCL pick their own algorithm and ignore `a`.
-  virtual std::string pattern(std::optional<Algorithm>) const { return name(); }
+  // What runs an all_reduce of `bytes` asked for with `a` (none: the group's default):
+  // "ring", "star", "recursive_doubling", "halving_doubling" on dplab's engine, where auto
+  // reads "auto:<the algorithm it picks for this size>"; MPI and NCCL pick their own
+  // algorithm and ignore `a`.
+  virtual std::string pattern(std::optional<Algorithm>, int64_t /*bytes*/) const { return name(); }
 
   // Called once before each collective with its name for error messages and watchdogs
   // ("all_reduce(ring, sum)").
@@ -98,10 +101,13 @@ class Transport;
 // transport for logical device cuda:k; later CUDA tensors must be on the same cuda:k.
 // Without a factory CUDA tensors are staged through host memory.
 using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
-// dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default pattern.
+// dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default pattern;
+// `link` is what Algorithm::Auto weighs its choice with (comm/cost.h).
+struct LinkCost;
 std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
                                                     Algorithm algorithm,
-                                                    CudaTransportFactory make_cuda);
+                                                    CudaTransportFactory make_cuda,
+                                                    const LinkCost& link);
 // mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp stand-ins, which throw an Error
 // naming the build option when dplab was built without that engine, and when rank /
 // world_size disagree with the engine's. `prefix` names this group's keys in the store

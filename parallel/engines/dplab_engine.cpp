@@ -1,8 +1,11 @@
 // dplab_engine.cpp: dplab's own CollectiveEngine, the one to read. Tensors in, algorithms
 // out: it picks the transport by the tensors' device (the CPU one for CPU tensors, cuda_ipc
 // for CUDA tensors, made at the first CUDA call; CUDA tensors go through host memory only
-// when there is no cuda_ipc), turns tensors into Blocks, and runs ring.cpp's or star.cpp's
-// algorithm over them, counting the bytes it moves (comm_stats() shows these, measured).
+// when there is no cuda_ipc), turns tensors into Blocks, and runs ring.cpp's, star.cpp's,
+// recursive_doubling.cpp's or halving_doubling.cpp's algorithm over them (auto: the one
+// cost.h's model picks for the tensor's size), counting the bytes it moves (comm_stats()
+// shows these, measured). An all-reduce on one rank does nothing at all (not even Avg's
+// scale by 1/1).
 // A collective that throws marks the transports failed, so peers stop waiting and name
 // this rank; so does a group destroyed while an exception unwinds the stack.
 // Read next: comm/ring.cpp, comm/star.cpp; transport/transport.h.
@@ -11,6 +14,7 @@
 #include "framework/backend/backend.h"
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"
+#include "parallel/comm/cost.h"
 
 namespace dplab::parallel {
 
@@ -51,8 +55,8 @@ void scale_for_avg(const Tensor& t, ReduceOp op, int n) {
 class DplabEngine final : public CollectiveEngine {
  public:
   DplabEngine(std::unique_ptr<Transport> transport, Algorithm algorithm,
-              CudaTransportFactory make_cuda)
-      : transport_(std::move(transport)), algorithm_(algorithm),
+              CudaTransportFactory make_cuda, const LinkCost& link)
+      : transport_(std::move(transport)), algorithm_(algorithm), link_(link),
         make_cuda_(std::move(make_cuda)), cuda_in_place_(make_cuda_ != nullptr),
         name_(algorithm_name(algorithm)) {
     DPLAB_CHECK(transport_ != nullptr, "dplab engine: no transport");
@@ -67,8 +71,10 @@ class DplabEngine final : public CollectiveEngine {
     if (cuda_in_place_) return "cuda_ipc";  // made, or to be made at the first CUDA call
     return transport_->name() + " (staged through host memory)";
   }
-  std::string pattern(std::optional<Algorithm> a) const override {
-    return algorithm_name(a.value_or(algorithm_));
+  std::string pattern(std::optional<Algorithm> a, int64_t bytes) const override {
+    const Algorithm asked = a.value_or(algorithm_);
+    if (asked != Algorithm::Auto) return algorithm_name(asked);
+    return "auto:" + algorithm_name(resolve(asked, bytes));
   }
   void set_context(const std::string& collective) override {
     context_ = collective;
@@ -77,11 +83,17 @@ class DplabEngine final : public CollectiveEngine {
   std::optional<Traffic> measured_traffic() const override { return traffic_; }
 
   void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) override {
-    const Algorithm a = algo.value_or(algorithm_);
+    if (size() == 1) return;  // the sum, max, min or mean of one tensor is that tensor
+    const Algorithm a = resolve(algo.value_or(algorithm_), t.nbytes());
     Tensor host = stage(t);
     run(host.dtype(), op, where(host), [&](Ctx& c) {
-      if (a == Algorithm::Ring) ring_all_reduce(c, block_of(host));
-      else star_all_reduce(c, block_of(host));
+      switch (a) {
+        case Algorithm::Ring: ring_all_reduce(c, block_of(host)); break;
+        case Algorithm::Star: star_all_reduce(c, block_of(host)); break;
+        case Algorithm::RecursiveDoubling: recursive_doubling_all_reduce(c, block_of(host)); break;
+        case Algorithm::HalvingDoubling: halving_doubling_all_reduce(c, block_of(host)); break;
+        case Algorithm::Auto: DPLAB_FAIL("all_reduce: auto was not resolved");
+      }
     });
     scale_for_avg(host, op, size());
     write_back(t, host);
@@ -214,6 +226,12 @@ class DplabEngine final : public CollectiveEngine {
   }
 
  private:
+  // Auto becomes the algorithm the model of cost.h says is fastest for this size; every rank
+  // computes the same choice from the same numbers (sizes, N, link), so they agree.
+  Algorithm resolve(Algorithm a, int64_t bytes) const {
+    return a == Algorithm::Auto ? choose_all_reduce(size(), double(bytes), link_) : a;
+  }
+
   // The tensor a collective works on. CPU tensors, and CUDA tensors when the group moves
   // them with cuda_ipc, are used in place (every tensor is contiguous: tensor.h); a CUDA
   // tensor without cuda_ipc goes through a host copy.
@@ -265,6 +283,7 @@ class DplabEngine final : public CollectiveEngine {
 
   std::unique_ptr<Transport> transport_;       // CPU tensors (and staged CUDA tensors)
   Algorithm algorithm_;                         // all_reduce's pattern unless the call names one
+  LinkCost link_;                               // what Auto weighs (cost.h)
   CudaTransportFactory make_cuda_;              // set by create_process_group with CUDA
   bool cuda_in_place_ = false;                  // a factory was given: CUDA tensors stay put
   std::unique_ptr<Transport> cuda_transport_;   // made by make_cuda_ at the first CUDA call
@@ -278,8 +297,10 @@ class DplabEngine final : public CollectiveEngine {
 
 std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
                                                     Algorithm algorithm,
-                                                    CudaTransportFactory make_cuda) {
-  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda));
+                                                    CudaTransportFactory make_cuda,
+                                                    const LinkCost& link) {
+  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda),
+                                       link);
 }
 
 }  // namespace dplab::parallel

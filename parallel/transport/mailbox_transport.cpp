@@ -1,7 +1,7 @@
 // mailbox_transport.cpp: slots, counters and waits. The only code here that touches other
 // ranks' memory; no arithmetic, only memcpy and atomics.
 // Cost per segment: one memcpy by the sender, one read (reduce or copy) by the receiver,
-// one FUTEX_WAKE syscall per counter bump (cheap when nobody sleeps).
+// and a FUTEX_WAKE system call only when the other side has gone to sleep.
 // Read next: shm_transport.cpp.
 #include "parallel/transport/mailbox_transport.h"
 
@@ -10,8 +10,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -23,7 +27,6 @@ namespace dplab::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kSpins = 2000;                         // ~10-50 us of polling before sleeping
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 constexpr auto kPidCheckEvery = std::chrono::milliseconds(50);
 
@@ -45,6 +48,23 @@ inline void cpu_relax() {
 
 }  // namespace
 
+WaitPolicy wait_policy(int ranks) {
+  static const std::optional<WaitPolicy> from_env = []() -> std::optional<WaitPolicy> {
+    const char* env = std::getenv("DPLAB_WAIT");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    int spin_us = -1, yield_us = -1;
+    DPLAB_CHECK(std::sscanf(env, "%d,%d", &spin_us, &yield_us) == 2 && spin_us >= 0 && yield_us >= 0,
+                "DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers >= 0, e.g. 50,0), got \"{}\"",
+                env);
+    return WaitPolicy{spin_us, yield_us};
+  }();
+  if (from_env) return *from_env;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+  return ranks <= cores ? WaitPolicy{.spin_us = 10, .yield_us = 200} : WaitPolicy{.spin_us = 2, .yield_us = 200};
+}
+
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.
 bool pid_alive(int32_t pid) {
   char state = process_state(pid);
@@ -61,7 +81,7 @@ MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, in
                                    int size, Seconds timeout, std::string name,
                                    std::size_t slot_bytes)
     : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout),
-      name_(std::move(name)), slot_bytes_(slot_bytes) {
+      name_(std::move(name)), slot_bytes_(slot_bytes), policy_(wait_policy(size)) {
   auto* base = static_cast<std::byte*>(memory);
   std::size_t n = static_cast<std::size_t>(size);
   statuses_ = reinterpret_cast<RankStatus*>(base);
@@ -115,12 +135,42 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
   return echo ? echo : gone;
 }
 
+// Why these phases (bench_allreduce at 4 KiB on 2 cores shared with other programs; the
+// table is in tutorials/16_ps_vs_ring.md, "Waiting"): with a core per rank the peer's write
+// comes within microseconds and a spin catches it; with more ranks than cores a long spin
+// burns the slice the peer needs, and yielding hands it over at once (4 ranks: 63-97 us per
+// all-reduce against 98-115 us sleeping at once). But a yield can also give the core to
+// another program's busy process for a whole slice (under heavy load some runs took
+// milliseconds per all-reduce): a yield that took longer than kLongYield turns yielding off
+// for kNoYieldFor, and the wait sleeps on the futex instead.
+constexpr auto kLongYield = std::chrono::microseconds(100);
+constexpr auto kNoYieldFor = std::chrono::milliseconds(100);
+
 template <typename Ready>
-void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int peer,
-                                const char* waiting_for) {
-  for (int i = 0; i < kSpins; ++i) {
-    if (ready()) return;
-    cpu_relax();
+void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping,
+                                Ready ready, int peer, const char* waiting_for) {
+  if (ready()) return;
+  if (policy_.spin_us > 0) {
+    const auto until = Clock::now() + std::chrono::microseconds(policy_.spin_us);
+    do {
+      for (int i = 0; i < 32; ++i) {  // ~0.3-1.5 us of polls between looks at the clock
+        if (ready()) return;
+        cpu_relax();
+      }
+    } while (Clock::now() < until);
+  }
+  if (policy_.yield_us > 0 && Clock::now() >= no_yield_until_) {
+    const auto until = Clock::now() + std::chrono::microseconds(policy_.yield_us);
+    for (auto now = Clock::now(); now < until;) {
+      if (ready()) return;
+      sched_yield();
+      const auto back = Clock::now();
+      if (back - now > kLongYield) {  // someone else had the core: stop yielding for a while
+        no_yield_until_ = back + kNoYieldFor;
+        break;
+      }
+      now = back;
+    }
   }
   // filed while we sleep, so a rank that times out can follow who waits on whom
   struct Waiting {
@@ -150,7 +200,13 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, Ready ready, int pe
                                   "rank {}; {}", rank_, context_, collectives_, timeout_.count(),
                                   waiting_for, peer, hang_report(peer)));
     }
-    futex_wait(&word, seen);
+    // Raise the flag, then look once more: the peer bumps the counter, then reads the flag
+    // (both seq_cst), so either it sees the flag and wakes us, or we see its bump here.
+    // (futex_wait itself also returns at once if the counter moved from `seen`.)
+    sleeping.store(1, std::memory_order_seq_cst);
+    seen = word.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait(&word, seen);
+    sleeping.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -189,12 +245,13 @@ void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) 
   LinkHeader& l = link(rank_, peer);
   uint32_t w = l.written.load(std::memory_order_relaxed);  // only this rank writes it
   // wait until the receiver has freed the slot we are about to fill
-  wait_for(l.consumed, [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; },
-           peer, "a free slot towards");
+  wait_for(l.consumed, l.sender_sleeping,
+           [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; }, peer,
+           "a free slot towards");
   slot_fill(peer, w, src, len);
   l.lens[w % kSlots] = static_cast<uint32_t>(len);
-  l.written.store(w + 1, std::memory_order_release);  // publishes the bytes and the length
-  futex_wake(&l.written);
+  l.written.store(w + 1, std::memory_order_seq_cst);  // publishes the bytes and the length
+  if (l.receiver_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.written);
 }
 
 void MailboxTransport::recv_segment(
@@ -205,12 +262,12 @@ void MailboxTransport::recv_segment(
   LinkHeader& l = link(peer, rank_);
   uint32_t c = l.consumed.load(std::memory_order_relaxed);  // only this rank writes it
   // wait for the write from the peer
-  wait_for(l.written, [&] { return l.written.load(std::memory_order_acquire) != c; }, peer,
-           "data from");
+  wait_for(l.written, l.receiver_sleeping,
+           [&] { return l.written.load(std::memory_order_acquire) != c; }, peer, "data from");
   use(slot_view(peer, c), l.lens[c % kSlots]);
   slot_read_done();  // e.g. a GPU reduce of the slot has finished: it may be overwritten
-  l.consumed.store(c + 1, std::memory_order_release);  // the slot may be refilled now
-  futex_wake(&l.consumed);
+  l.consumed.store(c + 1, std::memory_order_seq_cst);  // the slot may be refilled now
+  if (l.sender_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.consumed);
 }
 
 void MailboxTransport::mark_left() {

@@ -3,10 +3,13 @@
 // threads). The block holds, for each rank, a status (pid, failed flag, reason) and, for
 // each ordered pair s -> r, a link: kSlots slots of kSegmentBytes plus two counters,
 // `written` (bumped by s) and `consumed` (bumped by r). A slot is free while
-// written - consumed < kSlots. Waits spin briefly, then sleep in futex(FUTEX_WAIT) on the
-// counter (not the _PRIVATE variant, so a write in another process wakes us), waking every
-// few ms to check the deadline, the peers' failed flags, and whether the awaited peer
-// still lives (pid) and has not left the group: nothing more can come from it then.
+// written - consumed < kSlots. A wait has three phases (WaitPolicy, below): it spins
+// briefly, then yields its core (sched_yield) for a while, then sleeps in
+// futex(FUTEX_WAIT) on the counter (not the _PRIVATE variant, so a write in another
+// process wakes us), waking every few ms to check the deadline, the peers' failed flags,
+// and whether the awaited peer still lives (pid) and has not left the group: nothing more
+// can come from it then. A sleeper raises the link's `sleeping` flag first, so a bump
+// makes the FUTEX_WAKE system call only when someone sleeps.
 // Each rank also files its progress (collectives started, the current one's name, the peer
 // it waits on), so a rank whose wait times out can name the rank that stopped
 // (hang_report.h) instead of the neighbour it happened to wait on.
@@ -42,9 +45,32 @@ struct alignas(64) RankStatus {
 
 struct alignas(64) LinkHeader {
   alignas(64) std::atomic<uint32_t> written;   // segments the sender has filled
+  std::atomic<uint32_t> receiver_sleeping;     // 1 while the receiver sleeps on `written`
   alignas(64) std::atomic<uint32_t> consumed;  // segments the receiver has freed
+  std::atomic<uint32_t> sender_sleeping;       // 1 while the sender sleeps on `consumed`
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
 };
+
+// How a wait spends its time before it sleeps (the measurements behind the defaults:
+// tutorials/16_ps_vs_ring.md, "Waiting"):
+//   spin_us: poll the counter (with a pause): a hand-off between two running ranks costs
+//         well under a microsecond. 10 us while every rank has a core, 2 us when ranks
+//         outnumber the cores: then the rank we wait for may need the very core we spin on
+//         (and other programs' processes can put two ranks on one core even when N <= cores);
+//   yield_us: then sched_yield() between polls, for up to this long: hands the core to a
+//         rank queued behind us, which writes and lets us go on within microseconds. But a
+//         yield also hands the core to any other program's busy process, which may keep it
+//         for a whole time slice (milliseconds): a yield that took longer than 100 us says
+//         so, and this rank then skips the yield phase for the next 100 ms;
+//   then futex sleep: a wake-up costs several microseconds but no CPU, and the scheduler runs
+//         a woken sleeper ahead of processes that were busy all along.
+// DPLAB_WAIT="spin_us,yield_us" (e.g. "2,0") overrides both, for measuring.
+struct WaitPolicy {
+  int spin_us = 10;
+  int yield_us = 200;
+};
+// The defaults for `ranks` ranks on this process's cores, or DPLAB_WAIT's.
+WaitPolicy wait_policy(int ranks);
 
 // Whether process pid still runs (false for a zombie: killed, not yet reaped).
 bool pid_alive(int32_t pid);
@@ -88,8 +114,10 @@ class MailboxTransport : public Transport {
   LinkHeader& link(int from, int to) const { return links_[from * size_ + to]; }
   std::byte* slot(int from, int to, uint32_t index) const;
   // Returns once ready() holds; throws CommError on timeout, a failed peer or a dead pid.
+  // `sleeping` is the link's flag for this side: raised while it sleeps on `word`.
   template <typename Ready>
-  void wait_for(std::atomic<uint32_t>& word, Ready ready, int peer, const char* waiting_for);
+  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, Ready ready,
+                int peer, const char* waiting_for);
   // Why waiting on `peer` is hopeless (it left, died, or some rank failed), if it is.
   std::optional<std::string> problem(int peer, bool check_pid);
   // After a timeout: which rank stopped making progress, from every rank's filed status.
@@ -100,6 +128,8 @@ class MailboxTransport : public Transport {
   Seconds timeout_;
   std::string name_;
   std::size_t slot_bytes_;
+  WaitPolicy policy_;  // wait_policy(size)
+  std::chrono::steady_clock::time_point no_yield_until_{};  // a yield lost the core: sleep instead
   std::string context_ = "(no collective)";
   uint64_t collectives_ = 0;  // set_context calls so far: the current collective's number
   RankStatus* statuses_;
