@@ -9,11 +9,13 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <memory>
 #include <thread>
 
 #include "datasets/fashion_mnist.h"
+#include "framework/backend/cpu/cpu_half.h"
 #include "framework/amp/autocast.h"
 #include "framework/amp/master_weights.h"
 #include "framework/amp/precision.h"
@@ -190,6 +192,21 @@ int64_t ddp_bytes_per_rank(int world, DType weights) {
   return sent[0];
 }
 
+// Where the CPU's time goes: one GEMM [256, 1568] @ [1568, 256] (LeNet's fc layer on a big
+// batch, transposed) in each dtype, best of 5. 16-bit GEMMs convert their operands to float32
+// first (backend/cpu/cpu_gemm_lowp.cpp): the same float GEMM, plus the conversions.
+double gemm_ms(DType t) {
+  Generator gen(5);
+  Tensor a = randn({256, 1568}, {}, &gen).to(t), b = randn({1568, 256}, {}, &gen).to(t);
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    Tensor c = matmul(a, b);
+    best = std::min(best, 1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,11 +214,13 @@ int main(int argc, char** argv) {
   int epochs = 2, threads = 1;
   int64_t limit = 10000, test_limit = 0;
   double max_gap = 0.01;
+  std::string csv;
   app.add_option("--epochs", epochs)->check(CLI::Range(1, 3));
   app.add_option("--limit", limit, "training images (0: all 60000)");
   app.add_option("--test-limit", test_limit, "test images (0: all 10000)");
   app.add_option("--threads", threads, "threads for the CPU kernels")->check(CLI::PositiveNumber);
   app.add_option("--max-gap", max_gap, "exit 1 if a 16-bit run's accuracy is further than this from float32's");
+  app.add_option("--csv", csv, "also write the CNN and GEMM figures to this CSV file");
   CLI11_PARSE(app, argc, argv);
   try {
     set_num_threads(threads);
@@ -227,6 +246,26 @@ int main(int argc, char** argv) {
     fmt::print("  fp16 vs fp32: {:+.2f} points, bf16 vs fp32: {:+.2f} points; step time x{:.2f} (fp16), x{:.2f} (bf16)\n",
                100 * (results[1].accuracy - results[0].accuracy), 100 * (results[2].accuracy - results[0].accuracy),
                results[1].ms_per_step / results[0].ms_per_step, results[2].ms_per_step / results[0].ms_per_step);
+
+    fmt::print("\n== One GEMM [256, 1568] @ [1568, 256], best of 5 (conversion path: {}) ==\n",
+               half_path_name(half_path()));
+    std::vector<double> gemm;
+    for (Precision p : kAll) {
+      gemm.push_back(gemm_ms(amp::compute_dtype(p)));
+      fmt::print("  {:<5} {:6.2f} ms  ({:.1f} GFLOP/s)\n", amp::precision_name(p), gemm.back(),
+                 2.0 * 256 * 1568 * 256 / (gemm.back() * 1e6));
+    }
+    if (!csv.empty()) {
+      std::FILE* f = std::fopen(csv.c_str(), "w");
+      DPLAB_CHECK(f != nullptr, "--csv: cannot write {}", csv);
+      fmt::print(f, "precision,test_accuracy,ms_per_step,skipped_steps,final_scale,activation_bytes_shapes,"
+                    "activation_bytes_measured,gemm_ms\n");
+      for (size_t i = 0; i < results.size(); ++i)
+        fmt::print(f, "{},{:.4f},{:.2f},{},{:g},{},{},{:.3f}\n", amp::precision_name(kAll[i]), results[i].accuracy,
+                   results[i].ms_per_step, results[i].skipped, results[i].final_scale, results[i].activations_shapes,
+                   results[i].activations_measured, gemm[i]);
+      std::fclose(f);
+    }
 
     fmt::print("\n== Activation memory of one step (batch 64), from shapes ==\n");
     models::LeNet net;

@@ -50,12 +50,12 @@ MasterWeightOptimizer::MasterWeightOptimizer(std::vector<Tensor> model_params,
 }
 
 void MasterWeightOptimizer::sync_grads() {
+  if (synced_) return;
+  synced_ = true;
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_params_.size(); ++i) {
     Tensor g = model_params_[i].grad();
-    if (!g.defined()) continue;  // already moved (sync_grads twice), or no gradient
-    params_[i].set_grad(g.detach().to(DType::Float32).detach().clone());
-    model_params_[i].set_grad(Tensor());  // moved: the next backward starts the model's afresh
+    params_[i].set_grad(g.defined() ? g.detach().to(DType::Float32).detach().clone() : Tensor());
   }
 }
 
@@ -66,7 +66,18 @@ void MasterWeightOptimizer::step() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_params_.size(); ++i) {
     model_params_[i].detach().copy_(params_[i].detach().to(model_params_[i].dtype()));
+    params_[i].set_grad(Tensor());  // 4 bytes per parameter, needed again only next step
   }
+  synced_ = false;
+}
+
+void MasterWeightOptimizer::zero_grad(bool set_to_none) {
+  Optimizer::zero_grad(set_to_none);
+  for (Tensor& p : model_params_) {
+    if (set_to_none) p.set_grad(Tensor());
+    else if (Tensor g = p.grad(); g.defined()) g.zero_();
+  }
+  synced_ = false;
 }
 
 void MasterWeightOptimizer::state_dict(StateDict& tensors, Metadata& meta) const {

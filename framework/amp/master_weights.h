@@ -37,8 +37,13 @@ class MasterWeightOptimizer : public optim::Optimizer {
   // float32 copies of each; make_inner builds the real optimizer over the masters.
   MasterWeightOptimizer(std::vector<Tensor> model_params, const InnerOptimizerFactory& make_inner);
 
-  void sync_grads() override;  // model .grad -> master .grad (float32); model .grad reset
-  void step() override;        // sync_grads, inner step, masters -> model weights
+  // model .grad -> master .grad (float32), once between zero_grad()s / steps (GradScaler's
+  // unscale_ calls it, then step() must not copy the still-scaled model gradients again)
+  void sync_grads() override;
+  // sync_grads, inner step, masters -> model weights; the master gradients are freed (the
+  // model's 16-bit ones stay, as .grad does after any step)
+  void step() override;
+  void zero_grad(bool set_to_none = true) override;  // the model's gradients and the masters' 
   void state_dict(StateDict& tensors, Metadata& meta) const override;
   void load_state_dict(const StateDict& tensors, const Metadata& meta) override;
 
@@ -48,6 +53,7 @@ class MasterWeightOptimizer : public optim::Optimizer {
  private:
   std::vector<Tensor> model_params_;
   std::unique_ptr<optim::Optimizer> inner_;
+  bool synced_ = false;
 };
 
 }  // namespace dplab::amp

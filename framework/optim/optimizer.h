@@ -25,7 +25,8 @@ class Optimizer {
   // set_to_none (the default, as PyTorch's): each .grad becomes undefined and the next
   // backward allocates it afresh. false: zeroed in place, so a .grad that is a view (DDP's
   // gradient_as_bucket_view) stays one and backward adds into it.
-  void zero_grad(bool set_to_none = true);
+  // Virtual for optimizers that hold a second copy of the parameters (amp's master weights).
+  virtual void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }  // what schedulers call
