@@ -41,6 +41,7 @@
 #include "framework/tensor/allocator.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 #include "parallel/launch/spawn.h"
@@ -125,7 +126,11 @@ class CommThread {
       }
       const double t0 = now_us();
       try {
-        pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
+        if (is_low_precision(task.bucket.dtype())) {  // --precision fp16 / bf16: as DDP's own hook
+          parallel::all_reduce_average_async(pg_, task.bucket, parallel::Compression::none, algo_)->wait();
+        } else {
+          pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
+        }
         const double t1 = now_us();
         trace_.add(fmt::format("allreduce bucket {} ({:.2f} MiB)", task.index, double(task.bucket.nbytes()) / (1 << 20)),
                    pg_.rank(), t0, t1);

@@ -45,6 +45,7 @@ Tensor conv2d_lowp(const Tensor& x, const Tensor& weight, const Tensor& bias, in
   };
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
+  if (!grad_enabled() || !any_requires_grad(inputs)) return conv_in_float32(inputs);  // nothing to save
   return checkpoint(conv_in_float32, inputs, /*preserve_rng_state=*/false);
 }
 

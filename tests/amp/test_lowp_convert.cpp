@@ -123,6 +123,8 @@ TEST_CASE("Tensor::to between every pair of dtypes") {
     Tensor other = h.to(t == DType::Float16 ? DType::BFloat16 : DType::Float16);
     CHECK(other.to(DType::Float32).to_vector<float>() == x.to_vector<float>());
     CHECK(h.at({2}) == 100.0f);
+    CHECK(to_string(h).find("100.0000") != std::string::npos);
+    CHECK(to_string(h).find(std::string("dtype=") + std::string(dtype_name(t))) != std::string::npos);
     CHECK(full({3}, 0.1, {.dtype = t}).to(DType::Float32).to_vector<float>()[0] ==
           (t == DType::Float16 ? half_to_float(float_to_half(0.1f)) : bfloat16_to_float(float_to_bfloat16(0.1f))));
   }
