@@ -295,8 +295,11 @@ TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes,
       CHECK(value(rows, "ring", 2, d, "param_bytes") == 2 * params);          // 16-bit weights
       CHECK(value(rows, "ring", 2, d, "grad_bytes") == 2 * params);           // 16-bit gradients
       CHECK(value(rows, "ring", 2, d, "optim_state_bytes") == 8 * params);    // momentum + float32 master
-      CHECK(value(rows, "ring", 2, d, "activation_bytes") < value(fp32, "ring", 2, d, "activation_bytes"));
     }
+    // activations: the single device's (a DDP rank's first timed step may also hold the
+    // buckets DDP rebuilds after its first iteration, on one rank or the other)
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") < 0.55 * value(fp32, "single", 1, 0, "activation_bytes"));
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") > 0.45 * value(fp32, "single", 1, 0, "activation_bytes"));
   }
   const std::string bad = "'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never 2>&1";
   FILE* p = ::popen(bad.c_str(), "r");
