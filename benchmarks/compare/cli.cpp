@@ -69,6 +69,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
         runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
       }
       runs.back().link_gbps = link_gbps(cfg, mode, n);
+      runs.back().precision = cfg.precision;
       if (mode == "single" || mode == "dp") {
         tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
         tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())
@@ -194,6 +195,9 @@ int main(int argc, char** argv) {
   app.add_option("--plot-script", plot_script, "path of plot_results.py (default: next to the source)");
   app.add_option("--worker", worker, "internal: ring | star | zero1 | zero2 | mpi | nccl | pingpong")->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
+  app.add_option("--precision", cfg.precision, "fp32, or fp16 / bf16: Apex O2 (16-bit weights, gradients and "
+                 "all-reduces, float32 master weights; fp16 with a GradScaler). Modes single, star, ring, mpi, nccl")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   if (epochs > 0) {
     constexpr int64_t kTrainExamples = 60000;  // Fashion-MNIST's training split
@@ -201,6 +205,10 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (cfg.precision != "fp32")
+      for (const std::string& m : cfg.modes)
+        DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2", "--precision {}: mode {} is not supported (its "
+                    "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl", cfg.precision, m);
     if (!worker.empty()) {
       if (worker == "pingpong") pingpong_worker_main(cfg);
       else ddp_worker_main(cfg, worker, worker_n);

@@ -39,6 +39,11 @@ struct Config {
   bool projection = true;                // ping-pong, alpha-beta fit, projection to 1024
   bool plots = true;                     // run plot_results.py
   uint64_t seed = 0;                     // the initial weights
+  // fp32 | fp16 | bf16. 16-bit runs are Apex O2 (amp/master_weights.h): the model's weights
+  // (batch norm's aside) and its gradients are 16-bit, so the all-reduces move half the
+  // bytes and activations take half the memory; the optimizer updates float32 master
+  // copies (their bytes count as optimizer state); fp16 adds a GradScaler.
+  std::string precision = "fp32";
 };
 
 // One device (single, dp) or one rank (star, ring).
@@ -55,6 +60,7 @@ struct DeviceFigures {
 
 struct RunResult {
   std::string mode;  // single | dp | star | ring | zero1 | zero2 | mpi | nccl
+  std::string precision = "fp32";  // Config::precision, a column of results.csv
   int n = 1;
   int64_t steps = 0, timed_steps = 0, global_batch = 0;
   double seconds = 0;                     // median step time x timed_steps (training.h: median)

@@ -78,7 +78,7 @@ double prediction_error_pct(const RunResult& r) {
 
 const std::vector<std::string>& csv_columns() {
   static const std::vector<std::string> kColumns{
-      "mode", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
+      "mode", "precision", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
       "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
       "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
       "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
@@ -144,10 +144,13 @@ Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs)
     // after 100 MLP steps, 2e-2 for the CNN, accuracy within 0.15 points). So the verdict
     // is the accuracy, as the issue asks; the parameter gap is shown, and the short test
     // (tests/compare) holds it to 1e-5 after 4 steps, before any drift.
-    const bool acc_ok = std::fabs(dacc) <= 0.5;
+    // 16-bit runs (--precision fp16 / bf16) round every weight and gradient to 2^-11 or
+    // 2^-8: trajectories part sooner, so they are held to the issue's bound, 1 point.
+    const double bound = cfg.precision == "fp32" ? 0.5 : 1.0;
+    const bool acc_ok = std::fabs(dacc) <= bound;
     a.ok = a.ok && acc_ok;
     a.lines.push_back(fmt::format("{:>6} N={}: max |param - single| = {:.2e} (largest |param| {:.2f}), accuracy {:+.2f} points{}",
-                                  r.mode, r.n, max_diff, max_ref, dacc, acc_ok ? "" : " (DISAGREES: beyond 0.5 points)"));
+                                  r.mode, r.n, max_diff, max_ref, dacc, acc_ok ? "" : fmt::format(" (DISAGREES: beyond {} points)", bound)));
   }
   a.lines.insert(a.lines.end(), same_n.begin(), same_n.end());
   return a;
@@ -196,8 +199,8 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
   for (const RunResult& r : runs) {
     const Derived d = derive(r, runs);
     const double pred_ms = r.predicted_step_s > 0 ? 1e3 * r.predicted_step_s : NAN;
-    f << fmt::format("{},{},{},{},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},", r.mode,
-                     r.n, r.global_batch, r.timed_steps, r.samples_per_s(), d.speedup, d.efficiency,
+    f << fmt::format("{},{},{},{},{},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},", r.mode,
+                     r.precision, r.n, r.global_batch, r.timed_steps, r.samples_per_s(), d.speedup, d.efficiency,
                      1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s, d.mem_max, d.mem_min,
                      d.imbalance);
     f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:.4f},{:.2f},{:g}\n",

@@ -32,6 +32,7 @@
 #include "benchmarks/compare/compare.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
+#include "framework/amp/precision.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
 #include "framework/io/progress.h"
@@ -40,6 +41,7 @@
 #include "framework/tensor/allocator.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 #include "parallel/launch/spawn.h"
@@ -124,7 +126,11 @@ class CommThread {
       }
       const double t0 = now_us();
       try {
-        pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
+        if (is_low_precision(task.bucket.dtype())) {  // --precision fp16 / bf16: as DDP's own hook
+          parallel::all_reduce_average_async(pg_, task.bucket, parallel::Compression::none, algo_)->wait();
+        } else {
+          pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
+        }
         const double t1 = now_us();
         trace_.add(fmt::format("allreduce bucket {} ({:.2f} MiB)", task.index, double(task.bucket.nbytes()) / (1 << 20)),
                    pg_.rank(), t0, t1);
@@ -193,6 +199,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
   ProgressBar bar(bar_opts);
   std::vector<double> step_times;
+  amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   RunResult r{.mode = algo_name, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
@@ -203,16 +210,17 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     comm.start_step();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev);
+    Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev).to(model_dtype(cfg));
     Tensor y = batch_rows(d.train_y, d, cfg, step, rank, n).to(dev);
     activations.before_forward();
-    Tensor loss = cross_entropy(net->forward(x), y);
+    Tensor loss = cross_entropy(net->forward(x).to(DType::Float32), y);
     const float loss_value = loss.item();
     if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
-    loss.backward();  // buckets all-reduce while it runs; it returns when all are averaged
+    scaler.scale(loss).backward();  // buckets all-reduce while it runs; returns when all are averaged
     const auto t2 = Clock::now();
-    opt.step();
+    scaler.step(opt);  // fp16: skipped when a gradient overflowed (every rank alike: averaged)
+    scaler.update();
     const auto t3 = Clock::now();
     trace.add("forward", rank, to_us(t0), to_us(t1));
     trace.add("backward", rank, to_us(t1), to_us(t2));

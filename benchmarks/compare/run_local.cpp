@@ -13,6 +13,7 @@
 #include "benchmarks/compare/compare.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
+#include "framework/amp/precision.h"
 #include "framework/io/progress.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
@@ -40,21 +41,23 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, con
   optim::Optimizer& opt = *optimizer;
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
   ProgressBar bar({.total = cfg.steps, .desc = label, .unit = "steps"});
+  amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   LoopTimes t;
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) on_timing_start();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device);
+    Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device).to(model_dtype(cfg));
     Tensor y = batch_rows(d.train_y, d, cfg, step, 0, 1).to(input_device);
     activations.before_forward();
-    Tensor loss = cross_entropy(net.forward(x), y);
+    Tensor loss = cross_entropy(net.forward(x).to(DType::Float32), y);
     const float loss_value = loss.item();  // waits for a GPU, so the split below is honest
     if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
-    loss.backward();
+    scaler.scale(loss).backward();
     const auto t2 = Clock::now();
-    opt.step();
+    scaler.step(opt);
+    scaler.update();
     const auto t3 = Clock::now();
     trace.add("forward", 0, to_us(t0), to_us(t1));
     trace.add("backward", 0, to_us(t1), to_us(t2));

@@ -4,6 +4,9 @@
 // Read next: run_single.cpp.
 #include "benchmarks/compare/training.h"
 
+#include "framework/amp/master_weights.h"
+#include "framework/amp/precision.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -63,8 +66,12 @@ Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int6
 
 std::shared_ptr<nn::Module> initial_model(const Config& cfg) {
   manual_seed(cfg.seed);
-  return models::make_model(cfg.model);
+  auto model = models::make_model(cfg.model);
+  if (model_dtype(cfg) != DType::Float32) amp::cast_module_(*model, model_dtype(cfg));
+  return model;
 }
+
+DType model_dtype(const Config& cfg) { return amp::compute_dtype(amp::parse_precision(cfg.precision)); }
 
 Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
   const bool was_training = model.is_training();
@@ -74,9 +81,10 @@ Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
   double loss_sum = 0, correct = 0;
   for (int64_t start = 0; start < n; start += 500) {
     const int64_t len = std::min<int64_t>(500, n - start);
-    Tensor x = d.test_x.narrow(start, len).to(device);
+    const DType dtype = model.parameters().empty() ? DType::Float32 : model.parameters()[0].dtype();
+    Tensor x = d.test_x.narrow(start, len).to(device).to(dtype);
     Tensor y = d.test_y.narrow(start, len).to(device);
-    Tensor logits = model.forward(x);
+    Tensor logits = model.forward(x).to(DType::Float32);
     loss_sum += double(cross_entropy(logits, y, Reduction::Sum).to(Device(DeviceKind::CPU, 0)).item());
     const std::vector<int64_t> predicted = argmax(logits, 1).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
     const std::vector<int64_t> truth = d.test_y.narrow(start, len).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
@@ -96,7 +104,7 @@ double median(std::vector<double> v) {
 std::vector<float> flat_params(const nn::Module& model) {
   std::vector<float> out;
   for (const Tensor& p : model.parameters()) {
-    std::vector<float> v = p.to(Device(DeviceKind::CPU, 0)).to_vector<float>();
+    std::vector<float> v = p.to(Device(DeviceKind::CPU, 0)).to(DType::Float32).to_vector<float>();
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
@@ -173,6 +181,13 @@ void read_rank_file(const std::string& path, RunResult& r, int rank) {
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor> params) {
+  if (model_dtype(cfg) != DType::Float32) {  // Apex O2: the same optimizer, on float32 masters
+    Config inner = cfg;
+    inner.precision = "fp32";
+    return std::make_unique<amp::MasterWeightOptimizer>(std::move(params), [inner](std::vector<Tensor> masters) {
+      return make_optimizer(inner, std::move(masters));
+    });
+  }
   if (cfg.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = cfg.lr});
   DPLAB_CHECK(cfg.optimizer == "sgd", "--optimizer: expected sgd or adam, got '{}'", cfg.optimizer);
   return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});

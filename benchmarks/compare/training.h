@@ -35,8 +35,11 @@ TrainData load_data(const Config& cfg);
 // Rows of global batch `step` for part `part` of `parts` (parts = 1: the whole batch).
 Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part, int parts);
 
-// The model every mode starts from: manual_seed(cfg.seed), then models::make_model.
+// The model every mode starts from: manual_seed(cfg.seed), then models::make_model, then
+// cast to 16 bits for --precision fp16 / bf16 (Apex O2).
 std::shared_ptr<nn::Module> initial_model(const Config& cfg);
+// The dtype of the model's inputs and weights: float32, float16 or bfloat16 (--precision).
+DType model_dtype(const Config& cfg);
 
 struct Evaluation {
   double accuracy = 0;  // percent

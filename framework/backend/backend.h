@@ -117,6 +117,11 @@ class Backend {
 
   // ---- linear algebra ----
   virtual void gemm(const GemmArgs& g, const float* a, const float* b, float* c) = 0;
+  // The same product with A, B and C all of the 16-bit dtype t (Float16 or BFloat16):
+  // products summed in float32, C rounded to t once, as tensor cores do. The CPU converts
+  // the operands to float32 and runs its float GEMM (cpu_gemm_lowp.cpp); CUDA calls
+  // cublasGemmEx with CUBLAS_COMPUTE_32F.
+  virtual void gemm_lowp(const GemmArgs& g, DType t, const void* a, const void* b, void* c) = 0;
 
   // ---- softmax family: rows of length cols ----
   virtual void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) = 0;

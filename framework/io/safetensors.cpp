@@ -29,6 +29,7 @@ std::string safetensors_dtype_name(DType t) {
     case DType::Float32: return "F32";
     case DType::Int64: return "I64";
     case DType::Float16: return "F16";  // IEEE half bits, as safetensors stores them
+    case DType::BFloat16: return "BF16";  // float32's top 16 bits, as torch.bfloat16
   }
   DPLAB_FAIL("safetensors: no safetensors name for dtype {}", dtype_name(t));
 }
@@ -37,11 +38,11 @@ namespace {
 // Why a name is not readable: a real safetensors dtype dplab lacks, or not a dtype at all.
 std::string dtype_error(const std::string& name) {
   static const char* const kOtherDtypes[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0",
-                                            "I16",  "U16", "BF16",    "I32",     "U32",
+                                            "I16",  "U16", "I32",     "U32",
                                             "F64",  "U64", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   for (const char* other : kOtherDtypes)
-    if (name == other) return fmt::format("{} is not supported; dplab reads F32, F16 and I64", name);
-  return fmt::format("unknown dtype \"{}\" (not a safetensors dtype; dplab reads F32, F16 and I64)", name);
+    if (name == other) return fmt::format("{} is not supported; dplab reads F32, F16, BF16 and I64", name);
+  return fmt::format("unknown dtype \"{}\" (not a safetensors dtype; dplab reads F32, F16, BF16 and I64)", name);
 }
 
 // Error messages end in " (file.cpp:line)"; drop it when a message is wrapped in another.
@@ -55,6 +56,7 @@ DType parse_safetensors_dtype(const std::string& name) {
   if (name == "F32") return DType::Float32;
   if (name == "I64") return DType::Int64;
   if (name == "F16") return DType::Float16;
+  if (name == "BF16") return DType::BFloat16;
   DPLAB_FAIL("{}", dtype_error(name));
 }
 
@@ -194,7 +196,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const JsonVa
 
   Entry e;
   e.name = name;
-  DPLAB_CHECK(dtype->str == "F32" || dtype->str == "I64" || dtype->str == "F16", "{}: {}", where(), dtype_error(dtype->str));
+  DPLAB_CHECK(dtype->str == "F32" || dtype->str == "I64" || dtype->str == "F16" ||
+                  dtype->str == "BF16", "{}: {}", where(), dtype_error(dtype->str));
   e.dtype = parse_safetensors_dtype(dtype->str);
   DPLAB_CHECK(shape->items.size() <= static_cast<size_t>(kMaxDims), "{}: shape has {} dims; dplab tensors have at most {}",
               where(), shape->items.size(), kMaxDims);

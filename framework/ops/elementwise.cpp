@@ -3,6 +3,8 @@
 // layout with stride 0 along broadcast dims. Backward sums the gradient back down to each
 // input's shape (sum_to), the adjoint of broadcasting.
 // Read next: reduce.cpp.
+#include "framework/amp/autocast.h"
+#include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -34,23 +36,27 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 
 namespace {
 
-// out = a op b, broadcast; no autograd.
+// out = a op b, broadcast; no autograd. 16-bit operands are computed in float32 scratch
+// copies and the result rounded once (lowp.h); the result has the promoted dtype.
 Tensor binary_raw(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
-  check_float(name, a);
-  check_float(name, b);
+  check_floating(name, a);
+  check_floating(name, b);
   check_same_device(name, a, b);
   Shape out_shape = broadcast_shapes(a.shape(), b.shape());
-  Tensor out = Tensor::empty(out_shape, a.options());
-  backend_of(a).binary(op, fptr(a), broadcast_layout(a.shape(), out_shape), fptr(b),
+  const DType out_dtype = promote_types(a.dtype(), b.dtype());
+  const Tensor a32 = raw_cast(a, DType::Float32), b32 = raw_cast(b, DType::Float32);
+  Tensor out = Tensor::empty(out_shape, {.device = a.device()});
+  backend_of(a).binary(op, fptr(a32), broadcast_layout(a.shape(), out_shape), fptr(b32),
                        broadcast_layout(b.shape(), out_shape), fptr(out));
-  return out;
+  return raw_cast(out, out_dtype);
 }
 
 Tensor unary_raw(UnaryOp op, const char* name, const Tensor& a, float scalar = 0) {
-  check_float(name, a);
-  Tensor out = Tensor::empty(a.shape(), a.options());
-  backend_of(a).unary(op, fptr(a), fptr(out), a.numel(), scalar);
-  return out;
+  check_floating(name, a);
+  const Tensor a32 = raw_cast(a, DType::Float32);
+  Tensor out = Tensor::empty(a.shape(), {.device = a.device()});
+  backend_of(a).unary(op, fptr(a32), fptr(out), a.numel(), scalar);
+  return raw_cast(out, a.dtype());
 }
 
 }  // namespace
@@ -93,6 +99,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a
 Tensor pow(const Tensor& a, const Tensor& b) {
+  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+    amp::AutocastSuspend inside;
+    return pow(amp::to_float32(a), amp::to_float32(b));
+  }
   Tensor out = binary_raw(BinaryOp::Pow, "pow", a, b);
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return record(out, "PowBackward", {a, b}, [a, b, out, ga, gb](const Tensor& g) {
@@ -127,6 +137,10 @@ Tensor mul_scalar(const Tensor& a, float s) {
 
 // d x^p = p x^(p-1)
 Tensor pow(const Tensor& a, float p) {
+  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+    amp::AutocastSuspend inside;
+    return pow(amp::to_float32(a), p);
+  }
   Tensor out = unary_raw(UnaryOp::PowScalar, "pow", a, p);
   return record(out, "PowScalarBackward", {a}, [a, p](const Tensor& g) {
     return std::vector<Tensor>{mul(g, mul_scalar(pow(a, p - 1.0f), p))};
@@ -140,12 +154,20 @@ Tensor neg(const Tensor& a) {
 
 // d exp(x) = exp(x)
 Tensor exp(const Tensor& a) {
+  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+    amp::AutocastSuspend inside;
+    return exp(amp::to_float32(a));
+  }
   Tensor out = unary_raw(UnaryOp::Exp, "exp", a);
   return record(out, "ExpBackward", {a}, [out](const Tensor& g) { return std::vector<Tensor>{mul(g, out)}; });
 }
 
 // d log(x) = 1/x
 Tensor log(const Tensor& a) {
+  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+    amp::AutocastSuspend inside;
+    return log(amp::to_float32(a));
+  }
   Tensor out = unary_raw(UnaryOp::Log, "log", a);
   return record(out, "LogBackward", {a}, [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
 }

@@ -1,6 +1,8 @@
 // make_result.cpp: recording backward nodes, and the checks ops share.
 #include "framework/ops/make_result.h"
 
+#include "framework/ops/lowp.h"
+
 namespace dplab {
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
@@ -14,6 +16,23 @@ Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, B
   std::vector<std::shared_ptr<Node>> next;
   next.reserve(inputs.size());
   for (const Tensor& t : inputs) next.push_back(gradient_edge(t));
+  // A gradient has its input's dtype (a float16 input gets a float16 gradient even when the
+  // op computed in float32 or promoted): cast here, once for every op, as PyTorch's engine does.
+  std::vector<DType> dtypes;
+  bool mixed = false;
+  for (const Tensor& t : inputs) {
+    dtypes.push_back(t.defined() ? t.dtype() : out.dtype());
+    mixed = mixed || dtypes.back() != out.dtype();
+  }
+  if (mixed) {
+    fn = [fn = std::move(fn), dtypes = std::move(dtypes)](const Tensor& g) {
+      std::vector<Tensor> grads = fn(g);
+      for (size_t i = 0; i < grads.size() && i < dtypes.size(); ++i)
+        if (grads[i].defined() && grads[i].dtype() != dtypes[i] && is_floating(dtypes[i]))
+          grads[i] = raw_cast(grads[i], dtypes[i]);
+      return grads;
+    };
+  }
   out.impl().grad_fn = std::make_shared<Node>(name, std::move(next), std::move(fn));
   out.impl().requires_grad = true;
   return out;
@@ -27,6 +46,12 @@ void check_float(const char* op, const Tensor& t) {
   check_defined(op, t);
   DPLAB_CHECK(t.dtype() == DType::Float32, "{}: expected a float32 tensor, got {} of shape {}", op,
               dtype_name(t.dtype()), shape_str(t.shape()));
+}
+
+void check_floating(const char* op, const Tensor& t) {
+  check_defined(op, t);
+  DPLAB_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (float32, float16 or bfloat16), "
+              "got {} of shape {}", op, dtype_name(t.dtype()), shape_str(t.shape()));
 }
 
 void check_int64(const char* op, const Tensor& t) {

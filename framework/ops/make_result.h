@@ -23,7 +23,8 @@ Tensor record(Tensor out, const char* name, const std::vector<Tensor>& inputs, B
 
 // ---- shared checks: each throws dplab::Error naming the op and both sides ----
 void check_defined(const char* op, const Tensor& t);
-void check_float(const char* op, const Tensor& t);
+void check_float(const char* op, const Tensor& t);     // float32
+void check_floating(const char* op, const Tensor& t);  // float32, float16 or bfloat16
 void check_int64(const char* op, const Tensor& t);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);  // -1 -> ndim-1

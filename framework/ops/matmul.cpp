@@ -1,7 +1,11 @@
 // matmul.cpp: matrix products on the backend's GEMM, row-major throughout.
 // Backward of C = A B:  dA = dC B^T,  dB = A^T dC  (transposes are GEMM flags, not copies).
 // linear() is y = x W^T + b in one GEMM (bias pre-filled, beta = 1): nn::Linear's forward.
+// float16 / bfloat16 operands run Backend::gemm_lowp (float32 accumulation, C rounded once);
+// inside autocast both ops cast their float32 inputs to the autocast dtype first.
 // Read next: shape.cpp.
+#include "framework/amp/autocast.h"
+#include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -19,14 +23,32 @@ void gemm_into(const Tensor& a, bool trans_a, bool a_batched, const Tensor& b, b
   GemmArgs g{.batch = batch, .M = M, .N = N, .K = K, .trans_a = trans_a, .trans_b = trans_b,
              .stride_a = a_batched ? M * K : 0, .stride_b = b_batched ? K * N : 0, .stride_c = M * N,
              .alpha = 1.0f, .beta = beta};
+  if (is_low_precision(c.dtype())) return backend_of(a).gemm_lowp(g, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
   backend_of(a).gemm(g, fptr(a), fptr(b), fptr(c));
+}
+
+// Operands of one dtype: the promotion of the floating inputs (float16 with float32 gives
+// float32), each cast differentiably. Returns the inputs unchanged when they agree.
+std::vector<Tensor> common_dtype(const std::vector<Tensor>& in) {
+  std::optional<DType> t = lowp_result_dtype(in);
+  if (!t) return in;
+  std::vector<Tensor> out;
+  for (const Tensor& x : in) out.push_back(x.defined() ? cast(x, *t) : x);
+  return out;
 }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_float("matmul", a);
-  check_float("matmul", b);
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  if (amp::autocast_dtype()) {  // autocast's low-precision list (amp/autocast.h)
+    Tensor a = amp::to_autocast_dtype(a_in), b = amp::to_autocast_dtype(b_in);
+    amp::AutocastSuspend inside;
+    return matmul(a, b);
+  }
+  check_floating("matmul", a_in);
+  check_floating("matmul", b_in);
+  const std::vector<Tensor> ab = common_dtype({a_in, b_in});
+  const Tensor &a = ab[0], &b = ab[1];
   check_same_device("matmul", a, b);
   DPLAB_CHECK(((a.dim() == 2 || a.dim() == 3) && b.dim() == 2) || (a.dim() == 3 && b.dim() == 3),
               "matmul: supports [M,K]@[K,N], [B,M,K]@[K,N] and [B,M,K]@[B,K,N]; got {} @ {}",
@@ -59,9 +81,18 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_float("linear", x);
-  check_float("linear", weight);
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  if (amp::autocast_dtype()) {
+    Tensor x = amp::to_autocast_dtype(x_in), w = amp::to_autocast_dtype(weight_in),
+           b = amp::to_autocast_dtype(bias_in);
+    amp::AutocastSuspend inside;
+    return linear(x, w, b);
+  }
+  check_floating("linear", x_in);
+  check_floating("linear", weight_in);
+  if (bias_in.defined()) check_floating("linear", bias_in);
+  const std::vector<Tensor> xwb = common_dtype({x_in, weight_in, bias_in});
+  const Tensor &x = xwb[0], &weight = xwb[1], &bias = xwb[2];
   check_same_device("linear", x, weight);
   DPLAB_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
               "linear: expected input [..., {}] for weight [out, in] = {}, got input {}",
@@ -72,12 +103,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out = Tensor::empty(out_shape, x.options());
   float beta = 0.0f;
   if (bias.defined()) {
-    check_float("linear", bias);
     check_same_device("linear", x, bias);
     DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias must be [{}], got {}", out_f,
                 shape_str(bias.shape()));
-    backend_of(x).strided_copy(DType::Float32, fptr(bias), broadcast_layout({out_f}, {rows, out_f}),
-                               fptr(out));
+    backend_of(x).strided_copy(x.dtype(), bias.raw_data(), broadcast_layout({out_f}, {rows, out_f}),
+                               out.raw_data());
     beta = 1.0f;
   }
   // y[rows, out] = x[rows, in] W^T  (W stored [out, in]: trans_b)

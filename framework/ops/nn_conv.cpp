@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "framework/amp/autocast.h"
+#include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -96,6 +98,13 @@ std::vector<Tensor> lane_buffers(int lanes, int64_t rows, const ImageGroups& gro
 // threads), each lane with its own columns.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding) {
+  if (amp::autocast_dtype()) {  // autocast's low-precision list (amp/autocast.h)
+    Tensor xc = amp::to_autocast_dtype(x), wc = amp::to_autocast_dtype(weight),
+           bc = amp::to_autocast_dtype(bias);
+    amp::AutocastSuspend inside;
+    return conv2d(xc, wc, bc, stride, padding);
+  }
+  if (auto t = lowp_result_dtype({x, weight, bias})) return conv2d_lowp(x, weight, bias, stride, padding, *t);
   check_float("conv2d", x);
   check_float("conv2d", weight);
   check_same_device("conv2d", x, weight);
@@ -186,6 +195,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 // y[n, c, i, j] = max of the window; argmax remembers which input won, so the backward
 // routes g there: dx[argmax] += g (overlapping windows may send several to one input).
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  // 16-bit: the float32 pool between two casts (it saves only argmax, lowp.h)
+  if (is_low_precision(x.dtype())) return cast(max_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
   check_float("max_pool2d", x);
   DPLAB_CHECK(kernel >= 1, "max_pool2d: kernel must be >= 1, got {}", kernel);
   if (stride == 0) stride = kernel;
@@ -208,6 +219,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
 
 // y[n, c, i, j] = sum of the window / (k*k), padding counted (count_include_pad=True).
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  if (is_low_precision(x.dtype())) return cast(avg_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
   check_float("avg_pool2d", x);
   DPLAB_CHECK(kernel >= 1, "avg_pool2d: kernel must be >= 1, got {}", kernel);
   if (stride == 0) stride = kernel;

@@ -4,6 +4,8 @@
 // and autograd composes the three. Reductions (mean / sum) are the ordinary ops of
 // reduce.cpp applied to the per-row losses, so their backward comes for free.
 // Read next: nn_conv.cpp (conv and pooling), nn_norm.cpp (batch norm, dropout).
+#include "framework/amp/autocast.h"
+#include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -71,16 +73,44 @@ void check_scores_and_target(const char* op, const char* what, const Tensor& sco
   check_same_device(op, scores, target);
 }
 
+// Every op of this file computes in float32 (autocast's float32 list): 16-bit inputs are
+// cast up, and the result cast back to the input's dtype outside autocast, or kept float32
+// inside it (amp/autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
+DType float32_op_result(const std::vector<Tensor>& inputs) {
+  if (amp::autocast_dtype()) return DType::Float32;
+  return lowp_result_dtype(inputs).value_or(DType::Float32);
+}
+bool needs_float32(const std::vector<Tensor>& inputs) {
+  return amp::autocast_dtype() || lowp_result_dtype(inputs).has_value();
+}
+
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_any("softmax", x, dim, false); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (needs_float32({x})) {
+    const DType t = float32_op_result({x});
+    amp::AutocastSuspend inside;
+    return cast(softmax(amp::to_float32(x), dim), t);
+  }
+  return softmax_any("softmax", x, dim, false);
+}
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (needs_float32({x})) {
+    const DType t = float32_op_result({x});
+    amp::AutocastSuspend inside;
+    return cast(log_softmax(amp::to_float32(x), dim), t);
+  }
   return softmax_any("log_softmax", x, dim, true);
 }
 
 // loss_i = -logp[i, target_i]; the backend checks every target lies in [0, C).
 Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r) {
+  if (needs_float32({logp})) {
+    const DType t = float32_op_result({logp});
+    amp::AutocastSuspend inside;
+    return cast(nll_loss(amp::to_float32(logp), target, r), t);
+  }
   check_scores_and_target("nll_loss", "log-probabilities", logp, target);
   int64_t rows = logp.size(0), cols = logp.size(1);
   Tensor per_row = Tensor::empty({rows}, logp.options());
@@ -98,6 +128,11 @@ Tensor nll_loss(const Tensor& logp, const Tensor& target, Reduction r) {
 // cross_entropy(z, t) = -log softmax(z)[t] = nll_loss(log_softmax(z), t); the gradient
 // through both is softmax(z) - onehot(t), assembled by autograd from the two backwards.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r) {
+  if (needs_float32({logits})) {
+    const DType t = float32_op_result({logits});
+    amp::AutocastSuspend inside;
+    return cast(cross_entropy(amp::to_float32(logits), target, r), t);
+  }
   check_scores_and_target("cross_entropy", "logits", logits, target);
   return nll_loss(log_softmax(logits, 1), target, r);
 }
@@ -105,6 +140,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction r) {
 // (input - target)^2, elementwise. No broadcasting: a [N] prediction against a [N, 1]
 // target would silently become [N, N], the classic regression bug, so shapes must match.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction r) {
+  if (needs_float32({input, target})) {
+    const DType t = float32_op_result({input, target});
+    amp::AutocastSuspend inside;
+    return cast(mse_loss(amp::to_float32(input), amp::to_float32(target), r), t);
+  }
   check_float("mse_loss", input);
   check_float("mse_loss", target);
   check_same_device("mse_loss", input, target);

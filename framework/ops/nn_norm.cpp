@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "framework/ops/batch_norm_common.h"
+#include "framework/amp/autocast.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
@@ -88,6 +89,15 @@ int64_t check_batch_norm_args(const char* op, const Tensor& x, const Tensor& run
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, float momentum,
                   float eps) {
+  // Norms compute in float32 (autocast's float32 list; Apex keeps batch norm in float32 in
+  // O2 too): a 16-bit input is cast up, and the result cast back outside autocast.
+  if (amp::autocast_dtype() || is_low_precision(x.dtype()) ||
+      (weight.defined() && is_low_precision(weight.dtype()))) {
+    const DType t = amp::autocast_dtype() ? DType::Float32 : x.dtype();
+    amp::AutocastSuspend inside;
+    return cast(batch_norm(amp::to_float32(x), running_mean, running_var, amp::to_float32(weight),
+                           amp::to_float32(bias), training, momentum, eps), t);
+  }
   const int64_t C =
       check_batch_norm_args("batch_norm", x, running_mean, running_var, weight, bias, eps);
   const Shape bshape = x.dim() == 2 ? Shape{1, C} : Shape{1, C, 1, 1};
@@ -125,7 +135,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // no rescaling. The mask is drawn on the host and copied to x's device, so one seed gives
 // the same mask on CPU and CUDA.
 Tensor dropout(const Tensor& x, float p, bool training, Generator* gen) {
-  check_float("dropout", x);
+  check_floating("dropout", x);
   DPLAB_CHECK(p >= 0.0f && p < 1.0f, "dropout: p must lie in [0, 1), got {}", p);
   if (!training || p == 0.0f) return x;
   const float scale = 1.0f / (1.0f - p);
@@ -139,7 +149,7 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator* gen) {
     for (float& m : mask) m = gen->uniform() < p ? 0.0f : scale;
   }
   // d(x * mask)/dx = mask
-  return mul(x, from_vector(mask, x.shape(), {.device = x.device()}));
+  return mul(x, from_vector(mask, x.shape(), {.device = x.device()}).to(x.dtype()));
 }
 
 }  // namespace dplab

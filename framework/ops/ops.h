@@ -84,6 +84,8 @@ std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<int64_t>& siz
 Tensor index_select(const Tensor& a, const Tensor& index);  // rows of a along dim 0
 Tensor gather(const Tensor& a, const Tensor& index);        // out[i,j] = a[index[i,j], j]
 Tensor to_device(const Tensor& a, Device d);                 // differentiable copy
+// a in dtype t (Tensor::to(DType)); differentiable between floating dtypes (ops/lowp.cpp)
+Tensor cast(const Tensor& a, DType t);
 Tensor clone(const Tensor& a);
 
 // ---- neural-network functions (ops/nn_*.cpp) ----

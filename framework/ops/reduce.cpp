@@ -5,6 +5,8 @@
 // Read next: matmul.cpp.
 #include <algorithm>
 
+#include "framework/amp/autocast.h"
+#include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -53,9 +55,19 @@ Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepd
   return out;
 }
 
+// 16-bit input: the float32 reduction between two casts, so the sum accumulates in float32
+// and is rounded once (lowp.h). Inside autocast, sum, mean and var stay in float32.
+bool lowp(const Tensor& a) { return a.defined() && is_low_precision(a.dtype()); }
+DType result_dtype(const Tensor& a) { return amp::autocast_dtype() ? DType::Float32 : a.dtype(); }
+
 }  // namespace
 
 Tensor sum(const Tensor& a) {
+  if (lowp(a) || amp::autocast_dtype()) {
+    const DType t = result_dtype(a);
+    amp::AutocastSuspend inside;
+    return cast(sum(amp::to_float32(a)), t);
+  }
   check_float("sum", a);
   Tensor out = Tensor::empty({}, a.options());
   backend_of(a).reduce(ReduceKind::Sum, fptr(a), fptr(out), 1, a.numel(), 1);
@@ -65,6 +77,11 @@ Tensor sum(const Tensor& a) {
 }
 
 Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (lowp(a) || amp::autocast_dtype()) {
+    const DType t = result_dtype(a);
+    amp::AutocastSuspend inside;
+    return cast(sum(amp::to_float32(a), dims, keepdim), t);
+  }
   check_float("sum", a);
   auto ds = normalized_dims("sum", dims, a.dim());
   Tensor r = a.detach();
@@ -77,12 +94,22 @@ Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& a) {
+  if (lowp(a) || amp::autocast_dtype()) {
+    const DType t = result_dtype(a);
+    amp::AutocastSuspend inside;
+    return cast(mean(amp::to_float32(a)), t);
+  }
   check_float("mean", a);
   DPLAB_CHECK(a.numel() > 0, "mean: of an empty tensor of shape {}", shape_str(a.shape()));
   return mul_scalar(sum(a), 1.0f / static_cast<float>(a.numel()));
 }
 
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  if (lowp(a) || amp::autocast_dtype()) {
+    const DType t = result_dtype(a);
+    amp::AutocastSuspend inside;
+    return cast(mean(amp::to_float32(a), dims, keepdim), t);
+  }
   check_float("mean", a);
   int64_t count = 1;
   for (int64_t d : normalized_dims("mean", dims, a.dim())) count *= a.shape()[d];
@@ -91,6 +118,11 @@ Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool unbiased, bool keepdim) {
+  if (lowp(a) || amp::autocast_dtype()) {
+    const DType t = result_dtype(a);
+    amp::AutocastSuspend inside;
+    return cast(var(amp::to_float32(a), dims, unbiased, keepdim), t);
+  }
   check_float("var", a);
   int64_t count = 1;
   for (int64_t d : normalized_dims("var", dims, a.dim())) count *= a.shape()[d];
@@ -103,6 +135,7 @@ Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool unbiased, boo
 
 // Backward: the gradient is shared evenly among the elements equal to the maximum.
 Tensor max(const Tensor& a) {
+  if (lowp(a)) return cast(max(amp::to_float32(a)), a.dtype());
   check_float("max", a);
   DPLAB_CHECK(a.numel() > 0, "max: of an empty tensor");
   Tensor out = Tensor::empty({}, a.options());
@@ -114,6 +147,7 @@ Tensor max(const Tensor& a) {
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  if (lowp(a)) return argmax(raw_cast(a, DType::Float32), dim, keepdim);
   check_float("argmax", a);
   int64_t d = normalize_dim("argmax", dim, a.dim());
   Tensor idx = reduce_dim_raw(ReduceKind::ArgMax, a, d);
@@ -123,6 +157,10 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
 // Backward: g goes to the winning index of each slice: move dim to the front, scatter_add
 // rows there, move it back.
 MaxResult max(const Tensor& a, int64_t dim, bool keepdim) {
+  if (lowp(a)) {
+    MaxResult r = max(amp::to_float32(a), dim, keepdim);
+    return {cast(r.values, a.dtype()), r.indices};
+  }
   check_float("max", a);
   int64_t d = normalize_dim("max", dim, a.dim());
   Tensor idx = reduce_dim_raw(ReduceKind::ArgMax, a, d);

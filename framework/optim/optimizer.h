@@ -18,10 +18,15 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   virtual void step() = 0;
+  // An optimizer that updates its own copy of the parameters (amp::MasterWeightOptimizer,
+  // Apex O2's float32 master weights) fetches the model's gradients into it here;
+  // amp::GradScaler calls it before it reads params()' gradients. Others have nothing to do.
+  virtual void sync_grads() {}
   // set_to_none (the default, as PyTorch's): each .grad becomes undefined and the next
   // backward allocates it afresh. false: zeroed in place, so a .grad that is a view (DDP's
   // gradient_as_bucket_view) stays one and backward adds into it.
-  void zero_grad(bool set_to_none = true);
+  // Virtual for optimizers that hold a second copy of the parameters (amp's master weights).
+  virtual void zero_grad(bool set_to_none = true);
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }  // what schedulers call

@@ -71,19 +71,19 @@ Tensor Tensor::contiguous_copy_on(Device d) const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  DPLAB_CHECK(dtype() == dtype_of<T>(), "to_vector<{}>: tensor is {}", dtype_name(dtype_of<T>()),
-              dtype_name(dtype()));
+  DPLAB_CHECK(dtype() == dtype_of<T>() || (sizeof(T) == 2 && is_low_precision(dtype())),
+              "to_vector<{}>: tensor is {}", dtype_name(dtype_of<T>()), dtype_name(dtype()));
   std::vector<T> v(static_cast<size_t>(numel()));
   copy_bytes(Device("cpu"), v.data(), device(), raw_data(), static_cast<size_t>(nbytes()));
   return v;
 }
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
-template std::vector<uint16_t> Tensor::to_vector<uint16_t>() const;  // float16 bits
+template std::vector<uint16_t> Tensor::to_vector<uint16_t>() const;  // float16 / bfloat16 bits
 
 namespace {
 double read_element(const Tensor& t, int64_t flat) {
-  if (t.dtype() == DType::Float16) return read_element(t.to(DType::Float32), flat);  // the backend converts
+  if (is_low_precision(t.dtype())) return read_element(t.detach().to(DType::Float32), flat);  // the backend converts
   if (t.dtype() == DType::Float32) {
     float v;
     copy_bytes(Device("cpu"), &v, t.device(), t.data<float>() + flat, sizeof v);
@@ -121,12 +121,7 @@ float Tensor::at(std::initializer_list<int64_t> index) const {
 
 Tensor Tensor::to(Device d) const { return d == device() ? *this : to_device(*this, d); }
 
-Tensor Tensor::to(DType t) const {
-  if (t == dtype()) return *this;
-  Tensor out = Tensor::empty(shape(), {.dtype = t, .device = device()});
-  backend_for(device()).cast(dtype(), raw_data(), t, out.raw_data(), numel());
-  return out;  // float<->int64 casts are not differentiable
-}
+Tensor Tensor::to(DType t) const { return t == dtype() ? *this : dplab::cast(*this, t); }
 
 Tensor Tensor::clone() const { return dplab::clone(*this); }
 
@@ -165,8 +160,8 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return dplab::p
 Tensor& Tensor::requires_grad_(bool on) {
   DPLAB_CHECK(is_leaf(), "requires_grad_(): only leaf tensors can change requires_grad; "
                          "use detach() to make a leaf");
-  DPLAB_CHECK(!on || dtype() == DType::Float32, "requires_grad_(): only float32 tensors can "
-                                                "require gradients, this one is {}", dtype_name(dtype()));
+  DPLAB_CHECK(!on || is_floating(dtype()), "requires_grad_(): only floating tensors (float32, "
+              "float16, bfloat16) can require gradients, this one is {}", dtype_name(dtype()));
   impl().requires_grad = on;
   return *this;
 }
@@ -235,9 +230,17 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   check_inplace(*this, "add_");
   DPLAB_CHECK(other.device() == device(), "add_: tensors on different devices: {} and {}", device(),
               other.device());
-  DPLAB_CHECK(other.shape() == shape() && dtype() == DType::Float32 && other.dtype() == DType::Float32,
-              "add_: expected a float32 tensor of shape {}, got {} {}", shape_str(shape()),
+  DPLAB_CHECK(other.shape() == shape() && is_floating(dtype()) && is_floating(other.dtype()),
+              "add_: expected a floating tensor of shape {}, got {} {}", shape_str(shape()),
               dtype_name(other.dtype()), shape_str(other.shape()));
+  if (dtype() != DType::Float32 || other.dtype() != DType::Float32) {
+    // 16-bit: add in float32, round once into this tensor's dtype
+    NoGradGuard no_grad;
+    Tensor sum32 = dplab::add(detach().to(DType::Float32), dplab::mul_scalar(other.detach().to(DType::Float32), alpha));
+    Tensor rounded = sum32.to(dtype());
+    copy_bytes(device(), raw_data(), device(), rounded.raw_data(), static_cast<size_t>(nbytes()));
+    return *this;
+  }
   Backend& be = backend_for(device());
   Strided flat{.ndim = 1, .shape = {numel()}, .strides = {1}};
   if (alpha == 1.0f) {
@@ -252,7 +255,13 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
 
 Tensor& Tensor::mul_(float s) {
   check_inplace(*this, "mul_");
-  DPLAB_CHECK(dtype() == DType::Float32, "mul_: expected float32, got {}", dtype_name(dtype()));
+  DPLAB_CHECK(is_floating(dtype()), "mul_: expected a floating tensor, got {}", dtype_name(dtype()));
+  if (dtype() != DType::Float32) {
+    NoGradGuard no_grad;
+    Tensor rounded = dplab::mul_scalar(detach(), s);
+    copy_bytes(device(), raw_data(), device(), rounded.raw_data(), static_cast<size_t>(nbytes()));
+    return *this;
+  }
   backend_for(device()).unary(UnaryOp::MulScalar, data<float>(), data<float>(), numel(), s);
   return *this;
 }

@@ -70,8 +70,9 @@ class Tensor {
   // Raw pointer to the first element (device memory for CUDA tensors).
   void* raw_data() const;
   template <typename T> T* data() const {
-    DPLAB_CHECK(dtype() == dtype_of<T>(), "data<{}>(): tensor is {}",
-                dtype_name(dtype_of<T>()), dtype_name(dtype()));
+    // uint16_t reads the bits of either 16-bit float (float16 or bfloat16)
+    DPLAB_CHECK(dtype() == dtype_of<T>() || (sizeof(T) == 2 && is_low_precision(dtype())),
+                "data<{}>(): tensor is {}", dtype_name(dtype_of<T>()), dtype_name(dtype()));
     return static_cast<T*>(raw_data());
   }
 

@@ -26,7 +26,7 @@ void print_dim(std::string& out, const Tensor& t, const std::vector<double>& v, 
     }
     if (d + 1 == static_cast<int64_t>(s.size())) {
       double x = v[base + i];
-      out += t.dtype() == DType::Float32 ? fmt::format("{:.4f}", x) : fmt::format("{}", (int64_t)x);
+      out += is_floating(t.dtype()) ? fmt::format("{:.4f}", x) : fmt::format("{}", (int64_t)x);
     } else {
       print_dim(out, t, v, d + 1, base + i * stride);
     }
@@ -40,14 +40,14 @@ void print_dim(std::string& out, const Tensor& t, const std::vector<double>& v, 
 std::string to_string(const Tensor& t) {
   if (!t.defined()) return "tensor(undefined)";
   std::vector<double> v;
-  if (t.dtype() == DType::Float32) {
-    for (float x : t.to_vector<float>()) v.push_back(x);
+  if (is_floating(t.dtype())) {  // 16-bit values print through float32, exactly
+    for (float x : t.detach().to(DType::Float32).to_vector<float>()) v.push_back(x);
   } else {
     for (int64_t x : t.to_vector<int64_t>()) v.push_back(static_cast<double>(x));
   }
   std::string out = "tensor(";
   if (t.dim() == 0) {
-    out += t.dtype() == DType::Float32 ? fmt::format("{:.4f}", v[0]) : fmt::format("{}", (int64_t)v[0]);
+    out += is_floating(t.dtype()) ? fmt::format("{:.4f}", v[0]) : fmt::format("{}", (int64_t)v[0]);
   } else {
     print_dim(out, t, v, 0, 0);
   }

@@ -46,9 +46,18 @@ class DecompressWork : public Work {
 
 WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compression,
                                  std::optional<Algorithm> algo) {
-  DPLAB_CHECK(t.defined() && t.dtype() == DType::Float32,
-              "all_reduce_average_async: expected a float32 tensor, got {}",
+  DPLAB_CHECK(t.defined() && is_floating(t.dtype()),
+              "all_reduce_average_async: expected a float32, float16 or bfloat16 tensor, got {}",
               t.defined() ? std::string(dtype_name(t.dtype())) : std::string("an undefined tensor"));
+  if (is_low_precision(t.dtype())) {
+    // A 16-bit gradient (Apex O2, amp/master_weights.h) is on the wire as it is: half the
+    // bytes with no cast. Divided by N first, then summed (PyTorch DDP's predivide for
+    // half gradients): a sum of N loss-scaled gradients could pass float16's 65504, their
+    // average would not. Dividing by a power of two is exact.
+    NoGradGuard no_grad;
+    t.mul_(1.0f / static_cast<float>(pg.size()));
+    return pg.all_reduce_async(t, ReduceOp::Sum, algo);
+  }
   if (compression == Compression::none) return pg.all_reduce_async(t, ReduceOp::Avg, algo);
   // Sum, not Avg, on the wire: the collective's Avg is float32-only, and dividing once after
   // decompression rounds once instead of in half precision.

@@ -16,7 +16,9 @@ namespace dplab::parallel {
 // Names follow Horovod's (hvd.Compression.none / .fp16) so that code reads the same.
 enum class Compression { none, fp16 };
 
-// Starts averaging `t` (float32, any device) over the ranks, compressed as asked. When the
+// Starts averaging `t` (float32, any device) over the ranks, compressed as asked. A 16-bit
+// t (float16 / bfloat16 gradients of a low-precision model) goes as it is, whatever
+// `compression` says: divided by N, then summed, at 2 bytes per element. When the
 // returned work's wait() returns, t holds the average. t must stay alive and untouched until
 // then. The fp16 form keeps its half buffer inside the work.
 WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compression,

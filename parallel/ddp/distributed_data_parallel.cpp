@@ -2,6 +2,8 @@
 // buffer sync, and the reducer wiring (see distributed_data_parallel.h).
 #include "parallel/ddp/distributed_data_parallel.h"
 
+#include "parallel/ddp/compression.h"
+
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "parallel/comm/init.h"
@@ -10,7 +12,12 @@
 namespace dplab::parallel {
 
 CommHook allreduce_hook(std::optional<Algorithm> algo) {
-  return [algo](ProcessGroup& pg, Tensor& bucket) { return pg.all_reduce_async(bucket, ReduceOp::Avg, algo); };
+  return [algo](ProcessGroup& pg, Tensor& bucket) {
+    // 16-bit buckets (Apex O2's model gradients): Avg is float32-only in the collectives,
+    // so compression.cpp divides first and sums, at half the bytes of float32
+    if (is_low_precision(bucket.dtype())) return all_reduce_average_async(pg, bucket, Compression::none, algo);
+    return pg.all_reduce_async(bucket, ReduceOp::Avg, algo);
+  };
 }
 
 namespace {

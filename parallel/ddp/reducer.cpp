@@ -14,8 +14,10 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
   int64_t filled = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     int64_t bytes = params[i].nbytes();
-    // A bucket is one flat tensor, so it never mixes devices (model parallelism: ToyMpModel).
-    bool new_device = i > 0 && params[i].device() != params[i - 1].device();
+    // A bucket is one flat tensor, so it never mixes devices (model parallelism: ToyMpModel)
+    // nor dtypes (Apex O2: 16-bit weights beside batch norm's float32 ones).
+    bool new_device = i > 0 && (params[i].device() != params[i - 1].device() ||
+                                params[i].dtype() != params[i - 1].dtype());
     if (buckets.empty() || new_device || (filled > 0 && filled + bytes > cap_bytes)) {
       buckets.emplace_back();
       filled = 0;

@@ -32,6 +32,7 @@ struct MpiState {
   int provided = 0;
   MpiWorld world;
   MPI_Op half_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
+  MPI_Op bfloat16_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
   std::mutex serial;  // held around every MPI call when MPI gave less than THREAD_MULTIPLE
   Seconds exit_timeout = kDefaultTimeout;  // the last group's timeout; see finalize_at_exit
 };
@@ -75,6 +76,10 @@ void finalize_at_exit() {
 template <dplab::ReduceKind Op>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
   backend_for(Device(DeviceKind::CPU)).reduce_into(Op, DType::Float16, inout, in, *len);
+}
+template <dplab::ReduceKind Op>
+void bfloat16_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  backend_for(Device(DeviceKind::CPU)).reduce_into(Op, DType::BFloat16, inout, in, *len);
 }
 
 bool env_says_many_ranks() {
@@ -315,12 +320,14 @@ class MpiEngine final : public CollectiveEngine {
       case DType::Float32: return MPI_FLOAT;
       case DType::Int64: return MPI_INT64_T;
       case DType::Float16: return MPI_UINT16_T;  // with the half ops below
+      case DType::BFloat16: return MPI_UINT16_T;  // with the bfloat16 ops below
     }
     return MPI_BYTE;
   }
   MPI_Op op_of(ReduceOp op, DType t) const {
     const int i = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;  // Avg = Sum, scaled
     if (t == DType::Float16) return state().half_ops[i];
+    if (t == DType::BFloat16) return state().bfloat16_ops[i];
     return i == 1 ? MPI_MAX : i == 2 ? MPI_MIN : MPI_SUM;
   }
   // Copies a received block into a (CPU or CUDA) tensor.
@@ -378,6 +385,9 @@ MpiWorld mpi_world() {
   MPI_Op_create(&half_op<dplab::ReduceKind::Sum>, 1, &s.half_ops[0]);
   MPI_Op_create(&half_op<dplab::ReduceKind::Max>, 1, &s.half_ops[1]);
   MPI_Op_create(&half_op<dplab::ReduceKind::Min>, 1, &s.half_ops[2]);
+  MPI_Op_create(&bfloat16_op<dplab::ReduceKind::Sum>, 1, &s.bfloat16_ops[0]);
+  MPI_Op_create(&bfloat16_op<dplab::ReduceKind::Max>, 1, &s.bfloat16_ops[1]);
+  MPI_Op_create(&bfloat16_op<dplab::ReduceKind::Min>, 1, &s.bfloat16_ops[2]);
   s.ready = true;
   return s.world;
 }

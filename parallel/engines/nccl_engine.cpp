@@ -38,6 +38,7 @@ ncclDataType_t type_of(DType t) {
     case DType::Float32: return ncclFloat32;
     case DType::Int64: return ncclInt64;
     case DType::Float16: return ncclFloat16;
+    case DType::BFloat16: return ncclBfloat16;
   }
   return ncclFloat32;
 }

@@ -112,7 +112,7 @@ TEST_CASE("fp16 Max / Min: reduce_like_cpu keeps the CPU's NaN rule (dst's NaN s
         uint16_t dst = float_to_half(a);
         const uint16_t src = float_to_half(b);
         const ReduceKind rop = op == 0 ? ReduceKind::Sum : op == 1 ? ReduceKind::Max : ReduceKind::Min;
-        cpu_reduce_into_half(rop, &dst, &src, 1);
+        cpu_reduce_into_half(rop, DType::Float16, &dst, &src, 1);
         const uint16_t gpu_rule = float_to_half(
             cuda::reduce_like_cpu(op, half_to_float(float_to_half(a)), half_to_float(src)));
         CHECK_MESSAGE(gpu_rule == dst, "op " << op << " a " << a << " b " << b);

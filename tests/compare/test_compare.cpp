@@ -141,7 +141,7 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
   std::vector<std::string> header;
   const auto rows = read_csv(r.out / "results.csv", &header);
   const std::vector<std::string> expected{
-      "mode", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
+      "mode", "precision", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
       "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
       "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
       "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
@@ -259,6 +259,57 @@ TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state
   CHECK(sum("ring", "grad_bytes") == n * p4);
   CHECK(sum("ring", "activation_bytes") > 0);
   fs::remove_all(out);
+}
+
+TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes, half the parameter bytes") {
+  auto run = [](const std::string& precision, const fs::path& out) {
+    fs::remove_all(out);
+    const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+                            "' --model mlp --modes single,ring --ns 1,2 --steps 3 --warmup 1 --global-batch 48 "
+                            "--train-limit 240 --test-limit 200 --no-projection --no-plots --precision " + precision +
+                            " --out '" + out.string() + "' >/dev/null 2>&1";
+    return std::system(cmd.c_str());
+  };
+  const fs::path base = fs::temp_directory_path() / ("dplab-compare-prec-" + std::to_string(::getpid()));
+  REQUIRE(run("fp32", base / "fp32") == 0);
+  const auto fp32 = read_csv(base / "fp32" / "per_device.csv", nullptr);
+  auto value = [](const std::vector<std::map<std::string, std::string>>& rows, const std::string& mode, int n, int d,
+                  const char* key) {
+    for (const auto& row : rows)
+      if (row.at("mode") == mode && std::stoi(row.at("N")) == n && std::stoi(row.at("device")) == d)
+        return std::stod(row.at(key));
+    return -1.0;
+  };
+  const int64_t params = 235146;  // the MLP
+  for (const std::string precision : {"fp16", "bf16"}) {
+    CAPTURE(precision);
+    const fs::path out = base / precision;
+    REQUIRE(run(precision, out) == 0);  // exit 0: accuracy within 1 point of its single device
+    for (const auto& row : read_csv(out / "results.csv", nullptr)) CHECK(row.at("precision") == precision);
+    const auto rows = read_csv(out / "per_device.csv", nullptr);
+    for (int d = 0; d < 2; ++d) {
+      CAPTURE(d);
+      CHECK(value(fp32, "ring", 2, d, "weight_sent_mib_per_step") > 0);
+      CHECK(value(rows, "ring", 2, d, "weight_sent_mib_per_step") ==
+            doctest::Approx(value(fp32, "ring", 2, d, "weight_sent_mib_per_step") / 2).epsilon(1e-6));
+      CHECK(value(rows, "ring", 2, d, "param_bytes") == 2 * params);          // 16-bit weights
+      CHECK(value(rows, "ring", 2, d, "grad_bytes") == 2 * params);           // 16-bit gradients
+      CHECK(value(rows, "ring", 2, d, "optim_state_bytes") == 8 * params);    // momentum + float32 master
+    }
+    // activations: the single device's (a DDP rank's first timed step may also hold the
+    // buckets DDP rebuilds after its first iteration, on one rank or the other)
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") < 0.55 * value(fp32, "single", 1, 0, "activation_bytes"));
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") > 0.45 * value(fp32, "single", 1, 0, "activation_bytes"));
+  }
+  const std::string bad = "'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never 2>&1";
+  FILE* p = ::popen(bad.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string output;
+  std::array<char, 4096> buf{};
+  while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) output.append(buf.data(), n);
+  CHECK(::pclose(p) != 0);
+  CHECK(output.find("--precision fp16: mode dp is not supported") != std::string::npos);
+  fs::remove_all(base);
 }
 
 // The program's path comes first on the command line, doctest's options after.

@@ -63,6 +63,26 @@ TEST_CASE("safetensors: float16 tensors are written as F16 and read back bit for
   CHECK(h.to(DType::Float32).to_vector<float>() == std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f});
 }
 
+TEST_CASE("safetensors: BF16 tensors (torch.bfloat16's layout: float32's top 16 bits) round-trip") {
+  TempDir dir;
+  StateDict sd;
+  Tensor bf = from_vector(std::vector<float>{1.0f, -2.5f, 3.0e38f, 0.1f}, {4}).to(DType::BFloat16);
+  sd.insert("b", bf);
+  sd.insert("f", ones({2}));
+  save_safetensors(dir.file("b.safetensors"), sd);
+  std::ifstream in(dir.file("b.safetensors"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(bytes.find(R"("dtype":"BF16")") != std::string::npos);
+  // 1.0 is 0x3f80 in bfloat16: stored little-endian as 80 3f, right after the header
+  CHECK(bytes.find(std::string("\x80\x3f", 2)) != std::string::npos);
+  Loaded back = load_safetensors(dir.file("b.safetensors"));
+  const Tensor& b = back.tensors.at("b");
+  CHECK(b.dtype() == DType::BFloat16);
+  CHECK(b.to_vector<uint16_t>() == bf.to_vector<uint16_t>());
+  CHECK(b.to(DType::Float32).to_vector<float>()[0] == 1.0f);
+  CHECK(back.tensors.at("f").dtype() == DType::Float32);
+}
+
 TEST_CASE("safetensors: the exact bytes of a small file") {
   // Layout: u64 LE header length (56) | header padded with 2 spaces to 56 | 8 data bytes.
   TempDir dir;

@@ -102,12 +102,13 @@ TEST_CASE("bad safetensors: tensor entries with missing or wrong fields") {
 
 TEST_CASE("bad safetensors: dtypes other than F32 and I64") {
   TempDir dir;
-  check_has(load_error(dir, file_with(R"({"dtype":"BF16","shape":[2],"data_offsets":[0,4]})", 4)),
-            "tensor \"a\": BF16 is not supported; dplab reads F32, F16 and I64");
+  check_has(load_error(dir, file_with(R"({"dtype":"I16","shape":[2],"data_offsets":[0,4]})", 4)),
+            "tensor \"a\": I16 is not supported; dplab reads F32, F16, BF16 and I64");
   check_has(load_error(dir, file_with(R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})", 8)),
             "F64 is not supported");
   check_has(load_error(dir, file_with(R"({"dtype":"float32","shape":[2],"data_offsets":[0,8]})", 8)),
-            "unknown dtype \"float32\" (not a safetensors dtype; dplab reads F32, F16 and I64)");
+            "unknown dtype \"float32\" (not a safetensors dtype; dplab reads F32, F16, BF16 and I64)");
+  CHECK(parse_safetensors_dtype("BF16") == DType::BFloat16);
   CHECK_THROWS_WITH(parse_safetensors_dtype("Q7"), doctest::Contains("unknown dtype \"Q7\""));
   CHECK(parse_safetensors_dtype("I64") == DType::Int64);
 }

@@ -68,6 +68,22 @@ std::vector<OpCase> linalg_shape_cases() {
   t.push_back({"split_sizes {1, 4, 2}", {"split_sizes"}, {x({7, 3})},
                [](const V& v) { return split_sizes(v[0], {1, 4, 2}); }});
   t.push_back({"clone", {"clone"}, {x(s)}, [](const V& v) { return V{clone(v[0])}; }});
+  // 16-bit dtypes (amp/): casts round to nearest even on every backend (bit for bit), and a
+  // 16-bit GEMM sums in float32 and rounds once (cublasGemmEx on CUDA), so the backends
+  // differ by at most one 16-bit rounding of a float32 sum taken in another order.
+  for (DType t16 : {DType::Float16, DType::BFloat16}) {
+    const std::string n16(dtype_name(t16));
+    t.push_back({"cast to " + n16 + " and back", {"cast"}, {x(s)}, [t16](const V& v) {
+                   return V{cast(mul_scalar(cast(v[0], t16), 3.0f), DType::Float32)};
+                 }});
+    const Tol t16_gemm{5e-3, t16 == DType::Float16 ? 2e-3 : 1.6e-2};
+    t.push_back({"matmul in " + n16, {"cast", "matmul"}, {x({9, 33}), x({33, 7})}, [t16](const V& v) {
+                   return V{cast(matmul(cast(v[0], t16), cast(v[1], t16)), DType::Float32)};
+                 }, t16_gemm});
+    t.push_back({"linear in " + n16, {"cast", "linear"}, {x({5, 17}), x({6, 17}), x({6})}, [t16](const V& v) {
+                   return V{cast(linear(cast(v[0], t16), cast(v[1], t16), cast(v[2], t16)), DType::Float32)};
+                 }, t16_gemm});
+  }
   t.push_back({"to_device there and back", {"to_device"}, {x(s)}, [](const V& v) {
                  Tensor host = to_device(v[0], Device("cpu:2"));
                  return V{to_device(mul_scalar(host, 2.0f), v[0].device())};

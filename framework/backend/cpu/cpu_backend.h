@@ -1,7 +1,8 @@
 // cpu_backend.h: the CPU backend, every kernel of backend.h on host memory.
 // The kernels are split by concept, one .cpp each: cpu_backend.cpp (memory, copies),
 // cpu_threads.cpp (thread count, lanes), cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp
-// (GEMM, on Eigen in cpu_gemm_kernel.cpp), cpu_nn.cpp (softmax, nll, indexing),
+// (GEMM, on Eigen in cpu_gemm_kernel.cpp), cpu_gemm_lowp.cpp and cpu_half.cpp (16-bit
+// floats), cpu_nn.cpp (softmax, nll, indexing),
 // cpu_conv_pool.cpp (im2col, pooling), cpu_optim.cpp (fused SGD / Adam).
 // This header is public (backend.cpp includes it), so it names no Eigen type: Eigen stays
 // inside the .cpp files of this folder. Read next: cpu_gemm.cpp, then cpu_elementwise.cpp.
@@ -42,6 +43,7 @@ class CpuBackend final : public Backend {
                      int64_t inner) override;
 
   void gemm(const GemmArgs& g, const float* a, const float* b, float* c) override;
+  void gemm_lowp(const GemmArgs& g, DType t, const void* a, const void* b, void* c) override;
 
   void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) override;
   void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows, int64_t cols,

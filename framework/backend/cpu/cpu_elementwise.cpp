@@ -160,7 +160,7 @@ void reduce_into_typed(ReduceKind op, T* dst, const T* src, int64_t n) {
 }  // namespace
 
 void CpuBackend::fill(DType t, void* out, int64_t n, double value) {
-  if (t == DType::Float16) return cpu_fill_half(out, n, value);
+  if (is_low_precision(t)) return cpu_fill_half(t, out, n, value);
   if (t == DType::Float32) {
     std::fill_n(static_cast<float*>(out), n, static_cast<float>(value));
   } else {
@@ -170,7 +170,7 @@ void CpuBackend::fill(DType t, void* out, int64_t n, double value) {
 
 void CpuBackend::strided_copy(DType t, const void* src, const Strided& layout, void* out) {
   if (layout.numel() == 0) return;
-  if (t == DType::Float16) return strided_copy_typed(static_cast<const uint16_t*>(src), layout, static_cast<uint16_t*>(out));
+  if (is_low_precision(t)) return strided_copy_typed(static_cast<const uint16_t*>(src), layout, static_cast<uint16_t*>(out));
   if (t == DType::Float32) {
     strided_copy_typed(static_cast<const float*>(src), layout, static_cast<float*>(out));
   } else {
@@ -179,7 +179,7 @@ void CpuBackend::strided_copy(DType t, const void* src, const Strided& layout, v
 }
 
 void CpuBackend::cast(DType from, const void* src, DType to, void* dst, int64_t n) {
-  if (from == DType::Float16 || to == DType::Float16) return cpu_cast_half(from, src, to, dst, n);
+  if (is_low_precision(from) || is_low_precision(to)) return cpu_cast_half(from, src, to, dst, n);
   if (from == to) {
     if (n > 0 && src != dst) std::memmove(dst, src, static_cast<std::size_t>(n) * element_size(to));
   } else if (from == DType::Float32) {  // float -> int64 truncates toward zero, as .long() does
@@ -275,7 +275,7 @@ void CpuBackend::binary_kernel(BinaryOp op, const float* a, const Strided& al, c
 }
 
 void CpuBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) {
-  if (t == DType::Float16) return cpu_reduce_into_half(op, dst, src, n);
+  if (is_low_precision(t)) return cpu_reduce_into_half(op, t, dst, src, n);
   if (t == DType::Float32) {
     reduce_into_typed(op, static_cast<float*>(dst), static_cast<const float*>(src), n);
   } else {

@@ -1,23 +1,32 @@
-// cpu_half.h: float16 (IEEE 754 binary16) on the CPU: conversions and the collectives'
-// reduction. Half is a storage / wire format here (compressed gradient all-reduce), so the
-// only kernels are the ones that move and add it: cast, reduce_into, fill, and the scalar
-// conversions the CUDA path and tests share.
-// Read next: cpu_half.cpp, parallel/ddp/compression.h.
+// cpu_half.h: the 16-bit floats (float16, bfloat16) on the CPU: array conversions to and
+// from float32, which every 16-bit op goes through (ops compute in float32 and round the
+// result), and the backend contracts that handle 16-bit data directly: cast, fill,
+// reduce_into (the collectives' reduction of low-precision gradients).
+// Read next: cpu_half.cpp, cpu_gemm_lowp.cpp, tensor/half.h (the scalar reference).
 #pragma once
 #include <cstdint>
 
 #include "framework/backend/backend.h"
+#include "framework/tensor/half.h"
 
 namespace dplab {
 
-// Round to nearest even; overflow goes to +-inf, tiny values to subnormals or +-0; NaN stays NaN.
-uint16_t float_to_half(float f);
-float half_to_float(uint16_t h);
+// Which float16 conversion instructions run: the best the CPU has, unless set (tests and
+// benchmarks compare them). bfloat16 always runs the vectorised integer loop.
+enum class HalfPath { Scalar, F16c, Avx512 };
+HalfPath half_path();
+bool half_path_available(HalfPath p);
+void set_half_path(HalfPath p);  // throws Error when the CPU lacks it
+const char* half_path_name(HalfPath p);  // "scalar", "f16c", "avx512"
 
-// Backend contracts (backend.h) for dtype Float16, called from CpuBackend's dispatch.
+// dst[i] = float(src[i]) / src[i] rounded to t; t is Float16 or BFloat16.
+void to_float(DType t, const uint16_t* src, float* dst, int64_t n);
+void from_float(DType t, const float* src, uint16_t* dst, int64_t n);
+
+// Backend contracts (backend.h) when either side is 16-bit, called from CpuBackend's dispatch.
 void cpu_cast_half(DType from, const void* src, DType to, void* dst, int64_t n);
-// dst[i] = half(float(dst[i]) op float(src[i])): each element accumulates in float.
-void cpu_reduce_into_half(ReduceKind op, void* dst, const void* src, int64_t n);
-void cpu_fill_half(void* out, int64_t n, double value);
+// dst[i] = round(float(dst[i]) op float(src[i])): each element accumulates in float.
+void cpu_reduce_into_half(ReduceKind op, DType t, void* dst, const void* src, int64_t n);
+void cpu_fill_half(DType t, void* out, int64_t n, double value);
 
 }  // namespace dplab

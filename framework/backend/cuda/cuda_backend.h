@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
                      int64_t inner) override;
 
   void gemm(const GemmArgs& g, const float* a, const float* b, float* c) override;
+  void gemm_lowp(const GemmArgs& g, DType t, const void* a, const void* b, void* c) override;
 
   void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) override;
   void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows, int64_t cols,

@@ -65,6 +65,7 @@ void CudaBackend::fill(DType t, void* out, int64_t n, double value) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(out, "fill");
   if (t == DType::Float16) return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n, static_cast<float>(value), cuda::stream_for(dev)));
+  if (t == DType::BFloat16) return CUDA_CHECK(cuda::launch_fill_bf16(static_cast<uint16_t*>(out), n, static_cast<float>(value), cuda::stream_for(dev)));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_fill_f32(static_cast<float*>(out), n, static_cast<float>(value),
                                      cuda::stream_for(dev)));
@@ -89,10 +90,18 @@ void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t
       CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * element_size(to),
                                  cudaMemcpyDeviceToDevice, dev.stream));
     }
-  } else if (from == DType::Float16 || to == DType::Float16) {  // float32 <-> float16 only (cuda_half.cu)
-    DPLAB_CHECK(from != DType::Int64 && to != DType::Int64, "cast: float16 converts to and from float32 only, got {} -> {}", dtype_name(from), dtype_name(to));
-    if (to == DType::Float16) CUDA_CHECK(cuda::launch_cast_f32_f16(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n, dev.stream));
-    else CUDA_CHECK(cuda::launch_cast_f16_f32(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n, dev.stream));
+  } else if (is_low_precision(from) || is_low_precision(to)) {  // float32 <-> 16-bit (cuda_half.cu)
+    DPLAB_CHECK(from == DType::Float32 || to == DType::Float32,
+                "cast: on CUDA, float16 and bfloat16 convert to and from float32 only, got {} -> {}",
+                dtype_name(from), dtype_name(to));
+    const auto* s16 = static_cast<const uint16_t*>(src);
+    auto* d16 = static_cast<uint16_t*>(dst);
+    const auto* s32 = static_cast<const float*>(src);
+    auto* d32 = static_cast<float*>(dst);
+    if (to == DType::Float16) CUDA_CHECK(cuda::launch_cast_f32_f16(s32, d16, n, dev.stream));
+    else if (to == DType::BFloat16) CUDA_CHECK(cuda::launch_cast_f32_bf16(s32, d16, n, dev.stream));
+    else if (from == DType::Float16) CUDA_CHECK(cuda::launch_cast_f16_f32(s16, d32, n, dev.stream));
+    else CUDA_CHECK(cuda::launch_cast_bf16_f32(s16, d32, n, dev.stream));
   } else if (from == DType::Float32) {
     CUDA_CHECK(cuda::launch_cast_f32_i64(static_cast<const float*>(src),
                                          static_cast<int64_t*>(dst), n, dev.stream));
@@ -125,6 +134,7 @@ void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src
   const auto kop = static_cast<cuda::KReduce>(op);
   cudaStream_t s = cuda::stream_for(dev);  // the comm stream inside a collective
   if (t == DType::Float16) return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, s));
+  if (t == DType::BFloat16) return CUDA_CHECK(cuda::launch_reduce_into_bf16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, s));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_reduce_into_f32(kop, static_cast<float*>(dst),
                                             static_cast<const float*>(src), n, s));

@@ -47,7 +47,54 @@ __global__ void reduce_into_f16_kernel(KReduce op, uint16_t* dst, const uint16_t
   }
 }
 
+// bfloat16: float32's top half, rounded to nearest even (tensor/half.h's rule).
+__device__ inline uint16_t float_to_bf16_bits(float f) {
+  const uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+__device__ inline float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__global__ void cast_f32_bf16_kernel(const float* src, uint16_t* dst, int64_t n) {
+  DPLAB_GRID_LOOP(i, n) { dst[i] = float_to_bf16_bits(src[i]); }
+}
+__global__ void cast_bf16_f32_kernel(const uint16_t* src, float* dst, int64_t n) {
+  DPLAB_GRID_LOOP(i, n) { dst[i] = bf16_bits_to_float(src[i]); }
+}
+__global__ void reduce_into_bf16_kernel(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n) {
+  DPLAB_GRID_LOOP(i, n) {
+    const float a = bf16_bits_to_float(dst[i]), b = bf16_bits_to_float(src[i]);
+    dst[i] = float_to_bf16_bits(reduce_like_cpu(static_cast<int>(op), a, b));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_cast_f32_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t s) {
+  if (n > 0) cast_f32_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cast_bf16_f32(const uint16_t* src, float* dst, int64_t n, cudaStream_t s) {
+  if (n > 0) cast_bf16_f32_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, float v, cudaStream_t s) {
+  uint32_t x = 0;
+  std::memcpy(&x, &v, sizeof x);
+  const uint16_t bits = (x & 0x7fffffffu) > 0x7f800000u
+                            ? static_cast<uint16_t>((x >> 16) | 0x40u)
+                            : static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  if (n > 0) fill_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, bits);  // 16 bits either way
+  return cudaGetLastError();
+}
+
+cudaError_t launch_reduce_into_bf16(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n,
+                                    cudaStream_t s) {
+  if (n > 0) reduce_into_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, dst, src, n);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_cast_f32_f16(const float* src, uint16_t* dst, int64_t n, cudaStream_t s) {
   if (n > 0) cast_f32_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);

@@ -19,4 +19,12 @@ cudaError_t launch_fill_f16(uint16_t* out, int64_t n, float v, cudaStream_t s);
 cudaError_t launch_reduce_into_f16(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n,
                                    cudaStream_t s);
 
+// bfloat16 (mixed precision, amp/): the same four, with tensor/half.h's rounding written out
+// in integer ops, so CPU and GPU agree bit for bit.
+cudaError_t launch_cast_f32_bf16(const float* src, uint16_t* dst, int64_t n, cudaStream_t s);
+cudaError_t launch_cast_bf16_f32(const uint16_t* src, float* dst, int64_t n, cudaStream_t s);
+cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, float v, cudaStream_t s);
+cudaError_t launch_reduce_into_bf16(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n,
+                                    cudaStream_t s);
+
 }  // namespace dplab::cuda

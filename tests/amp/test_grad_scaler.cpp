@@ -1,0 +1,161 @@
+// GradScaler: PyTorch's rules, step by step. Steps whose gradients hold inf or NaN are
+// skipped (exactly those) and halve the scale; 2000 clean steps in a row double it (not
+// 1999); unscale_ divides by the scale (so clipping sees true gradients); misuse is an
+// error; the state survives a checkpoint. And Apex O2's master weights.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "framework/amp/grad_scaler.h"
+#include "framework/amp/master_weights.h"
+#include "framework/dplab.h"
+#include "framework/io/checkpoint.h"
+#include "framework/nn/layers.h"
+#include "framework/optim/sgd.h"
+
+using namespace dplab;
+
+namespace {
+
+// A one-layer model whose gradient we set by hand: p.grad = value * scale.
+struct Setup {
+  std::shared_ptr<nn::Linear> model = std::make_shared<nn::Linear>(2, 1, nn::LinearOptions{.bias = false});
+  Tensor& w() { return model->weight; }
+};
+
+void set_grad(Tensor& p, float scaled_value) { p.set_grad(full(p.shape(), scaled_value)); }
+
+}  // namespace
+
+TEST_CASE("GradScaler: scale, unscale, and the step skipped exactly when a gradient is inf or NaN") {
+  Setup s;
+  optim::SGD opt(s.model->parameters(), {.lr = 1.0});
+  amp::GradScaler scaler;
+  CHECK(scaler.get_scale() == 65536.0);
+  CHECK(scaler.scale(full({}, 2.0)).item() == 131072.0f);
+
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // step k's gradient, as backward of the scaled loss would leave it (scale * 0.25, or bad)
+  const std::vector<float> bad_values = {0, 0, inf, 0, nan, -inf, 0, 0};  // 0 = a good step
+  double expected_scale = 65536.0;
+  int64_t skipped = 0;
+  for (size_t k = 0; k < bad_values.size(); ++k) {
+    CAPTURE(k);
+    const bool bad = bad_values[k] != 0 || std::isnan(bad_values[k]);
+    const std::vector<float> before = s.w().to_vector<float>();
+    set_grad(s.w(), bad ? bad_values[k] : static_cast<float>(0.25 * scaler.get_scale()));
+    const bool stepped = scaler.step(opt);
+    scaler.update();
+    CHECK(stepped == !bad);
+    const std::vector<float> after = s.w().to_vector<float>();
+    for (size_t i = 0; i < after.size(); ++i)
+      CHECK(after[i] == doctest::Approx(bad ? before[i] : before[i] - 0.25f));  // lr 1 * true grad 0.25
+    if (bad) {
+      expected_scale *= 0.5;
+      ++skipped;
+    }
+    CHECK(scaler.get_scale() == expected_scale);
+    CHECK(scaler.growth_tracker() == (bad ? 0 : scaler.growth_tracker()));
+  }
+  CHECK(scaler.skipped_steps() == skipped);
+  CHECK(scaler.get_scale() == 65536.0 / 8);
+}
+
+TEST_CASE("GradScaler: the scale doubles after exactly 2000 clean steps") {
+  Setup s;
+  optim::SGD opt(s.model->parameters(), {.lr = 0.0});
+  amp::GradScaler scaler;
+  for (int k = 1; k <= 2000; ++k) {
+    set_grad(s.w(), 1.0f);
+    scaler.step(opt);
+    scaler.update();
+    if (k == 1999) {
+      CHECK(scaler.get_scale() == 65536.0);
+      CHECK(scaler.growth_tracker() == 1999);
+    }
+  }
+  CHECK(scaler.get_scale() == 131072.0);
+  CHECK(scaler.growth_tracker() == 0);
+  // an overflow resets the count: 1999 clean steps after it do not double again
+  set_grad(s.w(), std::numeric_limits<float>::infinity());
+  scaler.step(opt);
+  scaler.update();
+  CHECK(scaler.get_scale() == 65536.0);
+  CHECK(scaler.growth_tracker() == 0);
+}
+
+TEST_CASE("GradScaler: unscale_ for clipping, misuse, disabled, state in a checkpoint") {
+  Setup s;
+  optim::SGD opt(s.model->parameters(), {.lr = 0.0});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  set_grad(s.w(), 512.0f);
+  scaler.unscale_(opt);
+  CHECK(s.w().grad().to_vector<float>() == std::vector<float>{0.5f, 0.5f});  // the true gradient
+  CHECK_THROWS_WITH_AS(scaler.unscale_(opt), doctest::Contains("already unscaled"), Error);
+  CHECK(scaler.step(opt));  // uses the unscale_ above, does not divide again
+  CHECK(s.w().grad().to_vector<float>() == std::vector<float>{0.5f, 0.5f});
+  CHECK_THROWS_WITH_AS(scaler.step(opt), doctest::Contains("already called"), Error);
+  scaler.update();
+  amp::GradScaler fresh;
+  CHECK_THROWS_WITH_AS(fresh.update(), doctest::Contains("no inf checks"), Error);
+  CHECK_THROWS_WITH_AS(amp::GradScaler({.backoff_factor = 1.5}), doctest::Contains("backoff_factor"), Error);
+
+  amp::GradScaler off({.enabled = false});
+  CHECK(off.scale(full({}, 3.0)).item() == 3.0f);
+  CHECK(off.get_scale() == 1.0);
+
+  // state_dict through a checkpoint file
+  for (int k = 0; k < 7; ++k) {
+    set_grad(s.w(), 1.0f);
+    scaler.step(opt);
+    scaler.update();
+  }
+  Metadata extra;
+  scaler.state_dict(extra);
+  const auto path = std::filesystem::temp_directory_path() / "dplab_test_scaler.safetensors";
+  save_checkpoint(path.string(), *s.model, &opt, extra);
+  Metadata meta = load_checkpoint(path.string(), *s.model, &opt);
+  std::filesystem::remove(path);
+  amp::GradScaler restored;
+  restored.load_state_dict(meta);
+  CHECK(restored.get_scale() == scaler.get_scale());
+  CHECK(restored.growth_tracker() == 8);
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(Metadata{}), doctest::Contains("missing \"scaler.scale\""), Error);
+}
+
+TEST_CASE("Apex O2: 16-bit model weights, float32 master weights, batch norm kept float32") {
+  for (DType low : {DType::Float16, DType::BFloat16}) {
+    CAPTURE(dtype_name(low));
+    manual_seed(5);
+    auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(6, 4), std::make_shared<nn::BatchNorm1d>(4)});
+    amp::cast_module_(*model, low);
+    for (const auto& [name, p] : model->named_parameters()) {
+      CAPTURE(name);
+      CHECK(p.dtype() == (name.rfind("1.", 0) == 0 ? DType::Float32 : low));
+    }
+    amp::MasterWeightOptimizer opt(model->parameters(), [](std::vector<Tensor> masters) {
+      return std::make_unique<optim::SGD>(masters, optim::SGDOptions{.lr = 0.5});
+    });
+    for (const Tensor& m : opt.params()) CHECK(m.dtype() == DType::Float32);
+    // An update smaller than half an ulp of the 16-bit weight: lost if applied to it, kept
+    // in the master, and it reaches the model once enough of them add up.
+    Tensor w16 = model->parameters()[0];
+    const float w0 = w16.detach().to(DType::Float32).to_vector<float>()[0];
+    const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(w0)) - (low == DType::Float16 ? 10 : 7));
+    const float tiny_grad = static_cast<float>(ulp / 8 / 0.5);  // lr * g = ulp / 8
+    for (int k = 0; k < 8; ++k) {
+      for (const Tensor& p : model->parameters()) const_cast<Tensor&>(p).set_grad(full(p.shape(), tiny_grad).to(p.dtype()));
+      opt.step();
+      CHECK(!opt.params()[0].grad().defined());  // the masters' gradients are freed after the step
+      opt.zero_grad();
+      CHECK(!model->parameters()[0].grad().defined());
+    }
+    const float w_after = w16.detach().to(DType::Float32).to_vector<float>()[0];
+    const float master_after = opt.params()[0].to_vector<float>()[0];
+    CHECK(master_after == doctest::Approx(w0 - ulp).epsilon(1e-3));
+    CHECK(std::fabs(w_after - (w0 - ulp)) <= ulp / 2);  // the model followed its master
+  }
+}
