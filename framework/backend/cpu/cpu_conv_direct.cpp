@@ -58,18 +58,31 @@ bool empty(const Window2d& w, int64_t O) {
   return w.N == 0 || w.C == 0 || O == 0 || w.out_h == 0 || w.out_w == 0;
 }
 
-// dst [H + 2*ph, W + 2*pw, Cs] <- src [C, H, W], zero on the border and in channels C..Cs.
-void to_padded_hwc(const float* src, int64_t C, int64_t H, int64_t W, int64_t ph, int64_t pw,
-                   int64_t Cs, std::vector<float>& dst) {
-  const int64_t cols = W + 2 * pw;
-  dst.assign(static_cast<std::size_t>((H + 2 * ph) * cols * Cs), 0.0f);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t h = 0; h < H; ++h) {
-      const float* in = src + (c * H + h) * W;
-      float* out = dst.data() + ((h + ph) * cols + pw) * Cs + c;
-      for (int64_t x = 0; x < W; ++x) out[x * Cs] = in[x];
+// A zero-padded channels-last image [rows, cols, Cs]. Its border and its channels past C
+// are only ever zero, so they are cleared only when the geometry changes, not per image.
+struct PaddedImage {
+  std::vector<float> data;
+  int64_t rows = -1, cols = -1, Cs = -1, C = -1;
+
+  // data <- src [C, H, W], padded by ph rows and pw columns on each side.
+  void load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw,
+            int64_t Cs_) {
+    if (rows != H + 2 * ph || cols != W + 2 * pw || Cs != Cs_ || C != C_) {
+      rows = H + 2 * ph, cols = W + 2 * pw, Cs = Cs_, C = C_;
+      data.assign(static_cast<std::size_t>(rows * cols * Cs), 0.0f);
     }
-}
+    for (int64_t h = 0; h < H; ++h) {
+      float* out = data.data() + ((h + ph) * cols + pw) * Cs;
+      if (C == 1) {  // the images themselves (LeNet's first layer): a row copy
+        std::copy_n(src + h * W, W, out);
+        continue;
+      }
+      // pixel by pixel, its C channels written side by side (one or two cache lines)
+      for (int64_t x = 0; x < W; ++x)
+        for (int64_t c = 0; c < C; ++c) out[x * Cs + c] = src[(c * H + h) * W + x];
+    }
+  }
+};
 
 // dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
 void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst) {
@@ -77,6 +90,19 @@ void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* b
     const float b = bias != nullptr ? bias[c] : 0.0f;
     for (int64_t p = 0; p < L; ++p) dst[c * L + p] = src[p * Cs + c] + b;
   }
+}
+
+// x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
+// (4 cycles each), which made the bias gradient cost as much as a convolution.
+float sum_of(const float* x, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) part[k] += x[i + k];
+  for (; i < n; ++i) part[0] += x[i];
+  float t = 0.0f;
+  for (float p : part) t += p;
+  return t;
 }
 
 // weight [O, C, kh, kw] -> packed [kh, kw, C, O_pad] (forward), zeros for o >= O.
@@ -109,7 +135,8 @@ std::vector<float> pack_input_grad_weight(const float* weight, const Window2d& w
 
 // Scratch buffers of the thread running an image (run_pieces' lanes are threads).
 struct Scratch {
-  std::vector<float> in, grad, out;
+  PaddedImage in, grad;
+  std::vector<float> out;
   static Scratch& mine() {
     thread_local Scratch s;
     return s;
@@ -138,9 +165,9 @@ bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float*
   const int lanes = static_cast<int>(std::min<int64_t>(kernel_threads(), w.N));
   run_pieces(w.N, lanes, [&](int64_t n, int) {
     Scratch& s = Scratch::mine();
-    to_padded_hwc(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C, s.in);
+    s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
     s.out.resize(static_cast<std::size_t>(L * O_pad));
-    k.forward({.in = s.in.data(), .in_cols = w.W + 2 * w.pad, .C = w.C, .weight = packed.data(),
+    k.forward({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C, .weight = packed.data(),
                .O_pad = O_pad, .kh = w.kh, .kw = w.kw, .stride = w.stride,
                .out = s.out.data(), .out_h = w.out_h, .out_w = w.out_w});
     from_hwc(s.out.data(), O_pad, O, L, bias, y + n * O * L);
@@ -172,26 +199,22 @@ bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const f
   run_pieces(w.N, lanes, [&](int64_t n, int lane) {
     Scratch& s = Scratch::mine();
     const float* gy_n = gy + n * O * L;
-    to_padded_hwc(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad, s.grad);
+    s.grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
     if (gb != nullptr) {
       float* sums = gb_lane[static_cast<std::size_t>(lane)].data();
-      for (int64_t o = 0; o < O; ++o) {
-        float t = 0.0f;
-        for (int64_t p = 0; p < L; ++p) t += gy_n[o * L + p];
-        sums[o] += t;
-      }
+      for (int64_t o = 0; o < O; ++o) sums[o] += sum_of(gy_n + o * L, L);
     }
     if (gx != nullptr) {
       s.out.resize(static_cast<std::size_t>(w.H * w.W * C_pad));
-      k.forward({.in = s.grad.data(), .in_cols = gy_cols, .C = O_pad, .weight = flipped.data(),
+      k.forward({.in = s.grad.data.data(), .in_cols = gy_cols, .C = O_pad, .weight = flipped.data(),
                  .O_pad = C_pad, .kh = w.kh, .kw = w.kw, .stride = 1, .out = s.out.data(),
                  .out_h = w.H, .out_w = w.W});
       from_hwc(s.out.data(), C_pad, w.C, w.H * w.W, nullptr, gx + n * image);
     }
     if (gw != nullptr) {
-      to_padded_hwc(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C, s.in);
-      k.weight_grad({.in = s.in.data(), .in_cols = w.W + 2 * w.pad, .C = w.C,
-                     .gout = s.grad.data() + (ph * gy_cols + pw) * O_pad,
+      s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
+      k.weight_grad({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C,
+                     .gout = s.grad.data.data() + (ph * gy_cols + pw) * O_pad,
                      .gout_row_stride = gy_cols * O_pad, .O_pad = O_pad, .kh = w.kh, .kw = w.kw,
                      .stride = w.stride, .out_h = w.out_h, .out_w = w.out_w,
                      .gweight = gw_lane[static_cast<std::size_t>(lane)].data()});

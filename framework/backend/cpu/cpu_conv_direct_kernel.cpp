@@ -23,6 +23,10 @@
 
 #include "framework/backend/cpu/cpu_conv_direct_kernel.h"
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 namespace dplab::conv_kernel {
 namespace {
 
@@ -40,7 +44,17 @@ constexpr int max_block(int V) {
 
 inline Vec load(const float* p) { return *reinterpret_cast<const VecAny*>(p); }
 inline void store(float* p, Vec v) { *reinterpret_cast<VecAny*>(p) = v; }
-inline Vec broadcast(float x) { return Vec{} + x; }
+// x in every lane. (Vec{} + x would be exact too, but GCC keeps the + 0.0f, which is not a
+// no-op for -0.0: an add and a shuffle before every FMA instead of one broadcast load.)
+inline Vec broadcast(const float* x) {
+#if VECTOR_BYTES == 64
+  return reinterpret_cast<Vec>(_mm512_set1_ps(*x));
+#elif defined(__AVX__)
+  return reinterpret_cast<Vec>(_mm256_set1_ps(*x));
+#else
+  return Vec{} + *x;
+#endif
+}
 
 // out[oh, ow0 + p, o0 + v*kLanes ...] for p < P, v < V.
 template <int P, int V>
@@ -57,7 +71,7 @@ void forward_block(const Forward& f, int64_t oh, int64_t ow0, int64_t o0) {
       Vec wv[V];
       for (int v = 0; v < V; ++v) wv[v] = load(w + v * kLanes);
       for (int p = 0; p < P; ++p) {
-        const Vec xb = broadcast(x[p * pixel_step]);
+        const Vec xb = broadcast(x + p * pixel_step);
         for (int v = 0; v < V; ++v) acc[p][v] += xb * wv[v];
       }
     }
@@ -82,7 +96,7 @@ void weight_grad_block(const WeightGrad& g, int64_t i, int64_t e0, int64_t o0) {
       Vec gv[V];
       for (int v = 0; v < V; ++v) gv[v] = load(gy + v * kLanes);
       for (int r = 0; r < R; ++r) {
-        const Vec xb = broadcast(x[r]);
+        const Vec xb = broadcast(x + r);
         for (int v = 0; v < V; ++v) acc[r][v] += xb * gv[v];
       }
     }
