@@ -18,6 +18,10 @@ Paired rounds, for a noisy machine: --dplab-bin build/benchmarks/bench_train_thr
 the same model and thread count, straight after each other, five times over, and prints each
 pair's ratio and the median and range per row. Two runs seconds apart see the same machine;
 a whole table of one framework and then one of the other may not.
+--omp-wait-policy passive gives both frameworks' processes OMP_WAIT_POLICY=passive: on a machine
+whose cores are busy with other work, threads that spin while they wait for a descheduled
+partner make every two-thread figure (of either framework) a measure of the load, not of the
+code; passive waiting sleeps instead. Leave it unset on a quiet machine (the default spins).
 PyTorch runs with the malloc settings dplab makes for itself (cpu_backend.cpp), given to
 glibc through its environment variables; --glibc-defaults runs it without them. Without
 them every step maps its large buffers afresh and page-faults them in, which on this
@@ -196,6 +200,8 @@ def run_row(a, name, threads):
     """One row in a fresh Python process with OMP_NUM_THREADS = threads (and dplab's malloc
     settings, unless --glibc-defaults): a new interpreter, as a user's run would be."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if a.omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = a.omp_wait_policy
     if not a.glibc_defaults:
         env.update(DPLAB_MALLOC)
     args = [sys.executable, os.path.abspath(__file__), "--child-row", name, str(threads),
@@ -215,7 +221,8 @@ def run_dplab(binary, name, threads, a):
                         "--warmup", str(a.warmup), "--lr", str(row_lr(a, name)),
                         "--momentum", str(a.momentum), "--data", a.data, "--limit", str(a.limit)],
                        check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+                       env={**os.environ, "OMP_NUM_THREADS": str(threads),
+                            **({"OMP_WAIT_POLICY": a.omp_wait_policy} if a.omp_wait_policy else {})})
         with open(out) as f:
             rows = [r for r in csv.DictReader(f) if r["device"].startswith("cpu")]
     return float(rows[0]["samples_per_s"])
@@ -239,7 +246,7 @@ def paired_rounds(a, threads, names):
                 rows.append(dict(round=k, model=name, threads=t, dplab_samples_per_s=ours,
                                  torch_samples_per_s=theirs["samples_per_s"], ratio=ratio,
                                  data=a.data, lr=row_lr(a, name), blas=theirs["blas"], cpu=cpu,
-                                 vector_extensions=ext))
+                                 vector_extensions=ext, omp_wait_policy=a.omp_wait_policy or "unset"))
     print(f"\n{'model':<6} {'threads':>7} {'rounds':>6} {'median dplab/torch':>19} {'range':>14}")
     for (name, t), r in ratios.items():
         print(f"{name:<6} {t:>7} {len(r):>6} {statistics.median(r):>19.2f} "
@@ -267,6 +274,8 @@ def main():
     p.add_argument("--dplab-bin", default="",
                    help="bench_train_throughput: run it and PyTorch in paired rounds")
     p.add_argument("--rounds", type=int, default=3, help="paired rounds (with --dplab-bin)")
+    p.add_argument("--omp-wait-policy", default="", choices=["", "active", "passive"],
+                   help="OMP_WAIT_POLICY for both frameworks' processes (default: unset)")
     a = p.parse_args()
     if a.dplab_bin and not os.access(a.dplab_bin, os.X_OK):
         p.error(f"--dplab-bin {a.dplab_bin}: not an executable file (build it: "
@@ -300,7 +309,8 @@ def main():
           f"{a.momentum}, lr {lr}, data: {data}\nCPU: {model} ({ext}); BLAS: {blas} "
           f"({', '.join(blas_paths) or 'none mapped'}); malloc: "
           f"{'glibc defaults' if a.glibc_defaults else 'dplab settings'}; one process per row "
-          "with OMP_NUM_THREADS set")
+          "with OMP_NUM_THREADS set" +
+          (f"; OMP_WAIT_POLICY={a.omp_wait_policy} for both" if a.omp_wait_policy else ""))
     if warning:
         print(warning, file=sys.stderr)
         print(warning)
