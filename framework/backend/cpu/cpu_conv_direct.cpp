@@ -137,7 +137,7 @@ void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* b
 }
 
 // x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
-// (4 cycles each), which made the bias gradient cost as much as a convolution.
+// (4 cycles each): LeNet's first layer spent 0.5 ms a step (one thread) on its bias gradient.
 float sum_of(const float* x, int64_t n) {
   float part[16] = {};
   int64_t i = 0;
