@@ -2,7 +2,8 @@
 // Matmul [n,n]@[n,n] for n = 256, 512, 1024 three ways on the same buffers: through the op
 // layer (dplab::matmul: checks, output allocation, dispatch), through the backend's gemm
 // kernel alone, and Eigen's product called directly (ops_eigen_direct.cpp). The target is
-// op layer within 1.5x of Eigen. Then conv2d forward + backward on a Fashion-MNIST batch.
+// op layer within 1.5x of Eigen. Then conv2d forward + backward on a Fashion-MNIST batch
+// (LeNet's two layers; DPLAB_CONV=im2col times the reference instead of the direct kernel).
 // Prints a table, writes a CSV (--csv). Each figure is the best of several timed runs (the
 // machine is shared: interference only ever adds time), on the thread CPU clock when single-threaded. Read next: framework/backend/cpu/cpu_gemm.cpp.
 #include <CLI/CLI.hpp>
@@ -179,7 +180,9 @@ int main(int argc, char** argv) {
     // conv2d forward + backward (weight, bias and input gradients), autograd on.
     struct Conv { int64_t N, C, H, O, k, pad; };
     for (Conv cv : {Conv{64, 1, 28, 16, 5, 2}, Conv{64, 16, 14, 32, 5, 2}}) {
-      dplab::Tensor x = dplab::randn({cv.N, cv.C, cv.H, cv.H}).requires_grad_();
+      // The first layer's input (C = 1, the images) needs no gradient, as in training.
+      const bool x_grad = cv.C > 1;
+      dplab::Tensor x = dplab::randn({cv.N, cv.C, cv.H, cv.H}).requires_grad_(x_grad);
       dplab::Tensor w = dplab::randn({cv.O, cv.C, cv.k, cv.k}).requires_grad_();
       dplab::Tensor bias = dplab::zeros({cv.O}).requires_grad_();
       const int64_t oh = cv.H + 2 * cv.pad - cv.k + 1;
@@ -190,10 +193,10 @@ int main(int argc, char** argv) {
                            }},
                           budget);
       // forward, dW and dx are each one GEMM of 2*N*O*C*k*k*oh*ow flops
-      const double flops = 3.0 * 2 * cv.N * cv.O * cv.C * cv.k * cv.k * oh * oh;
+      const double flops = (x_grad ? 3.0 : 2.0) * 2 * cv.N * cv.O * cv.C * cv.k * cv.k * oh * oh;
       rows.push_back({"conv2d_fwd_bwd",
-                      fmt::format("x{}x{}x{}x{} w{}x{}x{}x{} pad{}", cv.N, cv.C, cv.H, cv.H,
-                                  cv.O, cv.C, cv.k, cv.k, cv.pad),
+                      fmt::format("x{}x{}x{}x{} w{}x{}x{}x{} pad{}{}", cv.N, cv.C, cv.H, cv.H,
+                                  cv.O, cv.C, cv.k, cv.k, cv.pad, x_grad ? "" : " no dx"),
                       t[0] * 1e3, flops / t[0] * 1e-9, 0, 0});
     }
 

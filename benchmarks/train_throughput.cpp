@@ -1,11 +1,17 @@
-// bench_train_throughput: training samples/s of the MLP and the LeNet-style CNN at batch 64
-// on synthetic [64, 1, 28, 28] data, with 1 thread and all threads; each row times whole
+// bench_train_throughput: training samples/s of the MLP and the LeNet-style CNN at batch 64,
+// on real Fashion-MNIST batches (the first --limit training images, in order, batch after
+// batch, prepared before the clock starts as a loader's prefetched batches would be) with the
+// tutorials' recipes: the MLP at SGD lr 0.1 (tutorial 02), the CNN at lr 0.05 (tutorial 03),
+// momentum 0.9 for both. --data synthetic trains on 8 random batches instead, cycled (there
+// PyTorch's step runs slower than on real data: measure what users run). Each row times whole
 // steps (zero_grad, forward, cross_entropy, backward, SGD step) past --min-time, split into
-// forward / backward / optimizer. --device cuda adds a row per model on the GPU (synchronised
-// at each phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
-// train_throughput_torch.py is PyTorch's side (and the ratio, given this program's --csv).
-// --gemm-isa baseline runs the AVX2 GEMM kernel on a CPU with AVX-512 (cpu_isa.h).
-// Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--device cuda] [--csv out.csv]
+// forward / backward / optimizer, with 1 thread and all threads. The CSV names the CPU and its
+// vector extensions. --device cuda adds a row per model on the GPU (synchronised at each
+// phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
+// train_throughput_torch.py is PyTorch's side (and runs both in paired rounds).
+// --gemm-isa baseline runs the AVX2 GEMM and convolution kernels on a CPU with AVX-512
+// (cpu_isa.h); DPLAB_CONV=im2col runs the reference convolution (cpu_conv_direct.h).
+// Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--data synthetic] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -13,13 +19,17 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_conv_direct.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
+#include "datasets/fashion_mnist.h"
 #include "models/models.h"
 
 using namespace dplab;
@@ -41,27 +51,84 @@ struct Row {
   double ms(double s) const { return 1e3 * s / static_cast<double>(steps); }
 };
 
-// 8 distinct batches, cycled: enough that no step sees the previous step's exact input,
-// few enough (8 x 200 KB) to stay in cache as a real loader's prefetched batch would.
-struct SyntheticBatches {
+// The batches a run cycles through, on the run's device before the clock starts.
+struct Batches {
   std::vector<Tensor> x, y;
-  SyntheticBatches(int64_t batch, int count, Device d) {
-    Generator gen(1234);
-    for (int i = 0; i < count; ++i) {
-      x.push_back(randn({batch, 1, 28, 28}, {.device = d}, &gen));
-      y.push_back(randint(0, 10, {batch}, {.dtype = DType::Int64, .device = d}, &gen));
-    }
-  }
+  size_t size() const { return x.size(); }
 };
 
+// 8 distinct random batches: enough that no step sees the previous step's exact input, few
+// enough (8 x 200 KB) to stay in cache.
+Batches synthetic_batches(int64_t batch, Device d) {
+  Batches b;
+  Generator gen(1234);
+  for (int i = 0; i < 8; ++i) {
+    b.x.push_back(randn({batch, 1, 28, 28}, {.device = d}, &gen));
+    b.y.push_back(randint(0, 10, {batch}, {.dtype = DType::Int64, .device = d}, &gen));
+  }
+  return b;
+}
+
+// The first `limit` Fashion-MNIST training images (normalised as the tutorials do), cut into
+// whole batches in order: what tutorial 03 --limit 12800 trains on, without the shuffling.
+Batches fashion_mnist_batches(int64_t batch, int64_t limit, Device d) {
+  datasets::FashionMNIST train("train", {.limit = limit});
+  const int64_t count = train.size() / batch;
+  DPLAB_CHECK(count >= 1, "--limit {}: fewer images ({}) than one batch of {}", limit,
+              train.size(), batch);
+  Batches b;
+  for (int64_t i = 0; i < count; ++i) {
+    b.x.push_back(train.data().narrow(i * batch, batch).contiguous_copy_on(d));
+    b.y.push_back(train.targets().narrow(i * batch, batch).contiguous_copy_on(d));
+  }
+  return b;
+}
+
+// The CPU's name and the vector extensions the kernels may use, from /proc/cpuinfo.
+struct CpuInfo {
+  std::string model = "unknown", vector_extensions = "unknown";
+};
+CpuInfo cpu_info() {
+  CpuInfo info;
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  std::set<std::string> flags;
+  while (std::getline(f, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    if (key == "model name" && info.model == "unknown") info.model = value;
+    if (key == "flags" && flags.empty()) {
+      std::istringstream words(value);
+      for (std::string w; words >> w;) flags.insert(w);
+    }
+  }
+  if (!flags.empty()) {
+    std::string ext;
+    for (const char* want : {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                             "avx512_bf16", "avx512_fp16", "amx_tile"})
+      if (flags.count(want)) ext += (ext.empty() ? "" : "+") + std::string(want);
+    info.vector_extensions = ext.empty() ? "none" : ext;
+  }
+  for (char& c : info.model)
+    if (c == ',') c = ' ';  // one CSV field
+  return info;
+}
+
+// The tutorials' learning rates: 02 trains the MLP at 0.1, 03 the CNN at 0.05.
+double recipe_lr(const std::string& model) { return model == "cnn" ? 0.05 : 0.1; }
+
 Row run(const std::string& name, Device d, int threads, int64_t batch, int warmup,
-        double min_time, double lr, double momentum) {
+        double min_time, double lr, double momentum, const std::string& data_kind, int64_t limit) {
   set_num_threads(threads);
   manual_seed(0);
   std::shared_ptr<nn::Module> model = models::make_model(name);
   model->to(d);  // before the optimizer takes the parameters (to() rebinds them)
   optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
-  SyntheticBatches data(batch, 8, d);
+  const Batches data = data_kind == "synthetic" ? synthetic_batches(batch, d)
+                                                : fashion_mnist_batches(batch, limit, d);
   Row row{.model = name, .device = d, .threads = threads, .batch = batch};
   // CUDA kernels are asynchronous: wait for the GPU before reading the clock.
   auto sync = [d] {
@@ -69,7 +136,7 @@ Row run(const std::string& name, Device d, int threads, int64_t batch, int warmu
   };
 
   for (int64_t i = 0;; ++i) {
-    const size_t k = static_cast<size_t>(i % 8);
+    const size_t k = static_cast<size_t>(i) % data.size();
     sync();
     const auto t0 = Clock::now();
     opt.zero_grad();
@@ -112,9 +179,10 @@ std::vector<int> parse_threads(const std::string& spec, int all) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Training throughput (samples/s) of the MLP and the CNN, dplab"};
-  double min_time = 3.0, lr = 0.01, momentum = 0.9;
+  double min_time = 3.0, lr = 0.0, momentum = 0.9;
   int warmup = 3;
-  int64_t batch = 64;
+  int64_t batch = 64, limit = 12800;
+  std::string data_kind = "fashion-mnist";
   std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv, device_spec = "cpu";
   std::string gemm_isa_spec;
   app.add_option("--min-time", min_time, "seconds of timed steps per row");
@@ -122,7 +190,10 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
   app.add_option("--threads", threads_spec, "comma list; 'all' = hardware threads");
   app.add_option("--models", models_spec, "comma list of mlp, cnn");
-  app.add_option("--lr", lr);
+  app.add_option("--lr", lr, "SGD lr for every model (default: the tutorials', 0.1 MLP, 0.05 CNN)");
+  app.add_option("--data", data_kind, "fashion-mnist (the first --limit training images) or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
+  app.add_option("--limit", limit, "Fashion-MNIST images to cycle through")->check(CLI::PositiveNumber);
   app.add_option("--momentum", momentum);
   app.add_option("--csv", csv, "also write the rows to this CSV file");
   app.add_option("--device", device_spec,
@@ -140,15 +211,22 @@ int main(int argc, char** argv) {
 
     const Device gpu(device_spec);
     if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
-    fmt::print("dplab training throughput: batch {}, SGD lr {} momentum {}, synthetic [B,1,28,28], "
-               "CPU GEMM kernel: {}\n", batch, lr, momentum, gemm_isa_name(gemm_isa()));
+    const CpuInfo cpu = cpu_info();
+    auto lr_of = [&](const std::string& model) { return lr > 0 ? lr : recipe_lr(model); };
+    fmt::print("dplab training throughput: batch {}, SGD momentum {}, lr {}, data: {}\n"
+               "CPU: {} ({}); GEMM and conv kernels: {}, convolution: {}\n", batch, momentum,
+               lr > 0 ? fmt::format("{}", lr) : "0.1 MLP / 0.05 CNN (the tutorials')",
+               data_kind == "synthetic" ? std::string("8 synthetic batches")
+                                        : fmt::format("Fashion-MNIST, the first {} images", limit),
+               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()),
+               conv_algorithm_name(conv_algorithm()));
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
     auto run_and_print = [&](const std::string& name, Device d, int t) {
       Row r;
       try {
-        r = run(name, d, t, batch, warmup, min_time, lr, momentum);
+        r = run(name, d, t, batch, warmup, min_time, lr_of(name), momentum, data_kind, limit);
       } catch (const Error& e) {  // e.g. a build without OpenMP accepts only 1 thread
         fmt::print("{:<6} {:<7} {:>7} skipped: {}\n", name, d.str(), t, e.what());
         return;
@@ -184,12 +262,13 @@ int main(int argc, char** argv) {
       std::ofstream f(csv);
       DPLAB_CHECK(f.good(), "--csv: cannot write {}", csv);
       f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,"
-           "samples_per_s,device,gemm_isa\n";
+           "samples_per_s,device,gemm_isa,conv,data,lr,momentum,cpu,vector_extensions\n";
       for (const Row& r : rows)
-        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{}\n", r.model,
-                         r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
+        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{}\n",
+                         r.model, r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
                          r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
-                         gemm_isa_name(gemm_isa()));
+                         gemm_isa_name(gemm_isa()), conv_algorithm_name(conv_algorithm()),
+                         data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {

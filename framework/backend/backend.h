@@ -160,6 +160,23 @@ class Backend {
   // images whose columns fit. 8 MiB by default: GEMMs wide enough to keep a GPU busy.
   virtual int64_t im2col_group_floats() const { return int64_t{2} << 20; }
 
+  // ---- direct convolution, where a backend has one (no im2col columns) ----
+  // y [N, O, out_h, out_w] = x [N, C, H, W] convolved with weight [O, C, kh, kw], + bias[o]
+  // (bias may be null). Returns false, having written nothing, where this backend has no direct
+  // path for the window (or it is switched off): conv2d then runs im2col + GEMM, the reference.
+  virtual bool conv2d_direct(const float* /*x*/, const float* /*weight*/, const float* /*bias*/,
+                             const Window2d& /*w*/, int64_t /*O*/, float* /*y*/) {
+    return false;
+  }
+  // The gradients of conv2d_direct, each overwritten unless null: gx [N, C, H, W],
+  // gw [O, C, kh, kw] (reads x), gb [O]. Returns false, having written nothing, where it has
+  // no direct path for what was asked.
+  virtual bool conv2d_direct_backward(const float* /*gy*/, const float* /*x*/,
+                                      const float* /*weight*/, const Window2d& /*w*/,
+                                      int64_t /*O*/, float* /*gx*/, float* /*gw*/, float* /*gb*/) {
+    return false;
+  }
+
   // ---- an op cut into independent pieces, run side by side (conv2d's image groups) ----
   // How many pieces should run at once to keep the device busy: the CPU's threads; 1 on
   // CUDA, where one kernel already fills the GPU.

@@ -1,4 +1,6 @@
-// nn_conv.cpp: 2-d convolution as im2col + GEMM, and max / average pooling.
+// nn_conv.cpp: 2-d convolution, and max / average pooling. A backend may run the convolution
+// directly (the CPU does: backend/cpu/cpu_conv_direct.cpp); what follows is the reference,
+// im2col + GEMM, which runs wherever it does not.
 // im2col unrolls every kh x kw window of the padded input into a column, so a convolution
 // becomes one matrix product: [O, C*kh*kw] @ [C*kh*kw, G*oh*ow] for a group of G images.
 // The columns cost kh*kw times the images' memory, so groups are capped (backend.h);
@@ -85,6 +87,29 @@ std::vector<Tensor> lane_buffers(int lanes, int64_t rows, const ImageGroups& gro
   return buffers;
 }
 
+// The forward as im2col + GEMM, group by group (the comment above conv2d): out [N, O, oh, ow].
+void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w,
+                   const ImageGroups& groups, int lanes, Tensor& out) {
+  Backend& backend = backend_of(x);
+  const int64_t O = groups.O, CK = groups.CK, L = groups.L;
+  std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, x.options());
+  std::vector<Tensor> yt = lane_buffers(lanes, O, groups, x.options());
+  backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
+    const Window2d wg = groups.window(i);
+    const int64_t GL = wg.N * L;
+    if (CK * GL > 0) backend.im2col(fptr(x) + groups.x_offset(i), wg, fptr(cols[lane]));
+    run_gemm(x, {.M = O, .N = GL, .K = CK}, fptr(weight), fptr(cols[lane]), fptr(yt[lane]));
+    float* y = fptr(out) + groups.y_offset(i);
+    if (!bias.defined()) {
+      swap_outer(x, fptr(yt[lane]), O, wg.N, L, y);
+    } else if (O * GL > 0) {  // y[group] [G, O, L] = yt [O, G, L] swapped, + b[o], in one pass
+      Strided swapped{.ndim = 3, .shape = {wg.N, O, L}, .strides = {L, wg.N * L, 1}};
+      backend.binary(BinaryOp::Add, fptr(yt[lane]), swapped, fptr(bias),
+                     broadcast_layout({1, O, 1}, {wg.N, O, L}), y);
+    }
+  });
+}
+
 }  // namespace
 
 // x: [N, C, H, W]  weight: [O, C, kh, kw]  bias: [O]  ->  y: [N, O, oh, ow]
@@ -126,36 +151,33 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   const Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
   Backend& backend = backend_of(x);
   const ImageGroups groups(w, O, backend.im2col_group_floats(), backend.lanes());
-  const int64_t CK = groups.CK, L = groups.L;
   const int lanes = static_cast<int>(std::min<int64_t>(backend.lanes(), groups.count));
 
   Tensor out = Tensor::empty({w.N, O, w.out_h, w.out_w}, x.options());
-  std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, x.options());
-  std::vector<Tensor> yt = lane_buffers(lanes, O, groups, x.options());
-  backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
-    const Window2d wg = groups.window(i);
-    const int64_t GL = wg.N * L;
-    if (CK * GL > 0) backend.im2col(fptr(x) + groups.x_offset(i), wg, fptr(cols[lane]));
-    run_gemm(x, {.M = O, .N = GL, .K = CK}, fptr(weight), fptr(cols[lane]), fptr(yt[lane]));
-    float* y = fptr(out) + groups.y_offset(i);
-    if (!bias.defined()) {
-      swap_outer(x, fptr(yt[lane]), O, wg.N, L, y);
-    } else if (O * GL > 0) {  // y[group] [G, O, L] = yt [O, G, L] swapped, + b[o], in one pass
-      Strided swapped{.ndim = 3, .shape = {wg.N, O, L}, .strides = {L, wg.N * L, 1}};
-      backend.binary(BinaryOp::Add, fptr(yt[lane]), swapped, fptr(bias),
-                     broadcast_layout({1, O, 1}, {wg.N, O, L}), y);
-    }
-  });
+  // A backend's direct convolution (the CPU's: backend/cpu/cpu_conv_direct.cpp) where it has
+  // one for this window; else im2col + GEMM (conv2d_im2col), the reference it is tested against.
+  const bool direct = backend.conv2d_direct(fptr(x), fptr(weight),
+                                            bias.defined() ? fptr(bias) : nullptr, w, O, fptr(out));
+  if (!direct) conv2d_im2col(x, weight, bias, w, groups, lanes, out);
 
   // dW needs the columns again: keep x (kh*kw times smaller) and unroll it group by group.
   // dx needs only the weight and the shape of x.
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
   return record(out, "Conv2dBackward", {x, weight, bias},
-                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, groups, lanes](const Tensor& g) {
+                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, groups, lanes, direct](const Tensor& g) {
     const int64_t O = groups.O, CK = groups.CK, L = groups.L;
     Backend& backend = backend_of(g);
     Tensor gx = x_grad ? Tensor::empty(sx, g.options()) : Tensor();
+    if (direct) {  // the direct path's gradients, where the backend has them for this window
+      Tensor gw = weight.requires_grad() ? Tensor::empty(weight.shape(), weight.options()) : Tensor();
+      Tensor gb = b_grad ? Tensor::empty({O}, g.options()) : Tensor();
+      if (backend.conv2d_direct_backward(fptr(g), gw.defined() ? fptr(saved_x) : nullptr,
+                                         fptr(weight), w, O, gx.defined() ? fptr(gx) : nullptr,
+                                         gw.defined() ? fptr(gw) : nullptr,
+                                         gb.defined() ? fptr(gb) : nullptr))
+        return std::vector<Tensor>{gx, gw, gb};
+    }
     // dW: lane 0 sums its groups into gw, every other lane into its own partial sum, and the
     // partial sums are added at the end (each lane's groups summed in the same order every run).
     Tensor gw = weight.requires_grad() ? zeros(weight.shape(), weight.options()) : Tensor();

@@ -27,10 +27,12 @@ struct IsaScope {
 };
 
 void check_transposes_alpha_beta_batches_threads() {
-  const int64_t M = 7, K = 5, B = 3;
+  const int64_t B = 3;
   // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
-  // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised.
-  for (auto [N, threads] : {std::pair<int64_t, int>{13, 1}, {301, 3}}) {
+  // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised; and a
+  // narrow C with many rows (M = 700, N = 13) on three, where its rows are split instead.
+  struct Shape3 { int64_t M, N, K; int threads; };
+  for (auto [M, N, K, threads] : {Shape3{7, 13, 5, 1}, Shape3{7, 301, 5, 3}, Shape3{700, 13, 300, 3}}) {
     testing::ThreadCountScope scope(threads);
     if (!scope.available()) {
       MESSAGE("skipping ", threads, " threads: built without OpenMP");
@@ -39,6 +41,7 @@ void check_transposes_alpha_beta_batches_threads() {
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (int64_t stride_b_mult : {0, 1}) {  // 0: one B shared by every batch entry
+          CAPTURE(M);
           CAPTURE(N);
           CAPTURE(ta);
           CAPTURE(tb);

@@ -3,7 +3,8 @@
 // cpu_threads.cpp (thread count, lanes), cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp
 // (GEMM, on Eigen in cpu_gemm_kernel.cpp), cpu_gemm_lowp.cpp and cpu_half.cpp (16-bit
 // floats), cpu_nn.cpp (softmax, nll, indexing),
-// cpu_conv_pool.cpp (im2col, pooling), cpu_optim.cpp (fused SGD / Adam).
+// cpu_conv_pool.cpp (im2col, pooling), cpu_conv_direct.cpp (convolution without im2col),
+// cpu_optim.cpp (fused SGD / Adam).
 // This header is public (backend.cpp includes it), so it names no Eigen type: Eigen stays
 // inside the .cpp files of this folder. Read next: cpu_gemm.cpp, then cpu_elementwise.cpp.
 #pragma once
@@ -65,6 +66,12 @@ class CpuBackend final : public Backend {
   void im2col_kernel(const float* x, const Window2d& w, float* cols) override;
   void col2im_kernel(const float* cols, const Window2d& w, float* gx) override;
   int64_t im2col_group_floats() const override;
+  // cpu_conv_direct.cpp (cpu_conv_direct.h: when it runs and when it declines)
+  bool conv2d_direct(const float* x, const float* weight, const float* bias, const Window2d& w,
+                     int64_t O, float* y) override;
+  bool conv2d_direct_backward(const float* gy, const float* x, const float* weight,
+                              const Window2d& w, int64_t O, float* gx, float* gw,
+                              float* gb) override;
   int lanes() const override;
   void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) override;
   void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) override;

@@ -1,9 +1,12 @@
 // cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU: checks, threads, dispatch.
 // The multiply itself is Eigen's GEMM (cpu_gemm_kernel.cpp), in the build for the best
 // instruction set this CPU has (cpu_isa.h). Cost: 2*M*N*K flops per batch entry.
-// With more than one thread (cpu_threads.h) the columns of C are split between threads, each
-// running the kernel on its slice: Eigen's own split suits square matrices, but made a
-// convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two threads than on one.
+// With more than one thread (cpu_threads.h) the columns of C (or, for a narrow C, its rows) are
+// split between threads, each running the kernel on its slice: Eigen's own split suits square
+// matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
+// threads than on one, and its threads wait for each other by spinning: on a busy machine the
+// CNN's classifier GEMM ([64, 1568] @ [1568, 10], which Eigen split in two) took 56% of a
+// two-thread step (perf), which ran at 83 ms instead of 22.
 // Read next: cpu_gemm_kernel.cpp, then cpu_elementwise.cpp.
 #include <algorithm>
 #include <cstdlib>
@@ -70,13 +73,32 @@ void run_tile(GemmIsa isa, const gemm_kernel::Tile& t) {
   gemm_kernel::run_baseline(t);
 }
 
-// Below this many columns per thread, splitting costs more than it gains.
+// C's rows [m0, m0 + m) of one batch entry: a row slice of A (a block of its columns when
+// transposed) and of C.
+gemm_kernel::Tile row_tile(const GemmArgs& g, const float* a, const float* b, float* c,
+                           int64_t m0, int64_t m) {
+  gemm_kernel::Tile t = column_tile(g, a, b, c, 0, g.N);
+  t.M = m;
+  t.a = g.trans_a ? a + m0 : a + m0 * g.K;
+  t.c = c + m0 * g.N;
+  return t;
+}
+
+// Below this many columns (or rows) per thread, splitting costs more than it gains; below
+// this many multiply-adds, so does starting a parallel region.
 constexpr int64_t kMinColumnsPerThread = 64;
+constexpr int64_t kMinSplitWork = int64_t{1} << 21;
 
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   const GemmIsa isa = gemm_isa();
   const int threads = kernel_threads();
-  const int parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
+  // Split C's columns between threads; where C is too narrow for that (a classifier's 10
+  // outputs), its rows. Eigen never splits a GEMM itself (set_threads is 1, cpu_threads.cpp).
+  const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
+  const int column_parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
+  const int row_parts = static_cast<int>(std::clamp<int64_t>(g.M / kMinColumnsPerThread, 1, threads));
+  const bool by_rows = column_parts == 1 && row_parts > 1 && worth_it;
+  const int parts = by_rows ? row_parts : column_parts;
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
     float* ci = c + i * g.stride_c;
@@ -84,11 +106,16 @@ void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
       run_tile(isa, column_tile(g, ai, bi, ci, 0, g.N));
       continue;
     }
-    // Each thread owns a slice of C's columns; inside a parallel region Eigen runs serially.
+    // Each thread owns a slice of C's columns (or rows).
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int p = 0; p < parts; ++p) {
-      const int64_t n0 = g.N * p / parts, n1 = g.N * (p + 1) / parts;
-      run_tile(isa, column_tile(g, ai, bi, ci, n0, n1 - n0));
+      if (by_rows) {
+        const int64_t m0 = g.M * p / parts, m1 = g.M * (p + 1) / parts;
+        run_tile(isa, row_tile(g, ai, bi, ci, m0, m1 - m0));
+      } else {
+        const int64_t n0 = g.N * p / parts, n1 = g.N * (p + 1) / parts;
+        run_tile(isa, column_tile(g, ai, bi, ci, n0, n1 - n0));
+      }
     }
   }
 }

@@ -17,19 +17,50 @@ namespace dplab {
 //   buf = first_step ? g : momentum * buf + (1 - dampening) * g      (only if momentum != 0)
 //   g = nesterov ? g + momentum * buf : buf
 //   p -= lr * g
+// One loop per case, with the hyper-parameters in locals and the buffers marked __restrict:
+// read through `a` inside the loop, every store to param could (as far as the compiler
+// knows) change a.lr, so the first version reloaded all four per element and ran scalar
+// (0.50 ms for the MLP's 235k parameters on one thread; vectorised: see the README).
+namespace {
+
+template <bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_range(float lr, float momentum, float dampening, float wd, float* __restrict param,
+               const float* __restrict grad, float* __restrict buf, int64_t begin, int64_t end) {
+  const float keep = 1.0f - dampening;
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    float g = grad[i] + wd * param[i];
+    if constexpr (kMomentum) {
+      const float b = kFirst ? g : momentum * buf[i] + keep * g;
+      buf[i] = b;
+      g = kNesterov ? g + momentum * b : b;
+    }
+    param[i] -= lr * g;
+  }
+}
+
+using SgdRange = void (*)(float, float, float, float, float*, const float*, float*, int64_t,
+                          int64_t);
+
+SgdRange pick_sgd_range(bool momentum, bool first, bool nesterov) {
+  if (!momentum) return sgd_range<false, false, false>;
+  if (first) return nesterov ? sgd_range<true, true, true> : sgd_range<true, true, false>;
+  return nesterov ? sgd_range<true, false, true> : sgd_range<true, false, false>;
+}
+
+}  // namespace
+
 void CpuBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* grad, float* buf,
                                  int64_t n) {
-  const bool use_momentum = a.momentum != 0.0f;
-  // Each element is independent: share a large tensor between the threads (see cpu_threads.h).
-#pragma omp parallel for num_threads(threads_for(n)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] + a.weight_decay * param[i];
-    if (use_momentum) {
-      buf[i] = a.first_step ? g : a.momentum * buf[i] + (1.0f - a.dampening) * g;
-      g = a.nesterov ? g + a.momentum * buf[i] : buf[i];
-    }
-    param[i] -= a.lr * g;
-  }
+  const SgdRange range = pick_sgd_range(a.momentum != 0.0f, a.first_step, a.nesterov);
+  const float lr = a.lr, momentum = a.momentum, dampening = a.dampening, wd = a.weight_decay;
+  const int threads = threads_for(n);
+  if (threads == 1) return range(lr, momentum, dampening, wd, param, grad, buf, 0, n);
+  // Each element is independent: share a large tensor between the threads (see cpu_threads.h),
+  // each a contiguous block.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t)
+    range(lr, momentum, dampening, wd, param, grad, buf, n * t / threads, n * (t + 1) / threads);
 }
 
 // torch.optim.Adam (decoupled = false) and AdamW (decoupled = true), step t >= 1:

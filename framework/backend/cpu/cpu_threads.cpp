@@ -20,17 +20,19 @@
 namespace dplab {
 namespace {
 
-// Eigen reads its thread count from a process-wide variable (one per build of the GEMM kernel,
-// cpu_gemm_kernel.h); set it once, on first use, from DPLAB_NUM_THREADS (default 1).
+// dplab's thread count, set once, on first use, from DPLAB_NUM_THREADS (default 1).
 int& thread_setting() {
   static int n = 1;
   return n;
 }
 
+// Eigen itself always runs a GEMM on one thread: cpu_gemm.cpp splits C between dplab's threads
+// (Eigen's threads spin while they wait for each other, which on a shared machine cost more
+// than the GEMM; see cpu_gemm.cpp).
 void apply_threads(int n) {
-  gemm_kernel::set_threads_baseline(n);
+  gemm_kernel::set_threads_baseline(1);
 #ifdef DPLAB_HAVE_AVX512_GEMM
-  gemm_kernel::set_threads_avx512(n);
+  gemm_kernel::set_threads_avx512(1);
 #endif
   thread_setting() = n;
 }

@@ -1,4 +1,4 @@
-// cpu_threads.h: how many threads the CPU kernels (Eigen's GEMM, through OpenMP) may use.
+// cpu_threads.h: how many threads the CPU kernels (OpenMP loops, GEMM slices) may use.
 // The default is 1, or the DPLAB_NUM_THREADS environment variable: DistributedDataParallel
 // runs one process per device, and N processes each spawning all-core thread pools on a
 // 2-core machine would fight (torchrun sets OMP_NUM_THREADS=1 for the same reason).

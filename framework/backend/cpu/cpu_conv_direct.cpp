@@ -1,0 +1,288 @@
+// cpu_conv_direct.cpp: 2-d convolution on the CPU without im2col columns, forward and both
+// backward passes, one image at a time, images shared between threads (run_pieces).
+// Each image is copied once into a zero-padded channels-last buffer [H + 2p, W + 2p, C]
+// (C*H*W floats, where im2col writes kh*kw times as many), and the kernels
+// (cpu_conv_direct_kernel.cpp) read their windows straight out of it:
+//   forward      y[n]  = conv(x[n], W)                 out [oh, ow, O_pad] -> y [O, oh, ow] + b
+//   input grad   gx[n] = conv(gy[n] padded by k-1-p, W flipped, in and out channels swapped)
+//                (stride 1 only: a strided input gradient falls back to col2im)
+//   weight grad  gW   += sum over pixels of x window (x) gy pixel, per image, summed per thread
+//   bias grad    gb    = sum of gy over n, h, w
+// The input gradient is the forward kernel again:
+//   gx[h, w, c] = sum_{o,i,j} gy[h + p - i, w + p - j, o] W[o, c, i, j]
+//               = sum_{o,i',j'} gy_pad[h + i', w + j', o] W[o, c, kh-1-i', kw-1-j']
+// with gy_pad = gy padded by kh-1-p (i' = kh-1-i). Flops are im2col + GEMM's; the memory
+// traffic is the image and its gradient, not their columns.
+// Read next: cpu_conv_direct_kernel.h; the reference is ops/nn_conv.cpp over cpu_conv_pool.cpp.
+#include "framework/backend/cpu/cpu_conv_direct.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_conv_direct_kernel.h"
+#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_threads.h"
+#include "framework/error.h"
+
+namespace dplab {
+namespace {
+
+using conv_kernel::kOutBlock;
+
+ConvAlgorithm& algorithm_setting() {
+  static ConvAlgorithm a = [] {
+    const char* env = std::getenv("DPLAB_CONV");
+    return env == nullptr || *env == '\0' ? ConvAlgorithm::Direct : parse_conv_algorithm(env);
+  }();
+  return a;
+}
+
+struct Kernels {
+  void (*forward)(const conv_kernel::Forward&);
+  void (*weight_grad)(const conv_kernel::WeightGrad&);
+};
+
+// The build the GEMM runs (cpu_isa.h), so one setting picks both.
+Kernels kernels() {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  if (gemm_isa() == GemmIsa::Avx512) return {conv_kernel::forward_avx512, conv_kernel::weight_grad_avx512};
+#endif
+  return {conv_kernel::forward_baseline, conv_kernel::weight_grad_baseline};
+}
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+bool empty(const Window2d& w, int64_t O) {
+  return w.N == 0 || w.C == 0 || O == 0 || w.out_h == 0 || w.out_w == 0;
+}
+
+// The layout changes (channels first <-> channels last) are transposes: of each image row's
+// [C, W] into [W, C], and of the output's [L, O] into [O, L]. Done element by element they
+// cost 15% of LeNet's step (a strided read or write per float); in 8 x 8 tiles, each 8 loads,
+// 24 shuffles and 8 stores, far less. GCC vector extensions: SSE where AVX is not built.
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef float Floats8Any __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int Ints8 __attribute__((vector_size(32)));
+inline Floats8 load8(const float* p) { return *reinterpret_cast<const Floats8Any*>(p); }
+inline void store8(float* p, Floats8 v) { *reinterpret_cast<Floats8Any*>(p) = v; }
+inline Floats8 pick(Floats8 a, Floats8 b, Ints8 lanes) { return __builtin_shuffle(a, b, lanes); }
+
+// dst[c][r] = src[r][c] for an 8 x 8 tile: pairs of rows interleaved, then pairs of pairs,
+// then the 128-bit halves swapped (the classic AVX unpack / shuffle / permute sequence).
+void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  Floats8 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = load8(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = pick(r[i], r[i + 1], Ints8{0, 8, 1, 9, 4, 12, 5, 13});
+    t[i + 1] = pick(r[i], r[i + 1], Ints8{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int k = 0; k < 2; ++k) {
+      u[i + 2 * k] = pick(t[i + k], t[i + k + 2], Ints8{0, 1, 8, 9, 4, 5, 12, 13});
+      u[i + 2 * k + 1] = pick(t[i + k], t[i + k + 2], Ints8{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  for (int k = 0; k < 4; ++k) {
+    store8(dst + k * dst_stride, pick(u[k], u[k + 4], Ints8{0, 1, 2, 3, 8, 9, 10, 11}));
+    store8(dst + (k + 4) * dst_stride, pick(u[k], u[k + 4], Ints8{4, 5, 6, 7, 12, 13, 14, 15}));
+  }
+}
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
+void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+               int64_t dst_stride) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8)
+      transpose8x8(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride);
+    for (; c0 < cols; ++c0)
+      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * dst_stride + r] = src[r * src_stride + c0];
+  }
+  for (; r0 < rows; ++r0)
+    for (int64_t c = 0; c < cols; ++c) dst[c * dst_stride + r0] = src[r0 * src_stride + c];
+}
+
+// A zero-padded channels-last image [rows, cols, Cs]. Its border and its channels past C
+// are only ever zero, so they are cleared only when the geometry changes, not per image.
+struct PaddedImage {
+  std::vector<float> data;
+  int64_t rows = -1, cols = -1, Cs = -1, C = -1;
+
+  // data <- src [C, H, W], padded by ph rows and pw columns on each side.
+  void load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw,
+            int64_t Cs_) {
+    if (rows != H + 2 * ph || cols != W + 2 * pw || Cs != Cs_ || C != C_) {
+      rows = H + 2 * ph, cols = W + 2 * pw, Cs = Cs_, C = C_;
+      data.assign(static_cast<std::size_t>(rows * cols * Cs), 0.0f);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* out = data.data() + ((h + ph) * cols + pw) * Cs;
+      if (C == 1) {  // the images themselves (LeNet's first layer): a row copy
+        std::copy_n(src + h * W, W, out);
+      } else {  // row h of every channel, [C, W] with rows H*W apart -> [W, Cs]
+        transpose(src + h * W, H * W, C, W, out, Cs);
+      }
+    }
+  }
+};
+
+// dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
+void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst) {
+  transpose(src, Cs, L, C, dst, L);
+  if (bias == nullptr) return;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t p = 0; p < L; ++p) dst[c * L + p] += bias[c];
+}
+
+// x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
+// (4 cycles each): LeNet's first layer spent 0.5 ms a step (one thread) on its bias gradient.
+float sum_of(const float* x, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) part[k] += x[i + k];
+  for (; i < n; ++i) part[0] += x[i];
+  float t = 0.0f;
+  for (float p : part) t += p;
+  return t;
+}
+
+// weight [O, C, kh, kw] -> packed [kh, kw, C, O_pad] (forward), zeros for o >= O.
+std::vector<float> pack_forward_weight(const float* weight, const Window2d& w, int64_t O,
+                                       int64_t O_pad) {
+  std::vector<float> packed(static_cast<std::size_t>(w.kh * w.kw * w.C * O_pad), 0.0f);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < w.C; ++c)
+      for (int64_t i = 0; i < w.kh; ++i)
+        for (int64_t j = 0; j < w.kw; ++j)
+          packed[static_cast<std::size_t>(((i * w.kw + j) * w.C + c) * O_pad + o)] =
+              weight[((o * w.C + c) * w.kh + i) * w.kw + j];
+  return packed;
+}
+
+// weight [O, C, kh, kw] -> packed [kh, kw, O_pad, C_pad], flipped: the input gradient's weight
+// (gy's O channels in, x's C channels out), tap (i', j') = (kh-1-i, kw-1-j).
+std::vector<float> pack_input_grad_weight(const float* weight, const Window2d& w, int64_t O,
+                                          int64_t O_pad, int64_t C_pad) {
+  std::vector<float> packed(static_cast<std::size_t>(w.kh * w.kw * O_pad * C_pad), 0.0f);
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < w.C; ++c)
+      for (int64_t i = 0; i < w.kh; ++i)
+        for (int64_t j = 0; j < w.kw; ++j)
+          packed[static_cast<std::size_t>((((w.kh - 1 - i) * w.kw + (w.kw - 1 - j)) * O_pad + o) *
+                                              C_pad + c)] =
+              weight[((o * w.C + c) * w.kh + i) * w.kw + j];
+  return packed;
+}
+
+// Scratch buffers of the thread running an image (run_pieces' lanes are threads).
+struct Scratch {
+  PaddedImage in, grad;
+  std::vector<float> out;
+  static Scratch& mine() {
+    thread_local Scratch s;
+    return s;
+  }
+};
+
+}  // namespace
+
+ConvAlgorithm conv_algorithm() { return algorithm_setting(); }
+void set_conv_algorithm(ConvAlgorithm a) { algorithm_setting() = a; }
+const char* conv_algorithm_name(ConvAlgorithm a) {
+  return a == ConvAlgorithm::Direct ? "direct" : "im2col";
+}
+ConvAlgorithm parse_conv_algorithm(const std::string& name) {
+  if (name == "direct") return ConvAlgorithm::Direct;
+  if (name == "im2col") return ConvAlgorithm::Im2col;
+  DPLAB_FAIL("convolution algorithm (DPLAB_CONV): expected 'direct' or 'im2col', got '{}'", name);
+}
+
+bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float* bias,
+                               const Window2d& w, int64_t O, float* y) {
+  if (conv_algorithm() != ConvAlgorithm::Direct || empty(w, O)) return false;
+  const Kernels k = kernels();
+  const int64_t O_pad = round_up(O, kOutBlock), L = w.out_h * w.out_w, image = w.C * w.H * w.W;
+  const std::vector<float> packed = pack_forward_weight(weight, w, O, O_pad);
+  const int lanes = static_cast<int>(std::min<int64_t>(kernel_threads(), w.N));
+  run_pieces(w.N, lanes, [&](int64_t n, int) {
+    Scratch& s = Scratch::mine();
+    s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
+    s.out.resize(static_cast<std::size_t>(L * O_pad));
+    k.forward({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C, .weight = packed.data(),
+               .O_pad = O_pad, .kh = w.kh, .kw = w.kw, .stride = w.stride,
+               .out = s.out.data(), .out_h = w.out_h, .out_w = w.out_w});
+    from_hwc(s.out.data(), O_pad, O, L, bias, y + n * O * L);
+  });
+  return true;
+}
+
+bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const float* weight,
+                                        const Window2d& w, int64_t O, float* gx, float* gw,
+                                        float* gb) {
+  if (conv_algorithm() != ConvAlgorithm::Direct || empty(w, O)) return false;
+  // The input gradient as a forward convolution needs stride 1 and padding k-1-p >= 0.
+  if (gx != nullptr && (w.stride != 1 || w.pad > w.kh - 1 || w.pad > w.kw - 1)) return false;
+  const Kernels k = kernels();
+  const int64_t O_pad = round_up(O, kOutBlock), C_pad = round_up(w.C, kOutBlock);
+  const int64_t L = w.out_h * w.out_w, image = w.C * w.H * w.W;
+  // gy is padded for the input gradient; the weight gradient reads its interior.
+  const int64_t ph = gx != nullptr ? w.kh - 1 - w.pad : 0, pw = gx != nullptr ? w.kw - 1 - w.pad : 0;
+  const int64_t gy_cols = w.out_w + 2 * pw;
+  const std::vector<float> flipped =
+      gx != nullptr ? pack_input_grad_weight(weight, w, O, O_pad, C_pad) : std::vector<float>();
+  const int lanes = static_cast<int>(std::min<int64_t>(kernel_threads(), w.N));
+  // Each lane sums its images' weight and bias gradients on its own; lanes are added in order.
+  const int64_t taps = w.kh * w.kw * w.C;
+  std::vector<std::vector<float>> gw_lane(static_cast<std::size_t>(gw != nullptr ? lanes : 0),
+                                          std::vector<float>(static_cast<std::size_t>(taps * O_pad)));
+  std::vector<std::vector<float>> gb_lane(static_cast<std::size_t>(gb != nullptr ? lanes : 0),
+                                          std::vector<float>(static_cast<std::size_t>(O)));
+  run_pieces(w.N, lanes, [&](int64_t n, int lane) {
+    Scratch& s = Scratch::mine();
+    const float* gy_n = gy + n * O * L;
+    s.grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
+    if (gb != nullptr) {
+      float* sums = gb_lane[static_cast<std::size_t>(lane)].data();
+      for (int64_t o = 0; o < O; ++o) sums[o] += sum_of(gy_n + o * L, L);
+    }
+    if (gx != nullptr) {
+      s.out.resize(static_cast<std::size_t>(w.H * w.W * C_pad));
+      k.forward({.in = s.grad.data.data(), .in_cols = gy_cols, .C = O_pad, .weight = flipped.data(),
+                 .O_pad = C_pad, .kh = w.kh, .kw = w.kw, .stride = 1, .out = s.out.data(),
+                 .out_h = w.H, .out_w = w.W});
+      from_hwc(s.out.data(), C_pad, w.C, w.H * w.W, nullptr, gx + n * image);
+    }
+    if (gw != nullptr) {
+      s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
+      k.weight_grad({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C,
+                     .gout = s.grad.data.data() + (ph * gy_cols + pw) * O_pad,
+                     .gout_row_stride = gy_cols * O_pad, .O_pad = O_pad, .kh = w.kh, .kw = w.kw,
+                     .stride = w.stride, .out_h = w.out_h, .out_w = w.out_w,
+                     .gweight = gw_lane[static_cast<std::size_t>(lane)].data()});
+    }
+  });
+  if (gw != nullptr) {  // [kh, kw, C, O_pad] summed over lanes -> [O, C, kh, kw]
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < w.C; ++c)
+        for (int64_t i = 0; i < w.kh; ++i)
+          for (int64_t j = 0; j < w.kw; ++j) {
+            float t = 0.0f;
+            for (const std::vector<float>& part : gw_lane)
+              t += part[static_cast<std::size_t>(((i * w.kw + j) * w.C + c) * O_pad + o)];
+            gw[((o * w.C + c) * w.kh + i) * w.kw + j] = t;
+          }
+  }
+  if (gb != nullptr) {
+    for (int64_t o = 0; o < O; ++o) {
+      float t = 0.0f;
+      for (const std::vector<float>& part : gb_lane) t += part[static_cast<std::size_t>(o)];
+      gb[o] = t;
+    }
+  }
+  return true;
+}
+
+}  // namespace dplab
