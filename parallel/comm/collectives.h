@@ -16,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "framework/backend/backend.h"
@@ -86,6 +87,9 @@ int power_of_two_below(int n);
 // [0, P), or -1 for a rank that handed its buffer over and waits for the result.
 int folded_rank(int r, int n);
 int unfolded_rank(int v, int n);  // the real rank of virtual rank v
+// The fold around a power-of-two algorithm: pairs fold in, `core(v, p)` runs on the P ranks
+// left (v = this rank's virtual rank), pairs unfold; a folded-away rank just waits.
+void with_fold(Ctx& c, Block buffer, const std::function<void(int v, int p)>& core);
 void recursive_doubling_all_reduce(Ctx& c, Block buffer);
 void halving_doubling_all_reduce(Ctx& c, Block buffer);
 

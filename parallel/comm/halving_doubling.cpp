@@ -40,33 +40,26 @@ Block chunk_range(const Ctx& c, const Block& buffer, int parts, int lo, int hi) 
 }  // namespace
 
 void halving_doubling_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size(), r = c.tr.rank();
+  const int n = c.tr.size();
   if (n == 1 || buffer.elems == 0) return;
-  const int p = power_of_two_below(n), v = folded_rank(r, n);
-  if (v < 0) {
-    // an even rank of a pair: hand my buffer to r+1, take the result back from it
-    send_block(c, r + 1, buffer);
-    recv_copy(c, r + 1, buffer);
-    return;
-  }
-  if (r < 2 * (n - p)) recv_reduce(c, r - 1, buffer);  // fold: my pair's buffer into mine
-  // reduce-scatter: halve my range each step, keeping the half my bit d points to
-  for (int d = p / 2; d >= 1; d /= 2) {
-    const int partner = unfolded_rank(v ^ d, n);
-    const int lo = v & ~(2 * d - 1), mid = lo + d, hi = lo + 2 * d;  // the range we share
-    const bool keep_lower = (v & d) == 0;
-    Block keep = keep_lower ? chunk_range(c, buffer, p, lo, mid) : chunk_range(c, buffer, p, mid, hi);
-    Block give = keep_lower ? chunk_range(c, buffer, p, mid, hi) : chunk_range(c, buffer, p, lo, mid);
-    send_recv(c, partner, give, partner, keep, Into::Reduce);
-  }
-  // all-gather: my range (d chunks, starting at v's multiple of d) to the partner, theirs in
-  for (int d = 1; d < p; d *= 2) {
-    const int pv = v ^ d, partner = unfolded_rank(pv, n);
-    const int mine = v & ~(d - 1), theirs = pv & ~(d - 1);
-    send_recv(c, partner, chunk_range(c, buffer, p, mine, mine + d), partner,
-              chunk_range(c, buffer, p, theirs, theirs + d), Into::Copy);
-  }
-  if (r < 2 * (n - p)) send_block(c, r - 1, buffer);  // unfold: the result to my pair
+  with_fold(c, buffer, [&](int v, int p) {
+    // reduce-scatter: halve my range each step, keeping the half my bit d points to
+    for (int d = p / 2; d >= 1; d /= 2) {
+      const int partner = unfolded_rank(v ^ d, n);
+      const int lo = v & ~(2 * d - 1), mid = lo + d, hi = lo + 2 * d;  // the range we share
+      const bool keep_lower = (v & d) == 0;
+      Block keep = keep_lower ? chunk_range(c, buffer, p, lo, mid) : chunk_range(c, buffer, p, mid, hi);
+      Block give = keep_lower ? chunk_range(c, buffer, p, mid, hi) : chunk_range(c, buffer, p, lo, mid);
+      send_recv(c, partner, give, partner, keep, Into::Reduce);
+    }
+    // all-gather: my range (d chunks, starting at v's multiple of d) to the partner, theirs in
+    for (int d = 1; d < p; d *= 2) {
+      const int pv = v ^ d, partner = unfolded_rank(pv, n);
+      const int mine = v & ~(d - 1), theirs = pv & ~(d - 1);
+      send_recv(c, partner, chunk_range(c, buffer, p, mine, mine + d), partner,
+                chunk_range(c, buffer, p, theirs, theirs + d), Into::Copy);
+    }
+  });
 }
 
 }  // namespace dplab::parallel

@@ -47,9 +47,8 @@ int unfolded_rank(int v, int n) {
   return v < extra ? 2 * v + 1 : v + extra;
 }
 
-void recursive_doubling_all_reduce(Ctx& c, Block buffer) {
+void with_fold(Ctx& c, Block buffer, const std::function<void(int v, int p)>& core) {
   const int n = c.tr.size(), r = c.tr.rank();
-  if (n == 1 || buffer.elems == 0) return;
   const int p = power_of_two_below(n), v = folded_rank(r, n);
   if (v < 0) {
     // an even rank of a pair: hand my buffer to r+1, take the result back from it
@@ -57,13 +56,22 @@ void recursive_doubling_all_reduce(Ctx& c, Block buffer) {
     recv_copy(c, r + 1, buffer);
     return;
   }
-  if (r < 2 * (n - p)) recv_reduce(c, r - 1, buffer);  // fold: my pair's buffer into mine
-  for (int d = 1; d < p; d *= 2) {
-    // step log2 d: swap whole buffers with virtual rank v XOR d, add theirs into mine
-    const int partner = unfolded_rank(v ^ d, n);
-    send_recv(c, partner, buffer, partner, buffer, Into::Reduce);
-  }
-  if (r < 2 * (n - p)) send_block(c, r - 1, buffer);  // unfold: the result to my pair
+  const bool paired = r < 2 * (n - p);
+  if (paired) recv_reduce(c, r - 1, buffer);  // fold: my pair's buffer into mine
+  core(v, p);
+  if (paired) send_block(c, r - 1, buffer);  // unfold: the result to my pair
+}
+
+void recursive_doubling_all_reduce(Ctx& c, Block buffer) {
+  const int n = c.tr.size();
+  if (n == 1 || buffer.elems == 0) return;
+  with_fold(c, buffer, [&](int v, int p) {
+    for (int d = 1; d < p; d *= 2) {
+      // step log2 d: swap whole buffers with virtual rank v XOR d, add theirs into mine
+      const int partner = unfolded_rank(v ^ d, n);
+      send_recv(c, partner, buffer, partner, buffer, Into::Reduce);
+    }
+  });
 }
 
 }  // namespace dplab::parallel
