@@ -13,6 +13,7 @@
 
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_check.h"
+#include "framework/backend/cuda/cublas_gemm_shape.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/cuda_pure.h"
 #include "framework/backend/cuda/gpu_probe.h"
@@ -116,34 +117,20 @@ void CudaBackend::synchronize(Device d) {
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
 }
 
-// Row-major C [M, N] = op(A) [M, K] @ op(B) [K, N], as column-major C^T = op(B)^T op(A)^T.
-// B not transposed is stored [K, N] row-major = [N, K] column-major with ld N: that is
-// op(B)^T already, so cuBLAS gets OP_N; trans_b (stored [N, K], ld K) gets OP_T. Same for A.
-// Cost: 2*M*N*K flops per batch entry.
+// Row-major C [M, N] = op(A) [M, K] @ op(B) [K, N] as cuBLAS's column-major C^T = op(B)^T
+// op(A)^T (cublas_gemm_shape.h). Cost: 2*M*N*K flops per batch entry.
 void CudaBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* c) {
-  DPLAB_CHECK(g.batch >= 0 && g.M >= 0 && g.N >= 0 && g.K >= 0,
-              "gemm: expected non-negative sizes, got batch {} M {} N {} K {}", g.batch, g.M,
-              g.N, g.K);
-  DPLAB_CHECK(g.M <= INT_MAX && g.N <= INT_MAX && g.K <= INT_MAX && g.batch <= INT_MAX,
-              "gemm: cuBLAS takes int sizes, got batch {} M {} N {} K {}", g.batch, g.M, g.N,
-              g.K);
+  const cuda::CublasGemmShape s = cuda::cublas_gemm_shape(g, "gemm");
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
   LogicalDevice& dev = cuda::bind_owner(c, "gemm");
-  const int m = static_cast<int>(g.N), n = static_cast<int>(g.M), k = static_cast<int>(g.K);
-  const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  // Leading dimensions: the row length of each operand as stored (at least 1, for K = 0).
-  const int ld_b = static_cast<int>(std::max<int64_t>(1, g.trans_b ? g.K : g.N));
-  const int ld_a = static_cast<int>(std::max<int64_t>(1, g.trans_a ? g.M : g.K));
-  const int ld_c = m;
   if (g.batch == 1) {  // the plain GEMM: cuBLAS may pick other kernels for a batch of one
-    CUBLAS_CHECK(cublasSgemm(dev.cublas, op_b, op_a, m, n, k, &g.alpha, b, ld_b, a, ld_a,
-                             &g.beta, c, ld_c));
+    CUBLAS_CHECK(cublasSgemm(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b, s.ld_b, a,
+                             s.ld_a, &g.beta, c, s.ld_c));
     return;
   }
-  CUBLAS_CHECK(cublasSgemmStridedBatched(dev.cublas, op_b, op_a, m, n, k, &g.alpha, b, ld_b,
-                                         g.stride_b, a, ld_a, g.stride_a, &g.beta, c, ld_c,
-                                         g.stride_c, static_cast<int>(g.batch)));
+  CUBLAS_CHECK(cublasSgemmStridedBatched(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b,
+                                         s.ld_b, g.stride_b, a, s.ld_a, g.stride_a, &g.beta, c,
+                                         s.ld_c, g.stride_c, static_cast<int>(g.batch)));
 }
 
 Backend& cuda_backend() {
