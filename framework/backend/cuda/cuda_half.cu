@@ -10,6 +10,7 @@
 #include "framework/backend/cuda/cuda_half.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
 #include "framework/backend/cuda/cuda_pure.h"
+#include "framework/tensor/half.h"
 
 namespace dplab::cuda {
 namespace {
@@ -81,11 +82,8 @@ cudaError_t launch_cast_bf16_f32(const uint16_t* src, float* dst, int64_t n, cud
 }
 
 cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, float v, cudaStream_t s) {
-  uint32_t x = 0;
-  std::memcpy(&x, &v, sizeof x);
-  const uint16_t bits = (x & 0x7fffffffu) > 0x7f800000u
-                            ? static_cast<uint16_t>((x >> 16) | 0x40u)
-                            : static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  // The one value is rounded on the host, by the scalar reference (tensor/half.h).
+  const uint16_t bits = float_to_bfloat16(v);
   if (n > 0) fill_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, bits);  // 16 bits either way
   return cudaGetLastError();
 }
