@@ -19,13 +19,17 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 //   Star               parameter server: all to rank 0, rank 0 reduces, sends back (star.cpp)
 //   RecursiveDoubling  log2 N exchanges of the whole buffer (recursive_doubling.cpp): latency
 //   HalvingDoubling    Rabenseifner: recursive halving + doubling (halving_doubling.cpp): both
+//   OneShot            every rank sends its buffer to every other and sums all N itself
+//                      (one_shot.cpp): one step, for small messages on ranks that share cores
 //   Auto               per call, the one the alpha-beta model of cost.h says is fastest for
 //                      this size and N (choose_all_reduce), as MPI picks by message size and
 //                      NCCL picks tree or ring
-enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, Auto };
+enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot, Auto };
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling,
+                                            Algorithm::HalvingDoubling, Algorithm::OneShot, Algorithm::Auto};
 
 std::string reduce_op_name(ReduceOp op);
-// "ring", "star", "recursive_doubling", "halving_doubling", "auto"
+// "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "auto"
 std::string algorithm_name(Algorithm a);
 // The inverse of algorithm_name; throws Error listing the names for anything else.
 Algorithm algorithm_from_name(const std::string& name);

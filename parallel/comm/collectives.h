@@ -10,6 +10,7 @@
 // recursive_doubling.cpp: all-reduce in log2 N exchanges (small messages), and the fold
 //           that takes any N to a power of two.
 // halving_doubling.cpp: Rabenseifner's all-reduce, recursive halving + doubling (medium).
+// one_shot.cpp: all-reduce in one step, every rank to every rank (small messages).
 // star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier.
 // What each moves per rank: cost.h.
 // Read next: ring.cpp.
@@ -92,6 +93,9 @@ int unfolded_rank(int v, int n);  // the real rank of virtual rank v
 void with_fold(Ctx& c, Block buffer, const std::function<void(int v, int p)>& core);
 void recursive_doubling_all_reduce(Ctx& c, Block buffer);
 void halving_doubling_all_reduce(Ctx& c, Block buffer);
+
+// ---- one_shot.cpp ----
+void one_shot_all_reduce(Ctx& c, Block buffer);
 
 // ---- star.cpp ----
 void star_all_reduce(Ctx& c, Block buffer);

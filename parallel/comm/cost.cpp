@@ -3,8 +3,6 @@
 // Read next: ring.cpp (the algorithm these count), recursive_doubling.cpp.
 #include "parallel/comm/cost.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -70,12 +68,18 @@ Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int si
   return t;
 }
 
+Traffic one_shot_cost(int64_t bytes, int size) {
+  // my S to each of the others, and theirs to me
+  return {(size - 1) * bytes, (size - 1) * bytes};
+}
+
 Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size) {
   switch (algo) {
     case Algorithm::Ring: return ring_all_reduce_cost(bytes, elem_size, rank, size);
     case Algorithm::Star: return star_all_reduce_cost(bytes, rank, size);
     case Algorithm::RecursiveDoubling: return recursive_doubling_cost(bytes, rank, size);
     case Algorithm::HalvingDoubling: return halving_doubling_cost(bytes, elem_size, rank, size);
+    case Algorithm::OneShot: return one_shot_cost(bytes, size);
     case Algorithm::Auto: break;
   }
   DPLAB_FAIL("all_reduce_cost: expected a concrete algorithm, got {} (resolve auto with "
@@ -111,14 +115,10 @@ Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
 
 // ---- time ----
 
-LinkCost shm_link_cost() { return {.alpha = 2e-6, .beta = 1.0 / 8e9, .gamma = 1.0 / 8e9, .cores = cpu_cores()}; }
-
-int cpu_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
+LinkCost shm_link_cost() {
+  return {.alpha = 1.2e-6, .beta = 1.0 / 30e9, .gamma = 1.0 / 30e9, .cores = cpu_cores(), .wake = 30e-6};
 }
+
 
 namespace {
 
@@ -154,11 +154,55 @@ std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
         else w[r] = core;
         break;
       }
+      case Algorithm::OneShot:  // one step: S to each of N-1 peers at once, N-1 buffers added
+        w[r] = {1, (n - 1) * s, (n - 1) * s};
+        break;
       case Algorithm::Auto:
         DPLAB_FAIL("all_reduce_seconds: resolve auto first");
     }
   }
   return w;
+}
+
+// A stretch of an algorithm's critical path: `handoffs` segment hand-offs one after another,
+// in each of which `ranks` ranks must run.
+struct Phase {
+  double handoffs;
+  int ranks;
+};
+
+// The phases of each algorithm, from the step structure of its file.
+std::vector<Phase> phases_of(Algorithm algo, int n, double s, double segment) {
+  auto segs = [&](double bytes) { return std::max(1.0, std::ceil(bytes / segment)); };
+  const int p = power_of_two_below(n), k = log2_of(p), pairs = 2 * (n - p);
+  switch (algo) {
+    case Algorithm::Ring: return {{2.0 * (n - 1) * segs(s / n), n}};  // 2(N-1) steps of S/N
+    case Algorithm::Star: return {{2 * segs(s), n}};  // the leaves in, then out again
+    case Algorithm::OneShot: return {{segs(s), n}};
+    case Algorithm::RecursiveDoubling:
+    case Algorithm::HalvingDoubling: {
+      double core = k * segs(s);  // log2 P swaps of S
+      if (algo == Algorithm::HalvingDoubling) {  // halves S/2, S/4, ..., S/P, there and back
+        core = 0;
+        for (int j = 1; j <= k; ++j) core += 2 * segs(s / (1 << j));
+      }
+      std::vector<Phase> ph{{core, p}};
+      if (pairs > 0) ph.push_back({2 * segs(s), pairs});  // the fold and the unfold
+      return ph;
+    }
+    case Algorithm::Auto: break;
+  }
+  DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+}
+
+// Wake-ups on the critical path: every hand-off of a phase that needs more ranks than cores;
+// and with more ranks than cores, at least one per call.
+double wakeups(Algorithm algo, int n, double bytes, const LinkCost& link) {
+  if (n <= link.cores) return 0;
+  double count = 0;
+  for (const Phase& ph : phases_of(algo, n, bytes, link.segment))
+    if (ph.ranks > link.cores) count += ph.handoffs;
+  return std::max(1.0, count);
 }
 
 }  // namespace
@@ -170,14 +214,15 @@ double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& l
     busiest = std::max(busiest, w.seconds(link));
     all += w.seconds(link);
   }
-  // with more ranks than cores, the cores must do everyone's work: at best all / cores
-  return std::max(busiest, all / std::max(1, link.cores));
+  // with more ranks than cores, the cores must do everyone's work: at best all / cores; and
+  // each crowded hand-off waits for the scheduler
+  return std::max(busiest, all / std::max(1, link.cores)) + wakeups(algo, n, bytes, link) * link.wake;
 }
 
 Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link) {
   Algorithm best = Algorithm::Ring;
   double best_s = all_reduce_seconds(best, n, bytes, link);
-  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
+  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
     const double t = all_reduce_seconds(a, n, bytes, link);
     if (t < best_s) best = a, best_s = t;
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "parallel/comm/collective_types.h"
+#include "parallel/transport/mailbox_transport.h"  // cpu_cores, kSegmentBytes
 
 namespace dplab::parallel {
 
@@ -21,7 +22,9 @@ Traffic recursive_doubling_cost(int64_t bytes, int rank, int size);
 // Rabenseifner: 2(P-1)/P·S each way per rank when P divides S (the exact sum of the halves
 // it sends, for any S); the fold adds S each way for the 2E paired ranks, as above.
 Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size);
-// What `algo` moves (Ring, Star, RecursiveDoubling, HalvingDoubling; not Auto).
+// One-shot: every rank sends S to each of the N-1 others and receives theirs: (N-1)·S each way.
+Traffic one_shot_cost(int64_t bytes, int size);
+// What `algo` moves (Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot; not Auto).
 Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size);
 // Ring all-gather or reduce-scatter of N blocks of S bytes: N-1 blocks out and N-1 in.
 Traffic ring_all_gather_cost(int64_t block_bytes, int size);
@@ -43,35 +46,45 @@ Traffic recv_cost(int64_t bytes);
 // it (the copy into a slot and out of it); adding r received bytes into the buffer costs
 // r·gamma more (Thakur, Rabenseifner and Gropp's gamma: the reduction's arithmetic and
 // memory traffic). `cores` is how many ranks can run at once; with more ranks than cores
-// they take turns (below).
+// they take turns (below), and a hand-off then often waits for the scheduler: `wake`.
 struct LinkCost {
   double alpha = 0;  // seconds per step
   double beta = 0;   // seconds per byte sent
   double gamma = 0;  // seconds per byte reduced
   int cores = 1;     // CPUs the ranks share (cpu_cores(): this process's affinity mask)
+  double wake = 0;   // seconds a hand-off takes when the rank it waits for has no core
+  double segment = kSegmentBytes;  // bytes per hand-off: the transport's slot
 };
-// dplab's shm transport on the 2-core machines of this project: about 2 us per hand-off,
-// 8 GB/s to move and 8 GB/s to reduce (bench_allreduce fits alpha and beta + gamma from its
-// recursive-doubling rows at N = 2). Only their ratios decide the choice, and only near the
-// crossover sizes.
+// dplab's shm transport on the 2-core machines of this project: about 1.2 us per hand-off,
+// 30 GB/s to move and 30 GB/s to reduce (bench_allreduce fits alpha and beta + gamma from
+// its recursive-doubling rows at N = 2: 1.2 us and 14.7 GB/s on an AMD EPYC Zen 4), and
+// 30 us for a rank to be woken and get a core back (it estimates wake from the one-shot rows
+// where ranks outnumber cores: 2-40 us; the ring's lockstep steps at N = 3 lose about 90 us
+// a segment). Only their ratios decide the choice, and only near the crossover sizes.
 LinkCost shm_link_cost();
-// The CPUs this process may run on (sched_getaffinity), at least 1.
-int cpu_cores();
 
-// Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto). Two bounds, the
-// larger wins:
+// Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto): the larger of
+// two bounds, plus the wake-ups:
 //   the critical path: the busiest rank's steps·alpha + bytes·beta + reduced·gamma, as if
 //     every rank had a core of its own (ring 2(N-1)·alpha + 2(N-1)/N·S·beta + (N-1)/N·S·gamma;
 //     recursive doubling log2(P)·(alpha + S·beta + S·gamma); halving-doubling
 //     2·log2(P)·alpha + 2(P-1)/P·S·beta + (P-1)/P·S·gamma; the fold adds 2·alpha + 2·S·beta
-//     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0);
+//     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0; one-shot
+//     alpha + (N-1)·S·(beta + gamma));
 //   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
 //     time-share, so an algorithm in which every rank is busy every step (the ring) slows
 //     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
-//     leaves its cores to the others.
+//     leaves its cores to the others;
+//   the wake-ups: a hand-off (one segment of a step) in which more ranks must run than
+//     there are cores waits, in the measured cases, for the scheduler to bring back a rank
+//     that has no core: `wake` each. The ring at N = 3 on 2 cores pays it 4 times per
+//     segment of S/3, recursive doubling's fold keeps its core steps to P = 2 ranks and pays
+//     nothing there; and whenever N > C every rank must get a core at least once per call:
+//     one wake-up at least.
 double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link);
-// The fastest of ring, recursive doubling and halving-doubling by all_reduce_seconds (ties:
-// the first in that order). The star is never chosen: it is the parameter-server example.
+// The fastest of ring, recursive doubling, halving-doubling and one-shot by
+// all_reduce_seconds (ties: the first in that order). The star is never chosen: it is the
+// parameter-server example.
 Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link);
 
 }  // namespace dplab::parallel

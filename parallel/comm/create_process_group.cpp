@@ -22,8 +22,10 @@ bool is_engine_backend(const std::string& backend) {
   return backend == "mpi" || backend == "nccl";
 }
 bool is_known_backend(const std::string& backend) {
-  return is_engine_backend(backend) || backend == "ring" || backend == "star" ||
-         backend == "recursive_doubling" || backend == "halving_doubling" || backend == "auto";
+  if (is_engine_backend(backend)) return true;
+  for (Algorithm a : kAlgorithms)  // dplab's engine, named by its all-reduce algorithm
+    if (algorithm_name(a) == backend) return true;
+  return false;
 }
 
 namespace {
@@ -77,10 +79,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
   DPLAB_CHECK(is_known_backend(opts.backend), "create_process_group: backend must be \"ring\", "
-              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"auto\", \"mpi\" or "
-              "\"nccl\", got \"{}\"", opts.backend);
+              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
+              "\"mpi\" or \"nccl\", got \"{}\"", opts.backend);
   DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
               "emulated link), got {}", opts.link_gbps);
+  DPLAB_CHECK(opts.segment_bytes % 8 == 0 && opts.segment_bytes <= (std::size_t{64} << 20),
+              "create_process_group: segment_bytes must be a multiple of 8 up to 64 MiB (0: the "
+              "transport's default), got {}", opts.segment_bytes);
   DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
               "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
               "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
@@ -96,10 +101,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   std::unique_ptr<Transport> transport;
   const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
+    const std::size_t slot = opts.segment_bytes;
     if (threads)
-      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout);
+      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout,
+                                        slot ? slot : kSegmentBytes);
     else
-      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout);
+      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout,
+                                     slot ? slot : shm_segment_bytes(world_size));
   } catch (...) {
     store->set_timeout(saved);
     throw;
@@ -109,6 +117,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // what auto weighs: the shm transport's hand-off and copy costs, or the emulated link's
   // bandwidth where that is slower
   LinkCost link = shm_link_cost();
+  link.segment = double(transport->segment_bytes());
   if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   return std::make_shared<ProcessGroup>(make_dplab_engine(
       std::move(transport), algorithm_from_name(opts.backend),

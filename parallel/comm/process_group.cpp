@@ -36,17 +36,17 @@ std::string algorithm_name(Algorithm a) {
     case Algorithm::Star: return "star";
     case Algorithm::RecursiveDoubling: return "recursive_doubling";
     case Algorithm::HalvingDoubling: return "halving_doubling";
+    case Algorithm::OneShot: return "one_shot";
     case Algorithm::Auto: return "auto";
   }
   return "?";
 }
 
 Algorithm algorithm_from_name(const std::string& name) {
-  for (Algorithm a : {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling,
-                      Algorithm::HalvingDoubling, Algorithm::Auto})
+  for (Algorithm a : kAlgorithms)
     if (algorithm_name(a) == name) return a;
-  DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling "
-             "or auto, got \"{}\"", name);
+  DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling, "
+             "one_shot or auto, got \"{}\"", name);
 }
 
 namespace {

@@ -22,13 +22,16 @@ namespace dplab::parallel {
 
 struct ProcessGroupOptions {
   // dplab's engine over shm on one node, named by the all_reduce algorithm it uses unless a
-  // call names another: "ring", "star", "recursive_doubling", "halving_doubling", or "auto"
-  // (per call, the fastest by cost.h's model for the size; the other collectives are the
-  // same on all five); "mpi" or "nccl": an existing engine, any number of nodes (it picks
+  // call names another: "ring", "star", "recursive_doubling", "halving_doubling", "one_shot",
+  // or "auto" (per call, the fastest by cost.h's model for the size; the other collectives
+  // are the same on all six); "mpi" or "nccl": an existing engine, any number of nodes (it picks
   // its own algorithms)
   std::string backend = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
+  // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
+  // transport's default (shm: shm_segment_bytes(N), threads: kSegmentBytes, 128 KiB).
+  std::size_t segment_bytes = 0;
 };
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
@@ -68,7 +71,7 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& backend() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
   // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
-  // "recursive_doubling", "halving_doubling"; "auto:<the one picked>" for auto; the engine's
+  // "recursive_doubling", "halving_doubling", "one_shot"; "auto:<the one picked>" for auto; the engine's
   // name on mpi and nccl.
   std::string all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo = {}) const;
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
@@ -124,7 +127,7 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Backend "ring", "star", "recursive_doubling", "halving_doubling" or "auto": dplab's engine over the thread transport when store is a
+// Backend "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto": dplab's engine over the thread transport when store is a
 // HashStore (ranks are threads of one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.

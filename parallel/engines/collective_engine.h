@@ -37,7 +37,7 @@ class CollectiveEngine {
   virtual const std::string& transport_name() const { return name(); }
   virtual std::string transport_name(Device) const { return name(); }
   // What runs an all_reduce of `bytes` asked for with `a` (none: the group's default):
-  // "ring", "star", "recursive_doubling", "halving_doubling" on dplab's engine, where auto
+  // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" on dplab's engine, where auto
   // reads "auto:<the algorithm it picks for this size>"; MPI and NCCL pick their own
   // algorithm and ignore `a`.
   virtual std::string pattern(std::optional<Algorithm>, int64_t /*bytes*/) const { return name(); }

@@ -92,6 +92,7 @@ class DplabEngine final : public CollectiveEngine {
         case Algorithm::Star: star_all_reduce(c, block_of(host)); break;
         case Algorithm::RecursiveDoubling: recursive_doubling_all_reduce(c, block_of(host)); break;
         case Algorithm::HalvingDoubling: halving_doubling_all_reduce(c, block_of(host)); break;
+        case Algorithm::OneShot: one_shot_all_reduce(c, block_of(host)); break;
         case Algorithm::Auto: DPLAB_FAIL("all_reduce: auto was not resolved");
       }
     });

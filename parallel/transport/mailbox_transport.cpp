@@ -59,10 +59,25 @@ WaitPolicy wait_policy(int ranks) {
     return WaitPolicy{spin_us, yield_us};
   }();
   if (from_env) return *from_env;
+  return ranks <= cpu_cores() ? WaitPolicy{.spin_us = 10, .yield_us = 200}
+                              : WaitPolicy{.spin_us = 2, .yield_us = 200};
+}
+
+int cpu_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-  return ranks <= cores ? WaitPolicy{.spin_us = 10, .yield_us = 200} : WaitPolicy{.spin_us = 2, .yield_us = 200};
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+std::size_t shm_segment_bytes(int ranks) {
+  if (const char* env = std::getenv("DPLAB_SEGMENT_KB"); env != nullptr && *env != '\0') {
+    int kib = 0;
+    DPLAB_CHECK(std::sscanf(env, "%d", &kib) == 1 && kib >= 1 && kib <= 64 * 1024,
+                "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", env);
+    return static_cast<std::size_t>(kib) * 1024;
+  }
+  return ranks <= cpu_cores() ? std::size_t{1} << 20 : std::size_t{512} << 10;
 }
 
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.
@@ -141,9 +156,13 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
 // burns the slice the peer needs, and yielding hands it over at once (4 ranks: 63-97 us per
 // all-reduce against 98-115 us sleeping at once). But a yield can also give the core to
 // another program's busy process for a whole slice (under heavy load some runs took
-// milliseconds per all-reduce): a yield that took longer than kLongYield turns yielding off
-// for kNoYieldFor, and the wait sleeps on the futex instead.
+// milliseconds per all-reduce): a wait whose yield took longer than kLongYield sleeps on the
+// futex instead, and kLongYieldsToStop such waits in a row turn yielding off for
+// kNoYieldFor. One is not enough: on a quiet virtual machine a single yield can take that
+// long when the hypervisor borrows the core, and a futex wake-up costs 30-60 us there
+// against 4-8 us for a yield (N = 3, 4 KiB), so one hiccup would cost 100 ms of slow waits.
 constexpr auto kLongYield = std::chrono::microseconds(100);
+constexpr int kLongYieldsToStop = 3;
 constexpr auto kNoYieldFor = std::chrono::milliseconds(100);
 
 template <typename Ready>
@@ -162,11 +181,17 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_
   if (policy_.yield_us > 0 && Clock::now() >= no_yield_until_) {
     const auto until = Clock::now() + std::chrono::microseconds(policy_.yield_us);
     for (auto now = Clock::now(); now < until;) {
-      if (ready()) return;
+      if (ready()) {
+        long_yields_ = 0;
+        return;
+      }
       sched_yield();
       const auto back = Clock::now();
-      if (back - now > kLongYield) {  // someone else had the core: stop yielding for a while
-        no_yield_until_ = back + kNoYieldFor;
+      if (back - now > kLongYield) {  // someone else had the core: sleep this time ...
+        if (++long_yields_ >= kLongYieldsToStop) {  // ... and, if it keeps it, for a while
+          no_yield_until_ = back + kNoYieldFor;
+          long_yields_ = 0;
+        }
         break;
       }
       now = back;

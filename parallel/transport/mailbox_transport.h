@@ -61,7 +61,8 @@ struct alignas(64) LinkHeader {
 //         rank queued behind us, which writes and lets us go on within microseconds. But a
 //         yield also hands the core to any other program's busy process, which may keep it
 //         for a whole time slice (milliseconds): a yield that took longer than 100 us says
-//         so, and this rank then skips the yield phase for the next 100 ms;
+//         so (that wait sleeps), and after 3 such waits in a row this rank skips the yield
+//         phase for the next 100 ms;
 //   then futex sleep: a wake-up costs several microseconds but no CPU, and the scheduler runs
 //         a woken sleeper ahead of processes that were busy all along.
 // DPLAB_WAIT="spin_us,yield_us" (e.g. "2,0") overrides both, for measuring.
@@ -71,6 +72,20 @@ struct WaitPolicy {
 };
 // The defaults for `ranks` ranks on this process's cores, or DPLAB_WAIT's.
 WaitPolicy wait_policy(int ranks);
+
+// The CPUs this process may run on (sched_getaffinity), at least 1: whether every rank has
+// a core of its own decides the wait policy, the shm slot size and the cost model's choice.
+int cpu_cores();
+
+// The slot size of the shm transport for `ranks` ranks on this process's cores (measured
+// with bench_allreduce on 2 cores: tutorials/16_ps_vs_ring.md, "Slots"). While every rank
+// has a core, 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream
+// better (N = 2, 1 MiB: 81 us with 128 KiB slots, 50 us with 1 MiB). With more ranks than
+// cores, 512 KiB: each hand-off may wait for the scheduler, so fewer are better (N = 4,
+// 16 MiB: 14.7 ms with 128 KiB), but a chunk cut into too few segments leaves the ranks
+// that do run nothing to overlap (15.2 ms with 1 MiB, 10.0 with 512 KiB).
+// DPLAB_SEGMENT_KB overrides it, for measuring. The thread transport keeps kSegmentBytes.
+std::size_t shm_segment_bytes(int ranks);
 
 // Whether process pid still runs (false for a zombie: killed, not yet reaped).
 bool pid_alive(int32_t pid);
@@ -129,7 +144,8 @@ class MailboxTransport : public Transport {
   std::string name_;
   std::size_t slot_bytes_;
   WaitPolicy policy_;  // wait_policy(size)
-  std::chrono::steady_clock::time_point no_yield_until_{};  // a yield lost the core: sleep instead
+  std::chrono::steady_clock::time_point no_yield_until_{};  // yields kept losing the core: sleep instead
+  int long_yields_ = 0;  // waits in a row whose yield lost the core for long
   std::string context_ = "(no collective)";
   uint64_t collectives_ = 0;  // set_context calls so far: the current collective's number
   RankStatus* statuses_;

@@ -96,11 +96,12 @@ std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::stri
 }
 
 std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
-                                              int rank, int size, Seconds timeout) {
-  return make_shm_mailbox(store, key_prefix, rank, size, mailbox_bytes(size),
+                                              int rank, int size, Seconds timeout,
+                                              std::size_t slot_bytes) {
+  return make_shm_mailbox(store, key_prefix, rank, size, mailbox_bytes(size, slot_bytes),
                           [&](std::shared_ptr<void> owner, void* memory) {
                             return std::make_unique<MailboxTransport>(owner, memory, rank, size,
-                                                                      timeout, "shm");
+                                                                      timeout, "shm", slot_bytes);
                           });
 }
 

@@ -26,8 +26,10 @@ std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::stri
                                                    int rank, int size, std::size_t bytes,
                                                    const MakeMailbox& make);
 
-// key_prefix makes the store keys unique to one process group ("dplab/pg3").
+// key_prefix makes the store keys unique to one process group ("dplab/pg3"); slot_bytes: one
+// slot (all ranks pass the same), shm_segment_bytes(size) by default.
 std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
-                                              int rank, int size, Seconds timeout);
+                                              int rank, int size, Seconds timeout,
+                                              std::size_t slot_bytes);
 
 }  // namespace dplab::parallel

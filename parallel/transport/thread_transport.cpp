@@ -65,11 +65,12 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::str
 }
 
 std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
-                                                 int rank, int size, Seconds timeout) {
-  return make_heap_mailbox(store, key_prefix, rank, size, mailbox_bytes(size),
+                                                 int rank, int size, Seconds timeout,
+                                                 std::size_t slot_bytes) {
+  return make_heap_mailbox(store, key_prefix, rank, size, mailbox_bytes(size, slot_bytes),
                            [&](std::shared_ptr<void> owner, void* memory) {
                              return std::make_unique<MailboxTransport>(owner, memory, rank, size,
-                                                                       timeout, "thread");
+                                                                       timeout, "thread", slot_bytes);
                            });
 }
 

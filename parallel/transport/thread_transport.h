@@ -16,6 +16,7 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::str
                                                     const MakeMailbox& make);
 
 std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
-                                                 int rank, int size, Seconds timeout);
+                                                 int rank, int size, Seconds timeout,
+                                                 std::size_t slot_bytes = kSegmentBytes);
 
 }  // namespace dplab::parallel

@@ -1,5 +1,5 @@
-// test_all_reduce_algorithms.cpp: recursive doubling, halving-doubling (Rabenseifner) and
-// auto beside the ring, ranks as threads, N = 1..8 (powers of two and the folded cases):
+// test_all_reduce_algorithms.cpp: recursive doubling, halving-doubling (Rabenseifner),
+// one-shot and auto beside the ring, ranks as threads, N = 1..8 (powers of two and the folded cases):
 // every rank ends with the serial reference and with exactly what the ring gives, for sizes
 // 0, 1, N-1, primes and several transport segments, float32 / int64 / float16, sum, avg,
 // max and min; the traffic counters equal cost.cpp's formulas and the textbook volumes;
@@ -30,7 +30,8 @@ using dplab::parallel::testing::run_threads;
 
 namespace {
 
-const Algorithm kNew[] = {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::Auto};
+const Algorithm kNew[] = {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot,
+                          Algorithm::Auto};
 
 // Sizes for n ranks: empty, one element, n-1 (fewer than ranks: some chunks empty), primes,
 // and more than two transport segments (the prime 98317 floats = 3 segments + a bit).
@@ -82,7 +83,7 @@ TEST_CASE("power_of_two_below and the fold: P ranks remain, each real rank once"
   }
 }
 
-TEST_CASE("recursive doubling, halving-doubling, auto: equal to the reference and to the ring, N = 1..8") {
+TEST_CASE("recursive doubling, halving-doubling, one-shot, auto: equal to the reference and to the ring, N = 1..8") {
   for (int n = 1; n <= 8; ++n)
     for (DType d : {DType::Float32, DType::Int64, DType::Float16}) {
       CAPTURE(n); CAPTURE(dtype_name(d));
@@ -148,7 +149,7 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
       std::vector<std::map<std::string, Traffic>> got(n);
       std::vector<std::string> auto_ran(n);
       run_threads(n, [&](ProcessGroup& pg) {
-        for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::Auto}) {
+        for (Algorithm a : kNew) {
           Tensor t = make<float>(pg.rank(), elems);
           pg.reset_comm_stats();
           pg.all_reduce(t, ReduceOp::Sum, a);
@@ -162,11 +163,15 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         const Traffic rd = got[r].at("recursive_doubling"), hd = got[r].at("halving_doubling");
-        const Traffic au = got[r].at("auto");
+        const Traffic au = got[r].at("auto"), os = got[r].at("one_shot");
         CHECK(rd.sent == recursive_doubling_cost(S, r, n).sent);
         CHECK(rd.received == recursive_doubling_cost(S, r, n).received);
         CHECK(hd.sent == halving_doubling_cost(S, 4, r, n).sent);
         CHECK(hd.received == halving_doubling_cost(S, 4, r, n).received);
+        CHECK(os.sent == one_shot_cost(S, n).sent);
+        CHECK(os.received == one_shot_cost(S, n).received);
+        CHECK(os.sent == (n - 1) * S);  // the textbook: my buffer to each of the others
+        CHECK(os.received == (n - 1) * S);
         CHECK(au.sent == all_reduce_cost(picked, S, 4, r, n).sent);
         CHECK(au.received == all_reduce_cost(picked, S, 4, r, n).received);
         CHECK(auto_ran[r] == "auto:" + algorithm_name(picked));
@@ -196,6 +201,7 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
     CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, n, S, wide), k * (2e-6 + S * 1e-9)));
     CHECK(near(all_reduce_seconds(Algorithm::HalvingDoubling, n, S, wide), 2 * k * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
     CHECK(near(all_reduce_seconds(Algorithm::Star, n, S, wide), 2 * (n - 1) * (2e-6 + S * 1e-9)));
+    CHECK(near(all_reduce_seconds(Algorithm::OneShot, n, S, wide), 2e-6 + (n - 1) * S * 1e-9));
   }
   // the fold: N = 3 is P = 2 plus a fold and an unfold on the critical path
   CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, 3, S, wide), 3 * (2e-6 + S * 1e-9)));
@@ -215,26 +221,52 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
              all_reduce_seconds(Algorithm::Ring, 4, S, wide) + 0.75 * S * 0.5e-9));
   CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, 4, S, reducing),
              all_reduce_seconds(Algorithm::RecursiveDoubling, 4, S, wide) + 2 * S * 0.5e-9));
-  // auto: latency-bound sizes take recursive doubling; large ones at N = 3 the ring (the
-  // fold costs 2 S); at N = 4 halving-doubling (the ring's bytes in fewer steps); at N = 2,
-  // once reducing S costs more than a step, the ring (it reduces S/2, not S)
+  // wake-ups: with more ranks than cores, each hand-off (a segment of a step) in which more
+  // ranks must run than there are cores costs `wake`, and every call at least one
+  LinkCost waking = two;
+  waking.wake = 30e-6;
+  const double seg_S = S / waking.segment;  // 8 segments of 128 KiB
+  auto extra = [&](Algorithm a, int n, double bytes) {
+    return all_reduce_seconds(a, n, bytes, waking) - all_reduce_seconds(a, n, bytes, two);
+  };
+  CHECK(near(extra(Algorithm::Ring, 4, S), 6 * 2 * 30e-6));          // 6 steps of S/4: 2 segments each
+  CHECK(near(extra(Algorithm::Ring, 3, S), 4 * 3 * 30e-6));          // 4 steps of S/3: 3 segments each
+  CHECK(near(extra(Algorithm::RecursiveDoubling, 4, S), 2 * seg_S * 30e-6));  // 2 swaps of S, 4 ranks
+  CHECK(near(extra(Algorithm::RecursiveDoubling, 3, S), 30e-6));     // P = 2 and the pair fit: the one
+  CHECK(near(extra(Algorithm::HalvingDoubling, 3, S), 30e-6));       // wake-up every call has
+  CHECK(near(extra(Algorithm::HalvingDoubling, 4, S), (2 * 4 + 2 * 2) * 30e-6));  // S/2 and S/4, twice
+  CHECK(near(extra(Algorithm::OneShot, 4, S), seg_S * 30e-6));
+  CHECK(near(extra(Algorithm::Star, 4, S), 2 * seg_S * 30e-6));
+  CHECK(near(extra(Algorithm::OneShot, 4, 4096), 30e-6));
+  CHECK(extra(Algorithm::Ring, 2, S) == 0);  // a core per rank: no wake-ups
+  // auto without wake-ups: latency-bound sizes take recursive doubling at N = 4, the one-shot
+  // at N = 3 (one step against the fold's three); large ones at N = 3 the ring (the fold
+  // costs 2 S); at N = 4 halving-doubling (the ring's bytes in fewer steps)
   CHECK(choose_all_reduce(4, 4096, two) == Algorithm::RecursiveDoubling);
-  CHECK(choose_all_reduce(3, 4096, two) == Algorithm::RecursiveDoubling);
+  CHECK(choose_all_reduce(3, 4096, two) == Algorithm::OneShot);
   CHECK(choose_all_reduce(3, 64 << 20, two) == Algorithm::Ring);
   CHECK(choose_all_reduce(4, 64 << 20, two) == Algorithm::HalvingDoubling);
+  CHECK(choose_all_reduce(4, 4096, waking) == Algorithm::OneShot);  // 1 hand-off, not log2 P
+  CHECK(choose_all_reduce(4, 64 << 20, waking) == Algorithm::HalvingDoubling);
+  // the shm transport's constants on 2 cores: at N = 2, recursive doubling for small sizes
+  // and, once reducing S costs more than a step, the ring (it reduces S/2, not S); with 3
+  // or 4 ranks the one-shot for small sizes; at N = 3 halving-doubling for large ones, whose
+  // core steps run 2 ranks on 2 cores where the ring's 3 wait for a core 4 times a segment
   LinkCost shm = shm_link_cost();
+  shm.cores = 2;
   CHECK(choose_all_reduce(2, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(2, 64 << 20, shm) == Algorithm::Ring);
+  CHECK(choose_all_reduce(3, 4096, shm) == Algorithm::OneShot);
+  CHECK(choose_all_reduce(4, 4096, shm) == Algorithm::OneShot);
+  CHECK(choose_all_reduce(3, 64 << 20, shm) == Algorithm::HalvingDoubling);
   CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two), doctest::Contains("resolve auto"), Error);
 }
 
 TEST_CASE("algorithms by name: backends and per-call names; a bad name lists the good ones") {
-  for (Algorithm a : {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
-                      Algorithm::Auto})
+  for (Algorithm a : kAlgorithms)
     CHECK(algorithm_from_name(algorithm_name(a)) == a);
-  CHECK_THROWS_WITH_AS(algorithm_from_name("tree"), doctest::Contains("recursive_doubling, halving_doubling or auto"),
-                       Error);
-  for (const char* backend : {"recursive_doubling", "halving_doubling", "auto"}) {
+  CHECK_THROWS_WITH_AS(algorithm_from_name("tree"), doctest::Contains("halving_doubling, one_shot or auto"), Error);
+  for (const char* backend : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
     CAPTURE(backend);
     std::vector<std::vector<float>> got(3);
     std::vector<std::string> ran(3);
@@ -254,8 +286,7 @@ TEST_CASE("algorithms by name: backends and per-call names; a bad name lists the
 
 TEST_CASE("an all-reduce on one rank costs nothing: no bytes, the tensor untouched, even for avg") {
   run_threads(1, [](ProcessGroup& pg) {
-    for (Algorithm a : {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
-                        Algorithm::Auto}) {
+    for (Algorithm a : kAlgorithms) {
       Tensor t = make<float>(0, 1000);
       const void* before = t.raw_data();
       pg.all_reduce(t, ReduceOp::Avg, a);

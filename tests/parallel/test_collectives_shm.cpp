@@ -9,10 +9,12 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/transport/mailbox_transport.h"
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
 
@@ -74,9 +76,36 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
       pg.all_reduce(big, ReduceOp::Max, Algorithm::Ring);
       int64_t S = big.nbytes();
       expect(pg.comm_stats().total.bytes_sent == 2 * (n - 1) * S / n, "ring volume");
-    }));
+    }, {.segment_bytes = kSegmentBytes}));  // 128 KiB slots: 12 * 32768 floats is 3 per rank
   }
   CHECK(dplab_segments_in_dev_shm() == before);  // unlinked as soon as all ranks mapped it
+}
+
+TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 512 KiB past that") {
+  if (std::getenv("DPLAB_SEGMENT_KB") != nullptr) return;  // the user's size, for measuring
+  const int cores = cpu_cores();
+  CHECK(shm_segment_bytes(1) == std::size_t{1} << 20);
+  CHECK(shm_segment_bytes(cores) == std::size_t{1} << 20);
+  CHECK(shm_segment_bytes(cores + 1) == std::size_t{512} << 10);
+  // a group with the default slots and one with small slots agree, over many segments
+  for (std::size_t slot : {std::size_t{0}, std::size_t{4096}}) {
+    CAPTURE(slot);
+    check_all_ok(run_processes(3, [](ProcessGroup& pg) {
+      for (Algorithm a : {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
+        Tensor t = make(pg.rank(), 300001);
+        pg.all_reduce(t, ReduceOp::Sum, a);
+        const float* p = t.data<float>();
+        for (int64_t i = 0; i < t.numel(); i += 997)
+          expect(p[i] == value(0, i) + value(1, i) + value(2, i),
+                 fmt::format("{} element {}", algorithm_name(a), i));
+      }
+    }, {.segment_bytes = slot}));
+  }
+  std::vector<Outcome> bad = run_processes(2, [](ProcessGroup&) {}, {.segment_bytes = 1001});
+  for (const Outcome& o : bad) {
+    CHECK_FALSE(o.ok);
+    CHECK(o.message.find("segment_bytes must be a multiple of 8") != std::string::npos);
+  }
 }
 
 TEST_CASE("shm: broadcast, all_gather, reduce_scatter, barrier, send/recv") {
