@@ -1,5 +1,5 @@
 // allreduce.cpp (bench_allreduce): dplab's all-reduce algorithms over the shm transport
-// (ring, recursive doubling, halving-doubling, auto, star), N forked processes of one
+// (ring, recursive doubling, halving-doubling, one-shot, auto, star), N forked processes of one
 // thread each, float32 sizes 4 KiB .. 64 MiB, and, when OpenMPI is there, dplab's mpi
 // backend (MPI_Allreduce) on the same sizes (allreduce_mpi.cpp via mpirun; --mpi-btl tcp
 // sends its bytes through sockets). The auto rows say which algorithm auto ran.
@@ -9,9 +9,11 @@
 // The star's busbw falls as N grows: rank 0 is the wall. auto/mpi is busbw(auto) /
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
-// S·(beta + gamma)), beside the numbers comm/cost.cpp's shm_link_cost() holds.
-// Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,auto,star,mpi]
-//                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 3]
+// S·(beta + gamma)), and the wake-up of the one-shot rows at 4 KiB where ranks outnumber
+// cores (one hand-off that waits for the scheduler), beside the numbers comm/cost.cpp's
+// shm_link_cost() holds.
+// Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
+//                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
@@ -42,7 +44,7 @@ namespace {
 
 struct Row {
   int n;
-  std::string algo;  // ring, recursive_doubling, halving_doubling, auto, star, mpi
+  std::string algo;  // ring, recursive_doubling, halving_doubling, one_shot, auto, star, mpi
   int64_t bytes;
   double seconds;
   std::string ran;   // what ran: for auto, the algorithm it picked; else algo
@@ -76,8 +78,10 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
           for (Algorithm a : algos) {
             Tensor t = Tensor::empty({bytes / 4});
             t.fill_(1.0);
-            pg->all_reduce(t, ReduceOp::Sum, a);  // warm-up: page faults, caches
             const int iters = iterations_for(bytes);
+            // warm-up, one untimed loop: page faults, caches, and the scheduler settling the
+            // ranks on the cores (the first size's first calls can find two ranks on one core)
+            for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
             double best = 1e300;
             for (int trial = 0; trial < trials; ++trial) {
               pg->barrier();
@@ -191,6 +195,7 @@ std::string human(int64_t bytes) {
 std::string short_name(const std::string& algo) {
   if (algo == "recursive_doubling") return "rd";
   if (algo == "halving_doubling") return "hd";
+  if (algo == "one_shot") return "1shot";
   return algo;
 }
 
@@ -224,9 +229,10 @@ std::vector<std::string> split(const std::string& list) {
 
 int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 3, 4};
-  std::vector<std::string> backends = {"ring", "recursive_doubling", "halving_doubling", "auto", "star", "mpi"};
+  std::vector<std::string> backends = {"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto",
+                                       "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
-  int trials = 3;
+  int trials = 5;
   std::string csv, btl = "vader";
   double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
   std::string device = "cpu", ranks_arg, max_bytes_arg;
@@ -244,7 +250,7 @@ int main(int argc, char** argv) {
       ranks.clear();
       for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,auto,star,mpi] "
+      std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
                    "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
                    "[--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
@@ -342,7 +348,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-  std::printf("rd = recursive_doubling, hd = halving_doubling; busbw = 2(N-1)/N * bytes / time; "
+  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N * bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
   std::vector<std::pair<double, double>> rd2;
   for (const Row& r : rows)
@@ -352,6 +358,16 @@ int main(int argc, char** argv) {
                 "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
                 "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
                 shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
+  // wake: a one-shot of 4 KiB is one hand-off; where ranks outnumber cores, what it takes
+  // beyond the model's time without wake-ups is the scheduler bringing a rank back
+  LinkCost no_wake = shm_link_cost();
+  no_wake.wake = 0;
+  for (int n : ranks)
+    if (const Row* r = find(n, "one_shot", 4096); r && n > cpu_cores())
+      std::printf("wake-up at N = %d (one-shot of 4 KiB, less its modelled time): %.1f us; the model "
+                  "auto uses: %.1f us\n", n,
+                  (r->seconds - all_reduce_seconds(Algorithm::OneShot, n, 4096, no_wake)) * 1e6,
+                  shm_link_cost().wake * 1e6);
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
       t.fill_(1.0);
       // same iteration rule as bench_allreduce: ~256 MiB of payload, 3 to 200 calls
       const int iters = static_cast<int>(std::clamp<long long>((256LL << 20) / bytes, 3, 200));
-      pg->all_reduce(t);  // warm-up
+      for (int i = 0; i < iters; ++i) pg->all_reduce(t);  // warm-up: one untimed loop, as bench_allreduce
       double best = 1e300;
       for (int trial = 0; trial < trials; ++trial) {
         pg->barrier();
