@@ -87,20 +87,15 @@ const std::vector<std::string>& csv_columns() {
 }
 
 void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Config& cfg, int cores) {
-  const RunResult* base = baseline(runs);
-  if (!base) return;
-  // C, one device's compute per step: the single device's, or a run on one device that did
-  // the same work faster (dp, star, ring at N = 1: on one rank DDP communicates nothing).
-  // On a shared machine another program's burst only ever slows a run, so the fastest of
-  // these is the best estimate of the machine's speed (the ping-pong's best-of-3, for C).
-  double base_compute = base->compute_s;
-  for (const RunResult& r : runs)
-    if (r.n == 1 && r.step_s() > 0) base_compute = std::min(base_compute, r.step_s());
   const double bucket_bytes = cfg.bucket_cap_mb * (1 << 20);
   for (RunResult& r : runs) {
     if (r.mode != "ring" && r.mode != "star") continue;
-    const double compute = base_compute / std::min(r.n, std::max(1, cores));
-    r.predicted_step_s = step_seconds(ab, r.mode == "ring" ? Pattern::Ring : Pattern::Star, r.n, compute,
+    // C: the run's own compute (its step less the time it waited for communication). N
+    // processes on one machine compute slower than one alone (a shared memory bus and
+    // caches, DDP's bucket copies, the communication threads): no alpha-beta model knows
+    // that, and it is not what the model is about. The model predicts what communication
+    // adds to C.
+    r.predicted_step_s = step_seconds(ab, r.mode == "ring" ? Pattern::Ring : Pattern::Star, r.n, r.compute_s,
                                       4.0 * double(r.param_count), bucket_bytes, /*overlap=*/true,
                                       std::max(1, cores));
   }

@@ -16,8 +16,9 @@ namespace dplab::compare {
 // Every column of results.csv, in order (the test checks them all).
 const std::vector<std::string>& csv_columns();
 
-// Fills predicted_step_s of the star and ring rows: compute time per device is the single
-// device's compute time divided by min(N, cores) (N ranks share `cores` cores here).
+// Fills predicted_step_s of the star and ring rows: the run's own compute time per step
+// (compute_s: its step less its wait) plus what the alpha-beta model says the all-reduces
+// add to it (step_seconds with overlap; N ranks share `cores` cores here).
 void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Config& cfg, int cores);
 
 struct Agreement {
