@@ -157,12 +157,13 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
     CHECK(acc > 0);
     CHECK(acc <= 100);
     if (row.at("mode") == "ring" || row.at("mode") == "star") {
-      // the prediction: the run's own compute plus what the model says communication adds
-      // (nothing on one rank; over a 10 Gbit/s link, at least the wire time of the gradients)
+      // the prediction: the run's own compute plus what the model says communication adds:
+      // nothing on one rank; past that at least the compute (the buckets before the last hide
+      // under it), and at least the all-reduces, whose gradients cross a 10 Gbit/s link
       const double pred = std::stod(row.at("predicted_step_ms")), compute = std::stod(row.at("compute_ms"));
       const double wire_ms = 4.0 * std::stod(row.at("params")) / (10e9 / 8) * 1e3;
       if (row.at("N") == "1") CHECK(pred == doctest::Approx(compute).epsilon(1e-3));
-      else CHECK(pred >= compute + wire_ms * 0.99);
+      else CHECK(pred >= std::max(compute, wire_ms) * 0.99);
     }
     // cpu's default: every device with company sits behind a 10 Gbit/s link; alone, none
     CHECK(std::stod(row.at("link_gbps")) == (std::stoi(row.at("N")) > 1 ? 10.0 : 0.0));
