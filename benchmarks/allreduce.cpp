@@ -10,7 +10,7 @@
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
 // S·(beta + gamma)), and the wake-up of the one-shot rows at 4 KiB where ranks outnumber
-// cores (one hand-off that waits for the scheduler), beside the numbers comm/cost.cpp's
+// cores (a wait on each peer, each for the scheduler), beside the numbers comm/cost.cpp's
 // shm_link_cost() holds.
 // Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
 //                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 5]
@@ -358,16 +358,20 @@ int main(int argc, char** argv) {
                 "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
                 "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
                 shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
-  // wake: a one-shot of 4 KiB is one hand-off; where ranks outnumber cores, what it takes
-  // beyond the model's time without wake-ups is the scheduler bringing a rank back
-  LinkCost no_wake = shm_link_cost();
+  // wake: a one-shot of 4 KiB is one slot, a wait on each of N-1 peers; where ranks outnumber
+  // cores, what it takes beyond the model's time without wake-ups is the scheduler bringing
+  // ranks back, that many times (the model's count: its time with wake = 1 s, less without)
+  LinkCost no_wake = shm_link_cost(), unit_wake = shm_link_cost();
   no_wake.wake = 0;
+  unit_wake.wake = 1;
   for (int n : ranks)
-    if (const Row* r = find(n, "one_shot", 4096); r && n > cpu_cores())
-      std::printf("wake-up at N = %d (one-shot of 4 KiB, less its modelled time): %.1f us; the model "
-                  "auto uses: %.1f us\n", n,
-                  (r->seconds - all_reduce_seconds(Algorithm::OneShot, n, 4096, no_wake)) * 1e6,
+    if (const Row* r = find(n, "one_shot", 4096); r && n > cpu_cores()) {
+      const double base = all_reduce_seconds(Algorithm::OneShot, n, 4096, no_wake);
+      const double wakes = all_reduce_seconds(Algorithm::OneShot, n, 4096, unit_wake) - base;
+      std::printf("wake-up at N = %d (one-shot of 4 KiB, less its modelled time, over its %.0f waits): "
+                  "%.1f us; the model auto uses: %.1f us\n", n, wakes, (r->seconds - base) / wakes * 1e6,
                   shm_link_cost().wake * 1e6);
+    }
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) {

@@ -154,8 +154,8 @@ std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
         else w[r] = core;
         break;
       }
-      case Algorithm::OneShot:  // one step: S to each of N-1 peers at once, N-1 buffers added
-        w[r] = {1, (n - 1) * s, (n - 1) * s};
+      case Algorithm::OneShot:  // one step, but N-1 waits: S to each peer, N-1 buffers added
+        w[r] = {double(n - 1), (n - 1) * s, (n - 1) * s};
         break;
       case Algorithm::Auto:
         DPLAB_FAIL("all_reduce_seconds: resolve auto first");
@@ -178,7 +178,7 @@ std::vector<Phase> phases_of(Algorithm algo, int n, double s, double segment) {
   switch (algo) {
     case Algorithm::Ring: return {{2.0 * (n - 1) * segs(s / n), n}};  // 2(N-1) steps of S/N
     case Algorithm::Star: return {{2 * segs(s), n}};  // the leaves in, then out again
-    case Algorithm::OneShot: return {{segs(s), n}};
+    case Algorithm::OneShot: return {{(n - 1) * segs(s), n}};  // a wait on each peer per slot
     case Algorithm::RecursiveDoubling:
     case Algorithm::HalvingDoubling: {
       double core = k * segs(s);  // log2 P swaps of S

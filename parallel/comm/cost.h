@@ -70,7 +70,7 @@ LinkCost shm_link_cost();
 //     recursive doubling log2(P)·(alpha + S·beta + S·gamma); halving-doubling
 //     2·log2(P)·alpha + 2(P-1)/P·S·beta + (P-1)/P·S·gamma; the fold adds 2·alpha + 2·S·beta
 //     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0; one-shot
-//     alpha + (N-1)·S·(beta + gamma));
+//     (N-1)·alpha + (N-1)·S·(beta + gamma): one step, but a wait on each of N-1 peers);
 //   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
 //     time-share, so an algorithm in which every rank is busy every step (the ring) slows
 //     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
@@ -79,8 +79,8 @@ LinkCost shm_link_cost();
 //     there are cores waits, in the measured cases, for the scheduler to bring back a rank
 //     that has no core: `wake` each. The ring at N = 3 on 2 cores pays it 4 times per
 //     segment of S/3, recursive doubling's fold keeps its core steps to P = 2 ranks and pays
-//     nothing there; and whenever N > C every rank must get a core at least once per call:
-//     one wake-up at least.
+//     nothing there, the one-shot pays N-1 per segment (a wait on each peer); and whenever
+//     N > C every rank must get a core at least once per call: one wake-up at least.
 double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link);
 // The fastest of ring, recursive doubling, halving-doubling and one-shot by
 // all_reduce_seconds (ties: the first in that order). The star is never chosen: it is the

@@ -13,10 +13,11 @@
  *   N = 3:  0 -> 1, 0 -> 2, 1 -> 0, 1 -> 2, 2 -> 0, 2 -> 1, all at once; then each adds 3
  *
  * Cost: one step: (N-1)·S sent and (N-1)·S received per rank, (N-1)·S reduced. That is
- * (N-1)/2 times the ring's bytes, so it only pays for small messages. But its single
- * step is one hand-off, where the ring has 2(N-1) and recursive doubling log2 N: each
- * rank waits on the others once. When ranks outnumber cores, each of those waits can mean
- * a trip through the scheduler (a rank parked, another woken), so one step is cheapest.
+ * (N-1)/2 times the ring's bytes, so it only pays for small messages. Its one step still
+ * holds N-1 waits, one on each peer, against the ring's 2(N-1) steps and recursive
+ * doubling's log2 P. It wins where N is not a power of two and every rank has a core: at
+ * N = 3, 2 waits against the fold's 3 steps. When ranks outnumber cores each wait may be a
+ * trip through the scheduler, and recursive doubling's log2 P waits are fewer from N = 4 on.
  * (The formulas: cost.cpp.)
  * Read next: cost.cpp (when `auto` picks which algorithm).
  */

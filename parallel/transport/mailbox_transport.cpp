@@ -77,7 +77,7 @@ std::size_t shm_segment_bytes(int ranks) {
                 "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", env);
     return static_cast<std::size_t>(kib) * 1024;
   }
-  return ranks <= cpu_cores() ? std::size_t{1} << 20 : std::size_t{512} << 10;
+  return ranks <= cpu_cores() ? std::size_t{1} << 20 : std::size_t{256} << 10;
 }
 
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.

@@ -81,9 +81,10 @@ int cpu_cores();
 // with bench_allreduce on 2 cores: tutorials/16_ps_vs_ring.md, "Slots"). While every rank
 // has a core, 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream
 // better (N = 2, 1 MiB: 81 us with 128 KiB slots, 50 us with 1 MiB). With more ranks than
-// cores, 512 KiB: each hand-off may wait for the scheduler, so fewer are better (N = 4,
-// 16 MiB: 14.7 ms with 128 KiB), but a chunk cut into too few segments leaves the ranks
-// that do run nothing to overlap (15.2 ms with 1 MiB, 10.0 with 512 KiB).
+// cores, 256 KiB: each hand-off may wait for the scheduler, so fewer are better (N = 4,
+// 4 MiB, halving-doubling: 2.5 ms with 128 KiB), but a chunk cut into too few segments
+// leaves the ranks that do run nothing to overlap (1.7-2.8 ms with 512 KiB, 2.2-3.4 with
+// 1 MiB, 1.1-1.7 with 256 KiB).
 // DPLAB_SEGMENT_KB overrides it, for measuring. The thread transport keeps kSegmentBytes.
 std::size_t shm_segment_bytes(int ranks);
 

@@ -201,7 +201,7 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
     CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, n, S, wide), k * (2e-6 + S * 1e-9)));
     CHECK(near(all_reduce_seconds(Algorithm::HalvingDoubling, n, S, wide), 2 * k * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
     CHECK(near(all_reduce_seconds(Algorithm::Star, n, S, wide), 2 * (n - 1) * (2e-6 + S * 1e-9)));
-    CHECK(near(all_reduce_seconds(Algorithm::OneShot, n, S, wide), 2e-6 + (n - 1) * S * 1e-9));
+    CHECK(near(all_reduce_seconds(Algorithm::OneShot, n, S, wide), (n - 1) * (2e-6 + S * 1e-9)));
   }
   // the fold: N = 3 is P = 2 plus a fold and an unfold on the critical path
   CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, 3, S, wide), 3 * (2e-6 + S * 1e-9)));
@@ -235,29 +235,32 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   CHECK(near(extra(Algorithm::RecursiveDoubling, 3, S), 30e-6));     // P = 2 and the pair fit: the one
   CHECK(near(extra(Algorithm::HalvingDoubling, 3, S), 30e-6));       // wake-up every call has
   CHECK(near(extra(Algorithm::HalvingDoubling, 4, S), (2 * 4 + 2 * 2) * 30e-6));  // S/2 and S/4, twice
-  CHECK(near(extra(Algorithm::OneShot, 4, S), seg_S * 30e-6));
+  CHECK(near(extra(Algorithm::OneShot, 4, S), 3 * seg_S * 30e-6));  // a wait on each of 3 peers
   CHECK(near(extra(Algorithm::Star, 4, S), 2 * seg_S * 30e-6));
-  CHECK(near(extra(Algorithm::OneShot, 4, 4096), 30e-6));
+  CHECK(near(extra(Algorithm::OneShot, 4, 4096), 3 * 30e-6));
   CHECK(extra(Algorithm::Ring, 2, S) == 0);  // a core per rank: no wake-ups
-  // auto without wake-ups: latency-bound sizes take recursive doubling at N = 4, the one-shot
-  // at N = 3 (one step against the fold's three); large ones at N = 3 the ring (the fold
-  // costs 2 S); at N = 4 halving-doubling (the ring's bytes in fewer steps)
+  // auto with a core per rank: small messages at N = 3 take the one-shot (2 waits against the
+  // fold's 3 steps), at N = 4 recursive doubling (2 steps against 3 waits)
+  CHECK(choose_all_reduce(3, 4096, wide) == Algorithm::OneShot);
+  CHECK(choose_all_reduce(4, 4096, wide) == Algorithm::RecursiveDoubling);
+  // without wake-ups on 2 cores: large ones at N = 3 the ring (the fold costs 2 S); at N = 4
+  // halving-doubling (the ring's bytes in fewer steps)
   CHECK(choose_all_reduce(4, 4096, two) == Algorithm::RecursiveDoubling);
-  CHECK(choose_all_reduce(3, 4096, two) == Algorithm::OneShot);
   CHECK(choose_all_reduce(3, 64 << 20, two) == Algorithm::Ring);
   CHECK(choose_all_reduce(4, 64 << 20, two) == Algorithm::HalvingDoubling);
-  CHECK(choose_all_reduce(4, 4096, waking) == Algorithm::OneShot);  // 1 hand-off, not log2 P
+  CHECK(choose_all_reduce(4, 4096, waking) == Algorithm::RecursiveDoubling);  // 2 waits, not 3
   CHECK(choose_all_reduce(4, 64 << 20, waking) == Algorithm::HalvingDoubling);
   // the shm transport's constants on 2 cores: at N = 2, recursive doubling for small sizes
   // and, once reducing S costs more than a step, the ring (it reduces S/2, not S); with 3
-  // or 4 ranks the one-shot for small sizes; at N = 3 halving-doubling for large ones, whose
-  // core steps run 2 ranks on 2 cores where the ring's 3 wait for a core 4 times a segment
+  // or 4 ranks recursive doubling for small sizes (fewer crowded waits than the one-shot's
+  // N-1); at N = 3 halving-doubling for large ones, whose core steps run 2 ranks on 2 cores
+  // where the ring's 3 wait for a core 4 times a segment
   LinkCost shm = shm_link_cost();
   shm.cores = 2;
   CHECK(choose_all_reduce(2, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(2, 64 << 20, shm) == Algorithm::Ring);
-  CHECK(choose_all_reduce(3, 4096, shm) == Algorithm::OneShot);
-  CHECK(choose_all_reduce(4, 4096, shm) == Algorithm::OneShot);
+  CHECK(choose_all_reduce(3, 4096, shm) == Algorithm::RecursiveDoubling);
+  CHECK(choose_all_reduce(4, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(3, 64 << 20, shm) == Algorithm::HalvingDoubling);
   CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two), doctest::Contains("resolve auto"), Error);
 }

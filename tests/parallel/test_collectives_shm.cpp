@@ -81,12 +81,12 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
   CHECK(dplab_segments_in_dev_shm() == before);  // unlinked as soon as all ranks mapped it
 }
 
-TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 512 KiB past that") {
+TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 256 KiB past that") {
   if (std::getenv("DPLAB_SEGMENT_KB") != nullptr) return;  // the user's size, for measuring
   const int cores = cpu_cores();
   CHECK(shm_segment_bytes(1) == std::size_t{1} << 20);
   CHECK(shm_segment_bytes(cores) == std::size_t{1} << 20);
-  CHECK(shm_segment_bytes(cores + 1) == std::size_t{512} << 10);
+  CHECK(shm_segment_bytes(cores + 1) == std::size_t{256} << 10);
   // a group with the default slots and one with small slots agree, over many segments
   for (std::size_t slot : {std::size_t{0}, std::size_t{4096}}) {
     CAPTURE(slot);
