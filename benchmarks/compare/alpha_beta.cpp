@@ -95,7 +95,14 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
 
 double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores) {
   const parallel::Algorithm algo = p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
-  return parallel::all_reduce_seconds(algo, n, bytes, {.alpha = ab.alpha, .beta = ab.beta, .cores = cores});
+  // the model auto uses (the reduction's gamma, the wake-ups past `cores`, the shm slots for
+  // n ranks), with alpha and beta of the ping-pong over this run's links
+  parallel::LinkCost link = parallel::shm_link_cost();
+  link.alpha = ab.alpha;
+  link.beta = ab.beta;
+  link.cores = cores;
+  link.segment = double(parallel::shm_segment_bytes(n, cores));
+  return parallel::all_reduce_seconds(algo, n, bytes, link);
 }
 
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,

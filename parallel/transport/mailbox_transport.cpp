@@ -70,14 +70,14 @@ int cpu_cores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-std::size_t shm_segment_bytes(int ranks) {
+std::size_t shm_segment_bytes(int ranks, int cores) {
   if (const char* env = std::getenv("DPLAB_SEGMENT_KB"); env != nullptr && *env != '\0') {
     int kib = 0;
     DPLAB_CHECK(std::sscanf(env, "%d", &kib) == 1 && kib >= 1 && kib <= 64 * 1024,
                 "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", env);
     return static_cast<std::size_t>(kib) * 1024;
   }
-  return ranks <= cpu_cores() ? std::size_t{1} << 20 : std::size_t{256} << 10;
+  return ranks <= cores ? std::size_t{1} << 20 : std::size_t{256} << 10;
 }
 
 // kill(pid, 0) succeeds on a zombie (killed but not yet reaped), so read its state.

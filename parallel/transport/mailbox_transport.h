@@ -77,7 +77,7 @@ WaitPolicy wait_policy(int ranks);
 // a core of its own decides the wait policy, the shm slot size and the cost model's choice.
 int cpu_cores();
 
-// The slot size of the shm transport for `ranks` ranks on this process's cores (measured
+// The slot size of the shm transport for `ranks` ranks on `cores` cores (measured
 // with bench_allreduce on 2 cores: tutorials/16_ps_vs_ring.md, "Slots"). While every rank
 // has a core, 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream
 // better (N = 2, 1 MiB: 81 us with 128 KiB slots, 50 us with 1 MiB). With more ranks than
@@ -86,7 +86,7 @@ int cpu_cores();
 // leaves the ranks that do run nothing to overlap (1.7-2.8 ms with 512 KiB, 2.2-3.4 with
 // 1 MiB, 1.1-1.7 with 256 KiB).
 // DPLAB_SEGMENT_KB overrides it, for measuring. The thread transport keeps kSegmentBytes.
-std::size_t shm_segment_bytes(int ranks);
+std::size_t shm_segment_bytes(int ranks, int cores = cpu_cores());
 
 // Whether process pid still runs (false for a zombie: killed, not yet reaped).
 bool pid_alive(int32_t pid);
