@@ -119,7 +119,6 @@ LinkCost shm_link_cost() {
   return {.alpha = 1.2e-6, .beta = 1.0 / 30e9, .gamma = 1.0 / 30e9, .cores = cpu_cores(), .wake = 30e-6};
 }
 
-
 namespace {
 
 // One rank's part of an all-reduce: its steps, the bytes of the larger direction of each (a
