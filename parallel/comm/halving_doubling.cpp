@@ -22,7 +22,8 @@
  * 2(P-1)/P·S per rank, the ring's volume (exactly, when P divides S; cost.cpp has the
  * formula for any S), received the same. With a fold, a paired even rank sends and
  * receives S, a paired odd rank S more than that each way, in 2 more steps.
- * Read next: cost.cpp (what each algorithm moves, and which one `auto` picks).
+ * Read next: one_shot.cpp (the whole all-reduce in one step), cost.cpp (what each algorithm
+ * moves, and which one `auto` picks).
  */
 #include "framework/error.h"
 #include "parallel/comm/collectives.h"

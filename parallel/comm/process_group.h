@@ -81,7 +81,7 @@ class ProcessGroup {
   std::string transport_name(Device d) const;
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's
-  // (ring, star, recursive doubling, halving-doubling or auto; the mpi and nccl backends
+  // (ring, star, recursive doubling, halving-doubling, one-shot or auto; the mpi and nccl backends
   // pick their own). On one rank it returns at once: there is nothing to reduce.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
   // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).

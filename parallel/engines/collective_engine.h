@@ -1,8 +1,9 @@
 // collective_engine.h: the seam under ProcessGroup. A ProcessGroup checks arguments, queues
 // async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
 // collective, which moves the bytes. Three engines sit behind it:
-//   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling and halving-doubling
-//     (comm/ring.cpp, comm/star.cpp, comm/recursive_doubling.cpp, comm/halving_doubling.cpp) over
+//   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling and
+//     one-shot (comm/ring.cpp, comm/star.cpp, comm/recursive_doubling.cpp,
+//     comm/halving_doubling.cpp, comm/one_shot.cpp) over
 //     a transport (thread, shm; cuda_ipc for CUDA tensors, or host staging without it);
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs.

@@ -2,7 +2,7 @@
 // out: it picks the transport by the tensors' device (the CPU one for CPU tensors, cuda_ipc
 // for CUDA tensors, made at the first CUDA call; CUDA tensors go through host memory only
 // when there is no cuda_ipc), turns tensors into Blocks, and runs ring.cpp's, star.cpp's,
-// recursive_doubling.cpp's or halving_doubling.cpp's algorithm over them (auto: the one
+// recursive_doubling.cpp's, halving_doubling.cpp's or one_shot.cpp's algorithm over them (auto: the one
 // cost.h's model picks for the tensor's size), counting the bytes it moves (comm_stats()
 // shows these, measured). An all-reduce on one rank does nothing at all (not even Avg's
 // scale by 1/1).
