@@ -11,10 +11,11 @@
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
 // S·(beta + gamma)), and the wake-up of the one-shot rows at 4 KiB where ranks outnumber
 // cores (a wait on each peer, each for the scheduler), beside the numbers comm/cost.cpp's
-// shm_link_cost() holds.
+// shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
+// against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
 // Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
 //                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 5]
-//                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-mpi]
+//                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
 // Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/plot_runner.h"
 #include "framework/tensor/tensor.h"
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/comm/cost.h"
@@ -234,6 +236,7 @@ int main(int argc, char** argv) {
   int64_t max_bytes = int64_t{64} << 20;
   int trials = 5;
   std::string csv, btl = "vader";
+  bool plot = true;
   double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
   std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
@@ -243,6 +246,7 @@ int main(int argc, char** argv) {
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--no-mpi") std::erase(backends, "mpi");
+    else if (a == "--no-plot") plot = false;
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
     else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
     else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
@@ -252,7 +256,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
                    "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
-                   "[--csv FILE] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
+                   "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
     }
   }
@@ -384,6 +388,13 @@ int main(int argc, char** argv) {
                    static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
                    busbw(r.n, r.bytes, r.seconds), r.algo == "mpi" ? 0.0 : link_gbps);
     std::fclose(f);
+    std::printf("wrote %s\n", csv.c_str());
+    if (plot) {
+      const std::string png = std::filesystem::path(csv).replace_extension(".png").string();
+      const dplab::bench::PlotRun run = dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {csv, png});
+      std::printf("%s%s\n", run.note.c_str(), run.ok ? (": " + png).c_str() : "");
+      if (!run.ok && run.note.find("FAILED") != std::string::npos) return 1;
+    }
   }
   return 0;
 }

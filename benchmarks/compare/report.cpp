@@ -13,6 +13,7 @@
 //                  and by the busiest other device
 // Read next: plot_results.py.
 #include "benchmarks/compare/report.h"
+#include "benchmarks/plot_runner.h"
 
 #include <fmt/core.h>
 
@@ -282,33 +283,13 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
 }
 
 std::vector<std::string> make_plots(const Config& cfg, const std::string& script, std::string& note) {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("DPLAB_PYTHON")) candidates.emplace_back(p);
-  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
-  std::string python;
-  for (const std::string& c : candidates)
-    if (std::system(("'" + c + "' -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
-      python = c;
-      break;
-    }
-  if (python.empty()) {
-    note = "plots skipped: no python3 with matplotlib found (tried $DPLAB_PYTHON, python3, /usr/bin/python3; "
-           "on Debian: apt-get install python3-matplotlib)";
-    return {};
-  }
-  if (!std::filesystem::exists(script)) {
-    note = "plots skipped: plot script " + script + " not found";
-    return {};
-  }
-  const std::string cmd = fmt::format("'{}' '{}' '{}'", python, script, cfg.out);
-  if (std::system(cmd.c_str()) != 0) {
-    note = "plots FAILED: `" + cmd + "` exited non-zero (its message is above)";
-    return {};
-  }
+  const bench::PlotRun run = bench::run_plot_script(script, {cfg.out});
+  note = run.note;
+  if (!run.ok) return {};
   std::vector<std::string> out;
   for (const char* name : {"throughput.png", "memory.png", "traffic.png", "step_split.png", "projection.png"})
     if (std::filesystem::exists(std::filesystem::path(cfg.out) / name)) out.emplace_back(name);
-  note = fmt::format("{} plots written with {}", out.size(), python);
+  note = fmt::format("{} {}", out.size(), run.note);  // "5 plots written with python3"
   return out;
 }
 

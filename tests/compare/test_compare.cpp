@@ -23,15 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/program_run.h"
+
 namespace fs = std::filesystem;
+using dplab::testing::ProgramRun;
+using dplab::testing::read_csv;
+using dplab::testing::run_program;
 
 namespace {
 
 std::string g_exe;  // set in main below
 
-struct Run {
-  int rc = -1;
-  std::string output;
+struct Run : dplab::testing::ProgramRun {
   fs::path out;
 };
 
@@ -41,42 +44,13 @@ const Run& short_run() {
     Run r;
     r.out = fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid()));
     fs::remove_all(r.out);
-    const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
-                            "' --model mlp --ns 1,2,3 --steps 4 --warmup 1 --global-batch 48 --train-limit 240 "
-                            "--test-limit 200 --bucket-cap-mb 0.25 --trace --out '" + r.out.string() + "' 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::array<char, 4096> buf{};
-    while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
-    const int status = ::pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    static_cast<dplab::testing::ProgramRun&>(r) = dplab::testing::run_program(
+        "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+        "' --model mlp --ns 1,2,3 --steps 4 --warmup 1 --global-batch 48 --train-limit 240 "
+        "--test-limit 200 --bucket-cap-mb 0.25 --trace --out '" + r.out.string() + "'");
     return r;
   }();
   return run;
-}
-
-std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path, std::vector<std::string>* header) {
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(), "missing " << path);
-  auto split = [](const std::string& line) {
-    std::vector<std::string> out;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) out.push_back(cell);
-    return out;
-  };
-  std::string line;
-  std::getline(f, line);
-  const std::vector<std::string> cols = split(line);
-  if (header) *header = cols;
-  std::vector<std::map<std::string, std::string>> rows;
-  while (std::getline(f, line)) {
-    const auto cells = split(line);
-    REQUIRE(cells.size() == cols.size());
-    std::map<std::string, std::string> row;
-    for (size_t i = 0; i < cols.size(); ++i) row[cols[i]] = cells[i];
-    rows.push_back(row);
-  }
-  return rows;
 }
 
 std::vector<float> read_floats(const fs::path& path) {
@@ -102,17 +76,10 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
                          Bad{"--global-batch 0", "a global batch >= 1"},
                          Bad{"--lr nan", "a learning rate >= 0"}}) {
     CAPTURE(bad.args);
-    const std::string cmd = "'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string output;
-    std::array<char, 4096> buf{};
-    while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) output.append(buf.data(), n);
-    const int status = ::pclose(p);
-    CAPTURE(output);
-    CHECK(WIFEXITED(status));  // not killed by SIGFPE or SIGSEGV
-    CHECK(WEXITSTATUS(status) != 0);
-    CHECK(output.find(bad.says) != std::string::npos);
+    const ProgramRun run = run_program("'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written");
+    CAPTURE(run.output);
+    CHECK(run.rc > 0);  // an exit status: not killed by SIGFPE or SIGSEGV (-1), not success
+    CHECK(run.output.find(bad.says) != std::string::npos);
   }
 }
 
@@ -308,27 +275,14 @@ TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes,
     CHECK(value(rows, "single", 1, 0, "activation_bytes") < 0.55 * value(fp32, "single", 1, 0, "activation_bytes"));
     CHECK(value(rows, "single", 1, 0, "activation_bytes") > 0.45 * value(fp32, "single", 1, 0, "activation_bytes"));
   }
-  const std::string bad = "'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never 2>&1";
-  FILE* p = ::popen(bad.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string output;
-  std::array<char, 4096> buf{};
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) output.append(buf.data(), n);
-  CHECK(::pclose(p) != 0);
-  CHECK(output.find("--precision fp16: mode dp is not supported") != std::string::npos);
+  const ProgramRun bad = run_program("'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never");
+  CHECK(bad.rc != 0);
+  CHECK(bad.output.find("--precision fp16: mode dp is not supported") != std::string::npos);
   fs::remove_all(base);
 }
 
 // The program's path comes first on the command line, doctest's options after.
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: test_compare PATH/TO/dplab-compare [doctest options]\n");
-    return 2;
-  }
-  g_exe = argv[1];
-  doctest::Context ctx(argc - 1, argv + 1);
-  const int rc = ctx.run();
-  std::error_code ec;
-  fs::remove_all(fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid())), ec);
-  return rc;
+  return dplab::testing::program_test_main(argc, argv, g_exe,
+                                           fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid())));
 }
