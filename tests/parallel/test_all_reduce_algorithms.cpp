@@ -153,7 +153,8 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
           Tensor t = make<float>(pg.rank(), elems);
           pg.reset_comm_stats();
           pg.all_reduce(t, ReduceOp::Sum, a);
-          const CollectiveStats& s = pg.comm_stats().per_collective.at("all_reduce");
+          // a copy: comm_stats() returns its stats by value, a reference would dangle
+          const CollectiveStats s = pg.comm_stats().per_collective.at("all_reduce");
           got[pg.rank()][algorithm_name(a)] = {s.bytes_sent, s.bytes_received};
         }
         auto_ran[pg.rank()] = pg.all_reduce_algorithm(S, Algorithm::Auto);

@@ -250,7 +250,7 @@ TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h"
           auto measure = [&](const std::string& name, auto call) {
             pg.reset_comm_stats();
             call();
-            const CollectiveStats& s = pg.comm_stats().per_collective.at(name);
+            const CollectiveStats s = pg.comm_stats().per_collective.at(name);  // a copy: returned by value
             mine[name] = {s.bytes_sent, s.bytes_received};
           };
           Tensor t = make<float>(pg.rank(), elems);
