@@ -22,6 +22,10 @@ a whole table of one framework and then one of the other may not.
 whose cores are busy with other work, threads that spin while they wait for a descheduled
 partner make every two-thread figure (of either framework) a measure of the load, not of the
 code; passive waiting sleeps instead. Leave it unset on a quiet machine (the default spins).
+--warm-machine SECONDS first keeps every core busy for that long (matrix products in this
+process, which measures nothing itself), for machines that speed up under sustained load.
+On this project's Zen 4 VM it was not enough: the machine switched between two speeds
+(dplab's two-thread CNN: 7.7k and 9.6k samples/s, same binary) during the rounds too.
 PyTorch runs with the malloc settings dplab makes for itself (cpu_backend.cpp), given to
 glibc through its environment variables; --glibc-defaults runs it without them. Without
 them every step maps its large buffers afresh and page-faults them in, which on this
@@ -228,6 +232,16 @@ def run_dplab(binary, name, threads, a):
     return float(rows[0]["samples_per_s"])
 
 
+def warm_machine(seconds):
+    """Every core busy for `seconds`: matrix products on all threads, results discarded."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    x = torch.randn(512, 512)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x = torch.tanh(x @ x)
+    print(f"machine warmed for {seconds:g} s (all cores busy) before the first row", flush=True)
+
+
 def paired_rounds(a, threads, names):
     """dplab, then PyTorch, on the same row, a.rounds times; the ratio's median and range."""
     print(f"{'round':>5} {'model':<6} {'threads':>7} {'dplab samples/s':>16} "
@@ -274,6 +288,8 @@ def main():
     p.add_argument("--dplab-bin", default="",
                    help="bench_train_throughput: run it and PyTorch in paired rounds")
     p.add_argument("--rounds", type=int, default=3, help="paired rounds (with --dplab-bin)")
+    p.add_argument("--warm-machine", type=float, default=0.0, metavar="SECONDS",
+                   help="keep every core busy this long before the first row (default 0)")
     p.add_argument("--omp-wait-policy", default="", choices=["", "active", "passive"],
                    help="OMP_WAIT_POLICY for both frameworks' processes (default: unset)")
     a = p.parse_args()
@@ -282,6 +298,8 @@ def main():
                 "ninja -C build benchmarks/bench_train_throughput)")
     if a.rounds < 1:
         p.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.warm_machine < 0:
+        p.error(f"--warm-machine must be >= 0 seconds, got {a.warm_machine}")
     if a.child_row:  # one row, in the fresh process run_row started: print it as JSON
         name, t = a.child_row[0], int(a.child_row[1])
         print(json.dumps(run(name, t, a.batch_size, a.warmup, a.min_time, a.lr, a.momentum,
@@ -314,6 +332,8 @@ def main():
     if warning:
         print(warning, file=sys.stderr)
         print(warning)
+    if a.warm_machine > 0:
+        warm_machine(a.warm_machine)
     if a.dplab_bin:
         rows = paired_rounds(a, threads, names)
     else:
