@@ -392,8 +392,9 @@ int main(int argc, char** argv) {
     if (plot) {
       const std::string png = std::filesystem::path(csv).replace_extension(".png").string();
       const dplab::bench::PlotRun run = dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {csv, png});
-      std::printf("%s%s\n", run.note.c_str(), run.ok ? (": " + png).c_str() : "");
-      if (!run.ok && run.note.find("FAILED") != std::string::npos) return 1;
+      if (run.ok) std::printf("%s: %s\n", run.note.c_str(), png.c_str());
+      else std::printf("%s\n", run.note.c_str());
+      if (run.failed) return 1;
     }
   }
   return 0;

@@ -19,14 +19,14 @@ PlotRun run_plot_script(const std::string& script, const std::vector<std::string
       break;
     }
   if (python.empty())
-    return {false, "plots skipped: no python3 with matplotlib found (tried $DPLAB_PYTHON, python3, "
-                   "/usr/bin/python3; on Debian: apt-get install python3-matplotlib)"};
-  if (!std::filesystem::exists(script)) return {false, "plots skipped: plot script " + script + " not found"};
+    return {.note = "plots skipped: no python3 with matplotlib found (tried $DPLAB_PYTHON, python3, "
+                    "/usr/bin/python3; on Debian: apt-get install python3-matplotlib)"};
+  if (!std::filesystem::exists(script)) return {.note = "plots skipped: plot script " + script + " not found"};
   std::string cmd = fmt::format("'{}' '{}'", python, script);
   for (const std::string& a : args) cmd += fmt::format(" '{}'", a);
   if (std::system(cmd.c_str()) != 0)
-    return {false, "plots FAILED: `" + cmd + "` exited non-zero (its message is above)"};
-  return {true, "plots written with " + python};
+    return {.failed = true, .note = "plots FAILED: `" + cmd + "` exited non-zero (its message is above)"};
+  return {.ok = true, .note = "plots written with " + python};
 }
 
 }  // namespace dplab::bench

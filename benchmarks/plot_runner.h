@@ -10,8 +10,9 @@
 namespace dplab::bench {
 
 struct PlotRun {
-  bool ok = false;
-  std::string note;  // "plots written with <python>", or why there are none
+  bool ok = false;      // the script ran and exited 0
+  bool failed = false;  // it ran and failed (a missing matplotlib or script is not a failure)
+  std::string note;     // "plots written with <python>", or why there are none
 };
 
 // Runs `python script args...` with the first of $DPLAB_PYTHON, python3, /usr/bin/python3
