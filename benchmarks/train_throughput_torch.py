@@ -14,9 +14,10 @@ reference BLAS (libblas3) its linear layers are several times slower than with O
 Run: python3 benchmarks/train_throughput_torch.py [--threads 1,all] [--csv torch.csv]
      [--dplab-csv dplab.csv]   # adds the column dplab samples/s / PyTorch samples/s
 Paired rounds, for a noisy machine: --dplab-bin build/benchmarks/bench_train_throughput
---rounds 5 runs dplab (that binary, one model and thread count at a time) and then PyTorch on
-the same model and thread count, straight after each other, five times over, and prints each
-pair's ratio and the median and range per row. Two runs seconds apart see the same machine;
+--rounds 5 runs dplab (that binary, one model and thread count at a time) and PyTorch on
+the same model and thread count, straight after each other, five times over (dplab first in
+odd rounds, PyTorch first in even ones), and prints each pair's ratio and the median and
+range per row. Two runs seconds apart see the same machine;
 a whole table of one framework and then one of the other may not.
 --omp-wait-policy passive gives both frameworks' processes OMP_WAIT_POLICY=passive: on a machine
 whose cores are busy with other work, threads that spin while they wait for a descheduled
@@ -243,15 +244,21 @@ def warm_machine(seconds):
 
 
 def paired_rounds(a, threads, names):
-    """dplab, then PyTorch, on the same row, a.rounds times; the ratio's median and range."""
+    """dplab and PyTorch on the same row, a.rounds times; the ratio's median and range.
+    The order alternates (dplab first in odd rounds, PyTorch first in even ones): a machine
+    that speeds up or slows down over a round then favours each side equally often."""
     print(f"{'round':>5} {'model':<6} {'threads':>7} {'dplab samples/s':>16} "
           f"{'torch samples/s':>16} {'dplab/torch':>12}")
     ratios, rows = {}, []
     for k in range(1, a.rounds + 1):
         for t in threads:
             for name in names:
-                ours = run_dplab(a.dplab_bin, name, t, a)
-                theirs = run_row(a, name, t)
+                if k % 2 == 1:
+                    ours = run_dplab(a.dplab_bin, name, t, a)
+                    theirs = run_row(a, name, t)
+                else:
+                    theirs = run_row(a, name, t)
+                    ours = run_dplab(a.dplab_bin, name, t, a)
                 ratio = ours / theirs["samples_per_s"]
                 ratios.setdefault((name, t), []).append(ratio)
                 print(f"{k:>5} {name:<6} {t:>7} {ours:>16.1f} {theirs['samples_per_s']:>16.1f} "
