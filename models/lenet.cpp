@@ -2,6 +2,8 @@
 // serves both stages.
 #include "models/lenet.h"
 
+#include "framework/ops/ops.h"
+
 namespace dplab::models {
 
 LeNet::LeNet(int64_t classes) : num_classes(classes) {
@@ -16,9 +18,15 @@ LeNet::LeNet(int64_t classes) : num_classes(classes) {
 Tensor LeNet::forward(const Tensor& x) {
   DPLAB_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
               "LeNet: expected input [N, 1, 28, 28], got {}", shape_str(x.shape()));
-  Tensor h = pool->forward(relu->forward(conv1->forward(x)));  // [N, 16, 14, 14]
-  h = pool->forward(relu->forward(conv2->forward(h)));         // [N, 32, 7, 7]
-  return fc->forward(flatten->forward(h));                     // [N, 1568] -> [N, 10]
+  // pool(relu(conv(h))) for each stage, as one op (ops.h: conv2d_relu_max_pool2d), which
+  // computes the same numbers without writing the full-size convolution output on the CPU.
+  // Tutorial 03 runs the stages unfused, module by module.
+  auto stage = [&](const nn::Conv2d& conv, const Tensor& h) {
+    return conv2d_relu_max_pool2d(h, conv.weight, conv.bias, conv.options.stride, conv.options.padding);
+  };
+  Tensor h = stage(*conv1, x);              // [N, 16, 14, 14]
+  h = stage(*conv2, h);                     // [N, 32, 7, 7]
+  return fc->forward(flatten->forward(h));  // [N, 1568] -> [N, 10]
 }
 
 std::shared_ptr<nn::Module> LeNet::make_empty_copy() const {

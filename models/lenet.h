@@ -4,6 +4,9 @@
 //   flatten -> fc 1568 -> 10                     [N, 10]
 // Parameters: conv1 16*1*25+16 = 416, conv2 32*16*25+32 = 12,832, fc 1568*10+10 = 15,690;
 // 28,938 in all, 8x fewer than the MLP, and usually more accurate.
+// forward() runs each conv -> ReLU -> maxpool as one op (ops.h: conv2d_relu_max_pool2d),
+// the same numbers without the full-size convolution output; the modules stay, for
+// tutorial 03's step-by-step run and for printing the model.
 // Read next: resnet.h.
 #pragma once
 #include <memory>

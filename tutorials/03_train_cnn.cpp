@@ -31,8 +31,9 @@ int64_t conv_macs(const nn::Conv2d& c, const Tensor& out) {
   return out.numel() / out.size(0) * c.in_channels * c.kernel_size * c.kernel_size;
 }
 
-// Runs LeNet's forward step by step on one batch (the same calls as LeNet::forward) and
-// prints each stage's output shape, parameters and multiply-adds per image.
+// Runs LeNet's forward step by step on one batch, module by module, and prints each stage's
+// output shape, parameters and multiply-adds per image; then LeNet::forward itself, whose
+// stages run each conv, ReLU and pool as one op, and whether it gave the same floats.
 void show_shapes(models::LeNet& net, const Tensor& x) {
   NoGradGuard no_grad;
   auto row = [](const std::string& what, const Tensor& t, int64_t params, int64_t macs) {
@@ -58,6 +59,10 @@ void show_shapes(models::LeNet& net, const Tensor& x) {
   h = net.fc->forward(h);
   const int64_t m3 = net.fc->in_features * net.fc->out_features;
   row("fc 1568->10", h, count_params(*net.fc), m3);
+  const bool same = net.forward(x).to_vector<float>() == h.to_vector<float>();
+  fmt::print("  LeNet::forward (conv + ReLU + pool fused{}): {}\n",
+             fused_ops() ? "" : ", switched off by DPLAB_FUSE=0",
+             same ? "the same floats as the steps above" : "DIFFERENT from the steps above");
   const int64_t mlp_macs = 784 * 256 + 256 * 128 + 128 * 10;
   fmt::print("  total: {} parameters, {:.2f} M multiply-adds per image forward\n",
              count_params(net), static_cast<double>(m1 + m2 + m3) / 1e6);

@@ -176,6 +176,25 @@ class Backend {
                                       int64_t /*O*/, float* /*gx*/, float* /*gw*/, float* /*gb*/) {
     return false;
   }
+  // conv2d_direct, ReLU and a 2x2 max-pool of stride 2 in one pass (ops/nn_conv.cpp's
+  // conv2d_relu_max_pool2d): y [N, O, out_h/2, out_w/2] = max_pool2d(relu(conv2d(x))), the
+  // same numbers; the full-size convolution output is never written. For backward, a byte per
+  // output in `route`, [N, out_h/2 * out_w/2, O] (channels last): the window's winner, 0-3 in
+  // row-major order, or 4 where the ReLU stopped the gradient (y not > 0). Returns false,
+  // having written nothing, where it has no such path, or where the backward would have none.
+  virtual bool conv2d_relu_pool_direct(const float* /*x*/, const float* /*weight*/,
+                                       const float* /*bias*/, const Window2d& /*w*/,
+                                       int64_t /*O*/, float* /*y*/, uint8_t* /*route*/) {
+    return false;
+  }
+  // Its gradients from g [N, O, out_h/2, out_w/2] and the forward's route; gx, gw, gb as
+  // conv2d_direct_backward's.
+  virtual bool conv2d_relu_pool_direct_backward(const float* /*g*/, const uint8_t* /*route*/,
+                                                const float* /*x*/, const float* /*weight*/,
+                                                const Window2d& /*w*/, int64_t /*O*/,
+                                                float* /*gx*/, float* /*gw*/, float* /*gb*/) {
+    return false;
+  }
 
   // ---- an op cut into independent pieces, run side by side (conv2d's image groups) ----
   // How many pieces should run at once to keep the device busy: the CPU's threads; 1 on

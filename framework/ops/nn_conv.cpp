@@ -8,6 +8,8 @@
 // offers. Pooling has dedicated backend kernels.
 // Read next: nn_norm.cpp; the kernels are backend/cpu/cpu_conv_pool.cpp.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "framework/amp/autocast.h"
@@ -33,6 +35,29 @@ Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, in
   w.out_h = (w.H + 2 * pad - kh) / stride + 1;
   w.out_w = (w.W + 2 * pad - kw) / stride + 1;
   return w;
+}
+
+// conv2d's checks on its arguments (float32 ones; 16-bit went to conv2d_lowp): its window.
+Window2d check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
+                      int64_t padding) {
+  check_float("conv2d", x);
+  check_float("conv2d", weight);
+  check_same_device("conv2d", x, weight);
+  DPLAB_CHECK(weight.dim() == 4, "conv2d: expected weight [O, C, kh, kw], got {} (input {})",
+              shape_str(weight.shape()), shape_str(x.shape()));
+  DPLAB_CHECK(x.dim() == 4, "conv2d: expected input [N, C, H, W], got {} (weight {})",
+              shape_str(x.shape()), shape_str(weight.shape()));
+  DPLAB_CHECK(x.size(1) == weight.size(1),
+              "conv2d: input channels differ: input is {} (expected [N, {}, H, W]), weight is {}",
+              shape_str(x.shape()), weight.size(1), shape_str(weight.shape()));
+  if (bias.defined()) {
+    check_float("conv2d", bias);
+    check_same_device("conv2d", x, bias);
+    DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
+                "conv2d: bias must be [{}] for weight {}, got {}", weight.size(0), shape_str(weight.shape()),
+                shape_str(bias.shape()));
+  }
+  return make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
 }
 
 // c[M, N] = op(a) op(b) + beta * c on the backend, beta 0 or 1. With K = 0 (no input or no
@@ -130,25 +155,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
     return conv2d(xc, wc, bc, stride, padding);
   }
   if (auto t = lowp_result_dtype({x, weight, bias})) return conv2d_lowp(x, weight, bias, stride, padding, *t);
-  check_float("conv2d", x);
-  check_float("conv2d", weight);
-  check_same_device("conv2d", x, weight);
-  DPLAB_CHECK(weight.dim() == 4, "conv2d: expected weight [O, C, kh, kw], got {} (input {})",
-              shape_str(weight.shape()), shape_str(x.shape()));
-  DPLAB_CHECK(x.dim() == 4, "conv2d: expected input [N, C, H, W], got {} (weight {})",
-              shape_str(x.shape()), shape_str(weight.shape()));
-  DPLAB_CHECK(x.size(1) == weight.size(1),
-              "conv2d: input channels differ: input is {} (expected [N, {}, H, W]), weight is {}",
-              shape_str(x.shape()), weight.size(1), shape_str(weight.shape()));
+  const Window2d w = check_conv2d(x, weight, bias, stride, padding);
   const int64_t O = weight.size(0);
-  if (bias.defined()) {
-    check_float("conv2d", bias);
-    check_same_device("conv2d", x, bias);
-    DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == O,
-                "conv2d: bias must be [{}] for weight {}, got {}", O, shape_str(weight.shape()),
-                shape_str(bias.shape()));
-  }
-  const Window2d w = make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
   Backend& backend = backend_of(x);
   const ImageGroups groups(w, O, backend.im2col_group_floats(), backend.lanes());
   const int lanes = static_cast<int>(std::min<int64_t>(backend.lanes(), groups.count));
@@ -236,6 +244,60 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
     Tensor gx = Tensor::empty(sx, g.options());
     if (g.numel() > 0) backend_of(g).max_pool2d_backward(fptr(g), iptr(argmax), w, fptr(gx));
     return std::vector<Tensor>{gx};
+  });
+}
+
+namespace {
+bool& fused_setting() {
+  static bool on = [] {
+    const char* env = std::getenv("DPLAB_FUSE");
+    if (env == nullptr || *env == '\0') return true;
+    const std::string v = env;
+    DPLAB_CHECK(v == "0" || v == "1", "DPLAB_FUSE: expected 0 (unfused ops) or 1 (fused), got '{}'", v);
+    return v == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+bool fused_ops() { return fused_setting(); }
+void set_fused_ops(bool on) { fused_setting() = on; }
+
+// max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2), the same numbers, in one op
+// where the backend has the fused kernels (the CPU's direct convolution: cpu_conv_fused.cpp
+// says what it saves); everywhere else, and for 16-bit tensors, the three ops. It keeps x
+// and a byte per output for backward, where the three ops keep x, the full-size convolution
+// output (the ReLU's input) and the pool's int64 argmax.
+Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              int64_t stride, int64_t padding) {
+  auto unfused = [&] { return max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2); };
+  const bool float32 = x.dtype() == DType::Float32 && weight.dtype() == DType::Float32 &&
+                       (!bias.defined() || bias.dtype() == DType::Float32);
+  if (!fused_ops() || amp::autocast_dtype() || !float32) return unfused();
+  const Window2d w = check_conv2d(x, weight, bias, stride, padding);
+  const int64_t O = weight.size(0);
+  Tensor out = Tensor::empty({w.N, O, w.out_h / 2, w.out_w / 2}, x.options());
+  // the winner of each window, a byte per output (backend.h), in an int64 tensor of an eighth
+  // of the elements: dplab has no 8-bit dtype, and a tensor is what memory_stats counts
+  Tensor route = Tensor::empty({(out.numel() + 7) / 8}, {.dtype = DType::Int64, .device = x.device()});
+  auto bytes = [](const Tensor& t) { return reinterpret_cast<uint8_t*>(iptr(t)); };
+  if (!backend_of(x).conv2d_relu_pool_direct(fptr(x), fptr(weight), bias.defined() ? fptr(bias) : nullptr,
+                                             w, O, fptr(out), bytes(route)))
+    return unfused();
+  Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
+  const bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
+  return record(out, "Conv2dReluMaxPool2dBackward", {x, weight, bias},
+                [x_grad, b_grad, sx = x.shape(), weight, saved_x, route, bytes, w, O](const Tensor& g) {
+    Tensor gx = x_grad ? Tensor::empty(sx, g.options()) : Tensor();
+    Tensor gw = weight.requires_grad() ? Tensor::empty(weight.shape(), weight.options()) : Tensor();
+    Tensor gb = b_grad ? Tensor::empty({O}, g.options()) : Tensor();
+    const bool ran = backend_of(g).conv2d_relu_pool_direct_backward(
+        fptr(g), bytes(route), gw.defined() ? fptr(saved_x) : nullptr, fptr(weight), w, O,
+        gx.defined() ? fptr(gx) : nullptr, gw.defined() ? fptr(gw) : nullptr,
+        gb.defined() ? fptr(gb) : nullptr);
+    DPLAB_CHECK(ran, "conv2d_relu_max_pool2d: the backend ran the fused forward, then declined "
+                "its backward (a setting changed in between?)");
+    return std::vector<Tensor>{gx, gw, gb};
   });
 }
 

@@ -88,6 +88,30 @@ TEST_CASE("parameters, buffers and modules come in registration order with dotte
   CHECK(error_of([&] { net.register_parameter("a.b", zeros({1})); }).find("without '.'") != std::string::npos);
 }
 
+TEST_CASE("LeNet's fused stages give the modules' numbers: output and every gradient") {
+  // LeNet::forward calls conv2d_relu_max_pool2d per stage; DPLAB_FUSE's setting off, the
+  // same op runs conv2d, relu and max_pool2d (test_cpu_conv_fused.cpp compares the ops).
+  auto run = [](bool fused) {
+    const bool before = fused_ops();
+    set_fused_ops(fused);
+    manual_seed(5);
+    models::LeNet net;
+    Tensor x = randn({3, 1, 28, 28});
+    Tensor y = net.forward(x);
+    (y * y).sum().backward();
+    std::vector<std::vector<float>> out{y.to_vector<float>()};
+    for (const Tensor& p : net.parameters()) out.push_back(p.grad().to_vector<float>());
+    set_fused_ops(before);
+    return out;
+  };
+  const auto fused = run(true), unfused = run(false);
+  REQUIRE(fused.size() == 7);  // y and 6 parameters
+  for (size_t k = 0; k < fused.size(); ++k) {
+    CAPTURE(k);
+    CHECK(fused[k] == unfused[k]);
+  }
+}
+
 TEST_CASE("parameter counts of the models") {
   CHECK(count_params(models::MLP()) == 235146);  // 784*256+256 + 256*128+128 + 128*10+10
   // LeNet: conv1 16*1*5*5+16 = 416, conv2 32*16*5*5+32 = 12832, fc 1568*10+10 = 15690.

@@ -66,6 +66,23 @@ std::vector<OpCase> nn_cases() {
                  }, kGemm});
   }
 
+  // ---- conv2d_relu_max_pool2d: fused on the CPU where it is direct (stride 1), the three
+  // ops elsewhere (stride 2 here, and CUDA); odd sizes leave a row and a column unpooled ----
+  const Conv fused[] = {
+      {{3, 2, 8, 8}, {4, 2, 5, 5}, true, 1, 2},     // LeNet's 5x5, padding 2
+      {{2, 3, 11, 9}, {5, 3, 3, 3}, false, 1, 1},   // odd sizes, no bias
+      {{2, 3, 11, 9}, {5, 3, 3, 3}, true, 2, 1},    // strided: the three ops
+  };
+  for (const Conv& c : fused) {
+    const std::string name = "conv2d_relu_max_pool2d x " + shape_str(c.xs) + " w " + shape_str(c.ws) +
+                             " stride " + std::to_string(c.stride) + (c.bias ? "" : " no bias");
+    std::vector<In> in{x(c.xs), x(c.ws)};
+    if (c.bias) in.push_back(x({c.ws[0]}));
+    t.push_back({name, {"conv2d_relu_max_pool2d"}, in, [c](const V& v) {
+                   return V{conv2d_relu_max_pool2d(v[0], v[1], c.bias ? v[2] : Tensor(), c.stride, c.pad)};
+                 }, kGemm});
+  }
+
   // ---- pooling: kernel, stride (0 = kernel), padding ----
   struct Pool { Shape xs; int64_t k, stride, pad; };
   const Pool pools[] = {

@@ -72,6 +72,12 @@ class CpuBackend final : public Backend {
   bool conv2d_direct_backward(const float* gy, const float* x, const float* weight,
                               const Window2d& w, int64_t O, float* gx, float* gw,
                               float* gb) override;
+  // cpu_conv_fused.cpp: the same images, with ReLU and the 2x2 max-pool on the kernel's output
+  bool conv2d_relu_pool_direct(const float* x, const float* weight, const float* bias,
+                               const Window2d& w, int64_t O, float* y, uint8_t* route) override;
+  bool conv2d_relu_pool_direct_backward(const float* g, const uint8_t* route, const float* x,
+                                        const float* weight, const Window2d& w, int64_t O,
+                                        float* gx, float* gw, float* gb) override;
   int lanes() const override;
   void run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) override;
   void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) override;

@@ -22,6 +22,7 @@
 
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_conv_direct_kernel.h"
+#include "framework/backend/cpu/cpu_conv_images.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
@@ -89,66 +90,6 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
   }
 }
 
-// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
-void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
-               int64_t dst_stride) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= rows; r0 += 8) {
-    int64_t c0 = 0;
-    for (; c0 + 8 <= cols; c0 += 8)
-      transpose8x8(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride);
-    for (; c0 < cols; ++c0)
-      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * dst_stride + r] = src[r * src_stride + c0];
-  }
-  for (; r0 < rows; ++r0)
-    for (int64_t c = 0; c < cols; ++c) dst[c * dst_stride + r0] = src[r0 * src_stride + c];
-}
-
-// A zero-padded channels-last image [rows, cols, Cs]. Its border and its channels past C
-// are only ever zero, so they are cleared only when the geometry changes, not per image.
-struct PaddedImage {
-  std::vector<float> data;
-  int64_t rows = -1, cols = -1, Cs = -1, C = -1;
-
-  // data <- src [C, H, W], padded by ph rows and pw columns on each side.
-  void load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw,
-            int64_t Cs_) {
-    if (rows != H + 2 * ph || cols != W + 2 * pw || Cs != Cs_ || C != C_) {
-      rows = H + 2 * ph, cols = W + 2 * pw, Cs = Cs_, C = C_;
-      data.assign(static_cast<std::size_t>(rows * cols * Cs), 0.0f);
-    }
-    for (int64_t h = 0; h < H; ++h) {
-      float* out = data.data() + ((h + ph) * cols + pw) * Cs;
-      if (C == 1) {  // the images themselves (LeNet's first layer): a row copy
-        std::copy_n(src + h * W, W, out);
-      } else {  // row h of every channel, [C, W] with rows H*W apart -> [W, Cs]
-        transpose(src + h * W, H * W, C, W, out, Cs);
-      }
-    }
-  }
-};
-
-// dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
-void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst) {
-  transpose(src, Cs, L, C, dst, L);
-  if (bias == nullptr) return;
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t p = 0; p < L; ++p) dst[c * L + p] += bias[c];
-}
-
-// x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
-// (4 cycles each): LeNet's first layer spent 0.5 ms a step (one thread) on its bias gradient.
-float sum_of(const float* x, int64_t n) {
-  float part[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; ++k) part[k] += x[i + k];
-  for (; i < n; ++i) part[0] += x[i];
-  float t = 0.0f;
-  for (float p : part) t += p;
-  return t;
-}
-
 // weight [O, C, kh, kw] -> packed [kh, kw, C, O_pad] (forward), zeros for o >= O.
 std::vector<float> pack_forward_weight(const float* weight, const Window2d& w, int64_t O,
                                        int64_t O_pad) {
@@ -179,7 +120,7 @@ std::vector<float> pack_input_grad_weight(const float* weight, const Window2d& w
 
 // Scratch buffers of the thread running an image (run_pieces' lanes are threads).
 struct Scratch {
-  PaddedImage in, grad;
+  conv_images::PaddedImage in, grad;
   std::vector<float> out;
   static Scratch& mine() {
     thread_local Scratch s;
@@ -200,34 +141,100 @@ ConvAlgorithm parse_conv_algorithm(const std::string& name) {
   DPLAB_FAIL("convolution algorithm (DPLAB_CONV): expected 'direct' or 'im2col', got '{}'", name);
 }
 
-bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float* bias,
-                               const Window2d& w, int64_t O, float* y) {
+namespace conv_images {
+
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
+void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+               int64_t dst_stride) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8)
+      transpose8x8(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride);
+    for (; c0 < cols; ++c0)
+      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * dst_stride + r] = src[r * src_stride + c0];
+  }
+  for (; r0 < rows; ++r0)
+    for (int64_t c = 0; c < cols; ++c) dst[c * dst_stride + r0] = src[r0 * src_stride + c];
+}
+
+// dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
+void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst) {
+  transpose(src, Cs, L, C, dst, L);
+  if (bias == nullptr) return;
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t p = 0; p < L; ++p) dst[c * L + p] += bias[c];
+}
+
+void PaddedImage::load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw,
+                       int64_t Cs_) {
+  if (rows != H + 2 * ph || cols != W + 2 * pw || Cs != Cs_ || C != C_) {
+    rows = H + 2 * ph, cols = W + 2 * pw, Cs = Cs_, C = C_;
+    data.assign(static_cast<std::size_t>(rows * cols * Cs), 0.0f);
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    float* out = data.data() + ((h + ph) * cols + pw) * Cs;
+    if (C == 1) {  // the images themselves (LeNet's first layer): a row copy
+      std::copy_n(src + h * W, W, out);
+    } else {  // row h of every channel, [C, W] with rows H*W apart -> [W, Cs]
+      transpose(src + h * W, H * W, C, W, out, Cs);
+    }
+  }
+}
+
+void PaddedImage::prepare_windows(int64_t rows_, int64_t cols_, int64_t Cs_) {
+  constexpr int64_t kWindows = -2;  // C's mark for this use: load() clears after it
+  if (rows == rows_ && cols == cols_ && Cs == Cs_ && C == kWindows) return;
+  rows = rows_, cols = cols_, Cs = Cs_, C = kWindows;
+  data.assign(static_cast<std::size_t>(rows * cols * Cs), 0.0f);
+}
+
+// x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
+// (4 cycles each): LeNet's first layer spent 0.5 ms a step (one thread) on its bias gradient.
+// (x[i] goes into part[lane_of(i, n)], in two loops so the first vectorises.)
+float sum_of(const float* x, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) part[k] += x[i + k];
+  for (; i < n; ++i) part[0] += x[i];
+  return add_lanes(part);
+}
+
+float add_lanes(const float (&part)[16]) {
+  float t = 0.0f;
+  for (float p : part) t += p;
+  return t;
+}
+
+bool direct_runs(const Window2d& w, int64_t O, bool with_input_grad) {
   if (conv_algorithm() != ConvAlgorithm::Direct || empty(w, O)) return false;
+  return !with_input_grad || (w.stride == 1 && w.pad <= w.kh - 1 && w.pad <= w.kw - 1);
+}
+
+void forward_images(CpuBackend& cpu, const float* x, const float* weight, const Window2d& w,
+                    int64_t O,
+                    const std::function<void(int64_t n, const float* out, int64_t O_pad)>& store) {
   const Kernels k = kernels();
   const int64_t O_pad = round_up(O, kOutBlock), L = w.out_h * w.out_w, image = w.C * w.H * w.W;
   const std::vector<float> packed = pack_forward_weight(weight, w, O, O_pad);
   const int lanes = static_cast<int>(std::min<int64_t>(kernel_threads(), w.N));
-  run_pieces(w.N, lanes, [&](int64_t n, int) {
+  cpu.run_pieces(w.N, lanes, [&](int64_t n, int) {
     Scratch& s = Scratch::mine();
     s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
     s.out.resize(static_cast<std::size_t>(L * O_pad));
     k.forward({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C, .weight = packed.data(),
                .O_pad = O_pad, .kh = w.kh, .kw = w.kw, .stride = w.stride,
                .out = s.out.data(), .out_h = w.out_h, .out_w = w.out_w});
-    from_hwc(s.out.data(), O_pad, O, L, bias, y + n * O * L);
+    store(n, s.out.data(), O_pad);
   });
-  return true;
 }
 
-bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const float* weight,
-                                        const Window2d& w, int64_t O, float* gx, float* gw,
-                                        float* gb) {
-  if (conv_algorithm() != ConvAlgorithm::Direct || empty(w, O)) return false;
-  // The input gradient as a forward convolution needs stride 1 and padding k-1-p >= 0.
-  if (gx != nullptr && (w.stride != 1 || w.pad > w.kh - 1 || w.pad > w.kw - 1)) return false;
+void backward_images(CpuBackend& cpu, const float* x, const float* weight, const Window2d& w,
+                     int64_t O, float* gx, float* gw, float* gb, const LoadGradient& load_grad) {
   const Kernels k = kernels();
   const int64_t O_pad = round_up(O, kOutBlock), C_pad = round_up(w.C, kOutBlock);
-  const int64_t L = w.out_h * w.out_w, image = w.C * w.H * w.W;
+  const int64_t image = w.C * w.H * w.W;
   // gy is padded for the input gradient; the weight gradient reads its interior.
   const int64_t ph = gx != nullptr ? w.kh - 1 - w.pad : 0, pw = gx != nullptr ? w.kw - 1 - w.pad : 0;
   const int64_t gy_cols = w.out_w + 2 * pw;
@@ -240,14 +247,9 @@ bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const f
                                           std::vector<float>(static_cast<std::size_t>(taps * O_pad)));
   std::vector<std::vector<float>> gb_lane(static_cast<std::size_t>(gb != nullptr ? lanes : 0),
                                           std::vector<float>(static_cast<std::size_t>(O)));
-  run_pieces(w.N, lanes, [&](int64_t n, int lane) {
+  cpu.run_pieces(w.N, lanes, [&](int64_t n, int lane) {
     Scratch& s = Scratch::mine();
-    const float* gy_n = gy + n * O * L;
-    s.grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
-    if (gb != nullptr) {
-      float* sums = gb_lane[static_cast<std::size_t>(lane)].data();
-      for (int64_t o = 0; o < O; ++o) sums[o] += sum_of(gy_n + o * L, L);
-    }
+    load_grad(n, s.grad, ph, pw, O_pad, gb != nullptr ? gb_lane[static_cast<std::size_t>(lane)].data() : nullptr);
     if (gx != nullptr) {
       s.out.resize(static_cast<std::size_t>(w.H * w.W * C_pad));
       k.forward({.in = s.grad.data.data(), .in_cols = gy_cols, .C = O_pad, .weight = flipped.data(),
@@ -282,6 +284,32 @@ bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const f
       gb[o] = t;
     }
   }
+}
+
+}  // namespace conv_images
+
+bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float* bias,
+                               const Window2d& w, int64_t O, float* y) {
+  if (!conv_images::direct_runs(w, O, /*with_input_grad=*/false)) return false;
+  const int64_t L = w.out_h * w.out_w;
+  conv_images::forward_images(*this, x, weight, w, O, [&](int64_t n, const float* out, int64_t O_pad) {
+    conv_images::from_hwc(out, O_pad, O, L, bias, y + n * O * L);
+  });
+  return true;
+}
+
+bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const float* weight,
+                                        const Window2d& w, int64_t O, float* gx, float* gw,
+                                        float* gb) {
+  if (!conv_images::direct_runs(w, O, /*with_input_grad=*/gx != nullptr)) return false;
+  const int64_t L = w.out_h * w.out_w;
+  conv_images::backward_images(*this, x, weight, w, O, gx, gw, gb,
+      [&](int64_t n, conv_images::PaddedImage& grad, int64_t ph, int64_t pw, int64_t O_pad, float* sums) {
+        const float* gy_n = gy + n * O * L;
+        grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
+        if (sums != nullptr)
+          for (int64_t o = 0; o < O; ++o) sums[o] += conv_images::sum_of(gy_n + o * L, L);
+      });
   return true;
 }
 

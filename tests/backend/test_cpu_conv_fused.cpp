@@ -1,0 +1,163 @@
+// test_cpu_conv_fused.cpp: conv2d_relu_max_pool2d (ops/nn_conv.cpp, cpu_conv_fused.cpp)
+// against the three ops it fuses, max_pool2d(relu(conv2d(...)), 2): the output and all three
+// gradients must be the same floats, bit for bit, on random shapes (odd output sizes whose
+// last row and column no window covers, channel counts past the kernel's blocks, no bias,
+// no input gradient), for both builds of the kernel and on 1 and 2 threads. Random N(0, 1)
+// data makes half the convolution outputs negative, so many windows are all zeros after the
+// ReLU: the tie rule and the ReLU's cut are exercised on every case. Then: what the fused op
+// keeps for backward against the three ops, and where the fused path declines
+// (strided, im2col, switched off) the three ops run.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/autograd/node.h"
+#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/allocator.h"
+#include "framework/tensor/random.h"
+#include "tests/thread_count_scope.h"
+
+using namespace dplab;
+
+namespace {
+
+struct FusedScope {  // the settings for one block, put back afterwards
+  bool fused_before = fused_ops();
+  ConvAlgorithm algo_before = conv_algorithm();
+  GemmIsa isa_before = gemm_isa();
+  FusedScope(bool fused, ConvAlgorithm a = ConvAlgorithm::Direct, GemmIsa isa = gemm_isa()) {
+    set_fused_ops(fused);
+    set_conv_algorithm(a);
+    set_gemm_isa(isa);
+  }
+  ~FusedScope() {
+    set_fused_ops(fused_before);
+    set_conv_algorithm(algo_before);
+    set_gemm_isa(isa_before);
+  }
+};
+
+struct Case {
+  int64_t N, C, H, W, O, k, stride, pad;
+  bool bias, x_grad;
+};
+
+struct Run {
+  std::vector<std::vector<float>> values;  // y, dW, then dx and db where asked
+  std::string node;                        // the output's backward node
+};
+
+// y = conv2d_relu_max_pool2d(x, W, b); backward of sum(y * R), under the current settings.
+Run run(const Case& c, uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = randn({c.N, c.C, c.H, c.W}, {}, &gen).detach();
+  Tensor w = randn({c.O, c.C, c.k, c.k}, {}, &gen).detach();
+  Tensor b = randn({c.O}, {}, &gen).detach();
+  x.requires_grad_(c.x_grad);
+  w.requires_grad_(true);
+  b.requires_grad_(true);
+  Tensor y = conv2d_relu_max_pool2d(x, w, c.bias ? b : Tensor(), c.stride, c.pad);
+  Run r{{y.to_vector<float>()}, y.grad_fn()->name()};
+  y.backward(randn(y.shape(), {}, &gen));
+  r.values.push_back(w.grad().to_vector<float>());
+  if (c.x_grad) r.values.push_back(x.grad().to_vector<float>());
+  if (c.bias) r.values.push_back(b.grad().to_vector<float>());
+  return r;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all = {
+      {.N = 3, .C = 1, .H = 28, .W = 28, .O = 16, .k = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = false},  // LeNet conv1
+      {.N = 2, .C = 16, .H = 14, .W = 14, .O = 32, .k = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = true},  // LeNet conv2
+      {.N = 1, .C = 3, .H = 7, .W = 9, .O = 70, .k = 3, .stride = 1, .pad = 1, .bias = false, .x_grad = true},    // odd sizes, O > 64
+  };
+  std::mt19937 gen(11);
+  auto pick = [&gen](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+  for (int n = 0; n < 10; ++n) {
+    Case c{.N = pick(1, 3), .C = pick(1, 18), .H = pick(4, 13), .W = pick(4, 21), .O = pick(1, 40),
+           .k = pick(1, 5), .stride = 1, .pad = 0, .bias = pick(0, 1) == 1, .x_grad = pick(0, 3) > 0};
+    c.pad = pick(0, static_cast<int>(c.k) - 1);
+    c.k = std::min<int64_t>(c.k, std::min(c.H, c.W));
+    c.pad = std::min(c.pad, c.k - 1);
+    all.push_back(c);
+  }
+  return all;
+}
+
+void check_fused_equals_unfused(GemmIsa isa) {
+  for (int threads : {1, 2}) {
+    testing::ThreadCountScope scope(threads);
+    if (!scope.available()) continue;
+    uint64_t seed = 300;
+    for (const Case& c : cases()) {
+      CAPTURE(threads);
+      CAPTURE(c.N); CAPTURE(c.C); CAPTURE(c.H); CAPTURE(c.W); CAPTURE(c.O);
+      CAPTURE(c.k); CAPTURE(c.pad); CAPTURE(c.bias); CAPTURE(c.x_grad);
+      Run ref, got;
+      {
+        FusedScope unfused(false, ConvAlgorithm::Direct, isa);
+        ref = run(c, seed);
+      }
+      {
+        FusedScope fused(true, ConvAlgorithm::Direct, isa);
+        got = run(c, seed);
+      }
+      ++seed;
+      CHECK(ref.node == "MaxPool2dBackward");
+      CHECK(got.node == "Conv2dReluMaxPool2dBackward");
+      REQUIRE(got.values.size() == ref.values.size());
+      for (size_t k = 0; k < ref.values.size(); ++k) {
+        CAPTURE(k);  // 0 y, 1 dW, then dx (if asked), then db (if a bias)
+        CHECK(got.values[k] == ref.values[k]);  // the same floats, to the bit
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, baseline (AVX2) kernel") {
+  check_fused_equals_unfused(GemmIsa::Baseline);
+}
+
+TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, AVX-512 kernel" *
+          doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
+  check_fused_equals_unfused(GemmIsa::Avx512);
+}
+
+TEST_CASE("the fused op keeps a byte per output for backward, not the convolution output and argmax") {
+  const Device cpu("cpu");
+  auto kept = [&](bool fused) {  // bytes allocated by a forward, less its output
+    FusedScope scope(fused);
+    Tensor x = randn({4, 16, 14, 14});
+    Tensor w = randn({32, 16, 5, 5}).requires_grad_(true);
+    Tensor b = randn({32}).requires_grad_(true);
+    const int64_t before = memory_stats(cpu).allocated_bytes;
+    Tensor y = conv2d_relu_max_pool2d(x, w, b, 1, 2);
+    return memory_stats(cpu).allocated_bytes - before - y.nbytes();
+  };
+  const int64_t conv_output = 4 * 32 * 14 * 14 * 4, outputs = 4 * 32 * 7 * 7;
+  CHECK(kept(false) == conv_output + outputs * 8);  // the ReLU's input, the pool's int64 argmax
+  CHECK(kept(true) == (outputs + 7) / 8 * 8);        // a byte each, in whole int64s
+}
+
+TEST_CASE("where the fused path declines, the three ops run") {
+  const Case strided{.N = 2, .C = 3, .H = 9, .W = 9, .O = 4, .k = 3, .stride = 2, .pad = 1, .bias = true, .x_grad = true};
+  const Case plain{.N = 2, .C = 3, .H = 8, .W = 8, .O = 4, .k = 3, .stride = 1, .pad = 1, .bias = true, .x_grad = true};
+  FusedScope on(true);
+  CHECK(run(strided, 1).node == "MaxPool2dBackward");  // a strided input gradient is not direct
+  {
+    FusedScope im2col(true, ConvAlgorithm::Im2col);
+    CHECK(run(plain, 1).node == "MaxPool2dBackward");
+  }
+  {
+    FusedScope off(false);
+    CHECK(run(plain, 1).node == "MaxPool2dBackward");
+  }
+  CHECK(run(plain, 1).node == "Conv2dReluMaxPool2dBackward");
+  // a 1-pixel convolution output has no 2x2 window: max_pool2d's own error, unfused
+  const Case tiny{.N = 1, .C = 1, .H = 3, .W = 3, .O = 2, .k = 3, .stride = 1, .pad = 0, .bias = false, .x_grad = false};
+  CHECK_THROWS_WITH(run(tiny, 1), doctest::Contains("max_pool2d"));
+}
