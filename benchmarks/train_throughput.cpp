@@ -213,13 +213,15 @@ int main(int argc, char** argv) {
     if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
     const CpuInfo cpu = cpu_info();
     auto lr_of = [&](const std::string& model) { return lr > 0 ? lr : recipe_lr(model); };
+    // the convolution, and whether LeNet's conv + ReLU + pool run as one op (DPLAB_FUSE)
+    const std::string conv = fmt::format("{}{}", conv_algorithm_name(conv_algorithm()),
+                                         fused_ops() ? "+fused" : "");
     fmt::print("dplab training throughput: batch {}, SGD momentum {}, lr {}, data: {}\n"
                "CPU: {} ({}); GEMM and conv kernels: {}, convolution: {}\n", batch, momentum,
                lr > 0 ? fmt::format("{}", lr) : "0.1 MLP / 0.05 CNN (the tutorials')",
                data_kind == "synthetic" ? std::string("8 synthetic batches")
                                         : fmt::format("Fashion-MNIST, the first {} images", limit),
-               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()),
-               conv_algorithm_name(conv_algorithm()));
+               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()), conv);
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
@@ -267,8 +269,7 @@ int main(int argc, char** argv) {
         f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{}\n",
                          r.model, r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
                          r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
-                         gemm_isa_name(gemm_isa()), conv_algorithm_name(conv_algorithm()),
-                         data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
+                         gemm_isa_name(gemm_isa()), conv, data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {
