@@ -3,8 +3,8 @@
 // thread each, float32 sizes 4 KiB .. 64 MiB, and, when OpenMPI is there, dplab's mpi
 // backend (MPI_Allreduce) on the same sizes (allreduce_mpi.cpp via mpirun; --mpi-btl tcp
 // sends its bytes through sockets). The auto rows say which algorithm auto ran.
-// Per size: time per call (slowest rank, best of --trials runs of the loop, the same rule
-// for MPI), algbw = S / t, busbw = 2(N-1)/N * S / t (the nccl-tests definition: the bytes
+// Per size: time per call (slowest rank, best of --trials runs of the loop, each trial running
+// every algorithm once in turn; the same rule for MPI), algbw = S / t, busbw = 2(N-1)/N * S / t (the nccl-tests definition: the bytes
 // a ring must move per rank; equal to link speed when the algorithm is bandwidth-optimal).
 // The star's busbw falls as N grows: rank 0 is the wall. auto/mpi is busbw(auto) /
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
@@ -76,29 +76,35 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
         auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps});
         std::string out;
-        for (int64_t bytes : sizes)
-          for (Algorithm a : algos) {
-            Tensor t = Tensor::empty({bytes / 4});
-            t.fill_(1.0);
-            const int iters = iterations_for(bytes);
-            // warm-up, one untimed loop: page faults, caches, and the scheduler settling the
-            // ranks on the cores (the first size's first calls can find two ranks on one core)
+        for (int64_t bytes : sizes) {
+          Tensor t = Tensor::empty({bytes / 4});
+          t.fill_(1.0);
+          const int iters = iterations_for(bytes);
+          // warm-up, one untimed loop each: page faults, caches, and the scheduler settling
+          // the ranks on the cores (the first size's first calls can find two ranks on one core)
+          for (Algorithm a : algos)
             for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
-            double best = 1e300;
-            for (int trial = 0; trial < trials; ++trial) {
+          // Trial k times every algorithm once, so a slow stretch of the machine (this VM has
+          // some, seconds long) costs each algorithm a trial, not one algorithm all of them:
+          // one after another, auto's row once ran 7x slower than the ring's, the same algorithm.
+          std::vector<double> best(algos.size(), 1e300);
+          for (int trial = 0; trial < trials; ++trial)
+            for (std::size_t k = 0; k < algos.size(); ++k) {
               pg->barrier();
               auto t0 = std::chrono::steady_clock::now();
-              for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, a);
+              for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, algos[k]);
               Tensor slowest = Tensor::empty({1});
               slowest.fill_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
                             iters);
               pg->all_reduce(slowest, ReduceOp::Max, Algorithm::Star);
-              best = std::min(best, double(slowest.item()));
+              best[k] = std::min(best[k], double(slowest.item()));
             }
-            std::string ran = pg->all_reduce_algorithm(bytes, a);
+          for (std::size_t k = 0; k < algos.size(); ++k) {
+            std::string ran = pg->all_reduce_algorithm(bytes, algos[k]);
             if (ran.rfind("auto:", 0) == 0) ran = ran.substr(5);
-            out += fmt::format("{} {} {:.9f} {}\n", algorithm_name(a), bytes, best, ran);
+            out += fmt::format("{} {} {:.9f} {}\n", algorithm_name(algos[k]), bytes, best[k], ran);
           }
+        }
         if (r == 0 && ::write(fds[1], out.data(), out.size()) < 0) code = 2;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "bench rank %d: %s\n", r, e.what());
