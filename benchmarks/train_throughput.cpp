@@ -10,7 +10,8 @@
 // phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
 // train_throughput_torch.py is PyTorch's side (and runs both in paired rounds).
 // --gemm-isa baseline runs the AVX2 GEMM and convolution kernels on a CPU with AVX-512
-// (cpu_isa.h); DPLAB_CONV=im2col runs the reference convolution (cpu_conv_direct.h).
+// (cpu_isa.h); DPLAB_GEMM=eigen runs every GEMM on Eigen (cpu_isa.h); DPLAB_CONV=im2col runs
+// the reference convolution (cpu_conv_direct.h).
 // Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--data synthetic] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -217,11 +218,11 @@ int main(int argc, char** argv) {
     const std::string conv = fmt::format("{}{}", conv_algorithm_name(conv_algorithm()),
                                          fused_ops() ? "+fused" : "");
     fmt::print("dplab training throughput: batch {}, SGD momentum {}, lr {}, data: {}\n"
-               "CPU: {} ({}); GEMM and conv kernels: {}, convolution: {}\n", batch, momentum,
+               "CPU: {} ({}); GEMM and conv kernels: {}, GEMM: {}, convolution: {}\n", batch, momentum,
                lr > 0 ? fmt::format("{}", lr) : "0.1 MLP / 0.05 CNN (the tutorials')",
                data_kind == "synthetic" ? std::string("8 synthetic batches")
                                         : fmt::format("Fashion-MNIST, the first {} images", limit),
-               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()), conv);
+               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv);
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
@@ -264,12 +265,12 @@ int main(int argc, char** argv) {
       std::ofstream f(csv);
       DPLAB_CHECK(f.good(), "--csv: cannot write {}", csv);
       f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,"
-           "samples_per_s,device,gemm_isa,conv,data,lr,momentum,cpu,vector_extensions\n";
+           "samples_per_s,device,gemm_isa,gemm,conv,data,lr,momentum,cpu,vector_extensions\n";
       for (const Row& r : rows)
-        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{}\n",
+        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{},{}\n",
                          r.model, r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
                          r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
-                         gemm_isa_name(gemm_isa()), conv, data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
+                         gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv, data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {

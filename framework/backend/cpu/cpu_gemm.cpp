@@ -1,6 +1,7 @@
 // cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU: checks, threads, dispatch.
-// The multiply itself is Eigen's GEMM (cpu_gemm_kernel.cpp), in the build for the best
-// instruction set this CPU has (cpu_isa.h). Cost: 2*M*N*K flops per batch entry.
+// The multiply itself is dplab's direct kernel (cpu_gemm_direct_kernel.cpp) where the shapes
+// suit it (direct_plan) and Eigen's GEMM (cpu_gemm_kernel.cpp) elsewhere, each in the build for
+// the best instruction set this CPU has (cpu_isa.h). Cost: 2*M*N*K flops per batch entry.
 // With more than one thread (cpu_threads.h) the columns of C (or, for a narrow C, its rows) are
 // split between threads, each running the kernel on its slice: Eigen's own split suits square
 // matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
@@ -12,7 +13,11 @@
 #include <cstdlib>
 #include <string>
 
+#include <vector>
+
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_conv_images.h"  // transpose (8 x 8 tiles)
+#include "framework/backend/cpu/cpu_gemm_direct_kernel.h"
 #include "framework/backend/cpu/cpu_gemm_kernel.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
@@ -84,10 +89,118 @@ gemm_kernel::Tile row_tile(const GemmArgs& g, const float* a, const float* b, fl
   return t;
 }
 
-// Below this many columns (or rows) per thread, splitting costs more than it gains; below
-// this many multiply-adds, so does starting a parallel region.
+// Below this many columns (or rows) per thread, splitting costs more than it gains.
 constexpr int64_t kMinColumnsPerThread = 64;
+
+// ---- the direct kernel ----
+
+GemmAlgorithm& algorithm_setting() {
+  static GemmAlgorithm a = [] {
+    const char* env = std::getenv("DPLAB_GEMM");
+    return env == nullptr || *env == '\0' ? GemmAlgorithm::Auto : parse_gemm_algorithm(env);
+  }();
+  return a;
+}
+
+// The direct kernel keeps a K x 64 slice of its B in cache while it runs down A (256 KB at
+// K = 1024); past that, Eigen's packing into cache-sized panels pays for itself.
+constexpr int64_t kMaxDirectK = 1024;
+
+// How the direct kernel runs one batch entry of g, when it can:
+//  - op(B) = B (stored [K, N]): C = op(A) @ B, A read in place (transposed or not), N a
+//    multiple of 16.
+//  - op(B) = B^T (stored [N, K]): the kernel's rows are B's, C^T = B @ op(A)^T, written into
+//    C transposed. op(A)^T is [K, M]: A itself when trans_a, else a transposed copy of A
+//    (M*K floats: 200 KB for the MLP's first layer, against Eigen packing both operands,
+//    its 800 KB weight included). M a multiple of 16.
+struct DirectPlan {
+  bool runs = false;
+  bool copy_a_transposed = false;  // op(B) = B^T with A stored [M, K]
+  int64_t rows = 0;                // the kernel's M: C's rows, or C's columns when transposed
+};
+
+bool direct_chosen() {
+  const GemmAlgorithm a = gemm_algorithm();
+  return a == GemmAlgorithm::Direct || (a == GemmAlgorithm::Auto && gemm_isa() == GemmIsa::Avx512);
+}
+
+DirectPlan direct_plan(const GemmArgs& g) {
+  using gemm_direct::kColumnBlock;
+  if (!direct_chosen() || g.alpha != 1.0f ||
+      (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 || g.K > kMaxDirectK)
+    return {};
+  if (!g.trans_b)
+    return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
+  return {.runs = g.M % kColumnBlock == 0, .copy_a_transposed = !g.trans_a, .rows = g.N};
+}
+
+// The kernel's arguments for rows [r0, r1) of one batch entry (A^T already copied to a_t).
+gemm_direct::Gemm direct_rows(const GemmArgs& g, const DirectPlan& plan, const float* a,
+                              const float* b, float* c, int64_t r0, int64_t r1) {
+  gemm_direct::Gemm d{.K = g.K, .accumulate = g.beta == 1.0f};
+  d.M = r1 - r0;
+  if (!g.trans_b) {
+    d.N = g.N;
+    d.a_row = g.trans_a ? 1 : g.K;
+    d.a_step = g.trans_a ? g.M : 1;
+    d.a = a + r0 * d.a_row;
+    d.b = b;
+    d.ldb = g.N;
+    d.c = c + r0 * g.N;
+    d.ldc = g.N;
+    return d;
+  }
+  // C^T = B @ op(A)^T: B's rows [r0, r1), op(A)^T [K, M] row-major.
+  d.N = g.M;
+  d.a_row = g.K;
+  d.a_step = 1;
+  d.a = b + r0 * g.K;
+  d.b = a;
+  d.ldb = g.M;
+  d.c = c + r0;
+  d.ldc = g.N;
+  d.transpose_c = true;
+  return d;
+}
+
+void run_direct(GemmIsa isa, const gemm_direct::Gemm& d) {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  if (isa == GemmIsa::Avx512) return gemm_direct::run_avx512(d);
+#endif
+  gemm_direct::run_baseline(d);
+}
+
+// Below this many multiply-adds, starting a parallel region costs more than it gains.
 constexpr int64_t kMinSplitWork = int64_t{1} << 21;
+
+void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float* a,
+                         const float* b, float* c) {
+  const GemmIsa isa = gemm_isa();
+  // Rows in parts of at least 16: each thread runs the kernel on its own rows of the kernel's
+  // C. Every C[m, n] is summed in the same order whatever the split (cpu_gemm_direct_kernel.h).
+  const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
+  const int parts = worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
+  thread_local std::vector<float> a_t;
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
+    float* ci = c + i * g.stride_c;
+    if (plan.copy_a_transposed) {
+      a_t.resize(static_cast<std::size_t>(g.M * g.K));
+      conv_images::transpose(ai, g.K, g.M, g.K, a_t.data(), g.M);
+      ai = a_t.data();
+    }
+    if (parts == 1) {
+      run_direct(isa, direct_rows(g, plan, ai, bi, ci, 0, plan.rows));
+      continue;
+    }
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int p = 0; p < parts; ++p)
+      run_direct(isa, direct_rows(g, plan, ai, bi, ci, plan.rows * p / parts,
+                                  plan.rows * (p + 1) / parts));
+  }
+}
+
+// ---- Eigen ----
 
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   const GemmIsa isa = gemm_isa();
@@ -130,6 +243,7 @@ void CpuBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* 
   DPLAB_CHECK(g.batch <= 1 || g.stride_c != 0,
               "gemm: stride_c is 0 for batch={}; every batch entry needs its own C", g.batch);
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
+  if (const DirectPlan plan = direct_plan(g); plan.runs) return gemm_direct_batched(g, plan, a, b, c);
   gemm_batched(g, a, b, c);
 }
 
@@ -149,6 +263,19 @@ void set_gemm_isa(GemmIsa isa) {
 }
 
 const char* gemm_isa_name(GemmIsa isa) { return isa == GemmIsa::Avx512 ? "avx512" : "baseline"; }
+
+GemmAlgorithm gemm_algorithm() { return algorithm_setting(); }
+void set_gemm_algorithm(GemmAlgorithm a) { algorithm_setting() = a; }
+const char* gemm_algorithm_name(GemmAlgorithm a) {
+  return a == GemmAlgorithm::Direct ? "direct" : a == GemmAlgorithm::Auto ? "auto" : "eigen";
+}
+const char* gemm_kernel_in_use() { return direct_chosen() ? "direct" : "eigen"; }
+GemmAlgorithm parse_gemm_algorithm(const std::string& name) {
+  if (name == "direct") return GemmAlgorithm::Direct;
+  if (name == "eigen") return GemmAlgorithm::Eigen;
+  if (name == "auto") return GemmAlgorithm::Auto;
+  DPLAB_FAIL("GEMM algorithm: expected 'eigen', 'direct' or 'auto', got '{}'", name);
+}
 
 GemmIsa parse_gemm_isa(const std::string& name) {
   if (name == "baseline") return GemmIsa::Baseline;
