@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
@@ -134,9 +133,10 @@ DirectPlan direct_plan(const GemmArgs& g) {
   return {.runs = g.M % kColumnBlock == 0, .copy_a_transposed = !g.trans_a, .rows = g.N};
 }
 
-// The kernel's arguments for rows [r0, r1) of one batch entry (A^T already copied to a_t).
-gemm_direct::Gemm direct_rows(const GemmArgs& g, const DirectPlan& plan, const float* a,
-                              const float* b, float* c, int64_t r0, int64_t r1) {
+// The kernel's arguments for its rows [r0, r1) of one batch entry (a: A, or its transposed
+// copy when the plan made one).
+gemm_direct::Gemm direct_rows(const GemmArgs& g, const float* a, const float* b, float* c,
+                              int64_t r0, int64_t r1) {
   gemm_direct::Gemm d{.K = g.K, .accumulate = g.beta == 1.0f};
   d.M = r1 - r0;
   if (!g.trans_b) {
@@ -190,13 +190,12 @@ void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float*
       ai = a_t.data();
     }
     if (parts == 1) {
-      run_direct(isa, direct_rows(g, plan, ai, bi, ci, 0, plan.rows));
+      run_direct(isa, direct_rows(g, ai, bi, ci, 0, plan.rows));
       continue;
     }
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int p = 0; p < parts; ++p)
-      run_direct(isa, direct_rows(g, plan, ai, bi, ci, plan.rows * p / parts,
-                                  plan.rows * (p + 1) / parts));
+      run_direct(isa, direct_rows(g, ai, bi, ci, plan.rows * p / parts, plan.rows * (p + 1) / parts));
   }
 }
 
