@@ -11,6 +11,7 @@
 // Read next: cpu_gemm_kernel.cpp, then cpu_elementwise.cpp.
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -170,6 +171,19 @@ void run_direct(GemmIsa isa, const gemm_direct::Gemm& d) {
   gemm_direct::run_baseline(d);
 }
 
+// The calling thread's buffer for a transposed copy of A, grown when too small and never
+// cleared: a std::vector resized down for one layer and up for the next refills the
+// difference with zeros (the MLP's step: 170 KB of memset for nothing).
+float* transpose_scratch(int64_t floats) {
+  thread_local std::unique_ptr<float[]> data;
+  thread_local int64_t capacity = 0;
+  if (capacity < floats) {
+    data = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(floats));
+    capacity = floats;
+  }
+  return data.get();
+}
+
 // Below this many multiply-adds, starting a parallel region costs more than it gains.
 constexpr int64_t kMinSplitWork = int64_t{1} << 21;
 
@@ -180,14 +194,13 @@ void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float*
   // C. Every C[m, n] is summed in the same order whatever the split (cpu_gemm_direct_kernel.h).
   const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
   const int parts = worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
-  thread_local std::vector<float> a_t;
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
     float* ci = c + i * g.stride_c;
     if (plan.copy_a_transposed) {
-      a_t.resize(static_cast<std::size_t>(g.M * g.K));
-      conv_images::transpose(ai, g.K, g.M, g.K, a_t.data(), g.M);
-      ai = a_t.data();
+      float* a_t = transpose_scratch(g.M * g.K);
+      conv_images::transpose(ai, g.K, g.M, g.K, a_t, g.M);
+      ai = a_t;
     }
     if (parts == 1) {
       run_direct(isa, direct_rows(g, ai, bi, ci, 0, plan.rows));
