@@ -3,7 +3,8 @@
 // layer (dplab::matmul: checks, output allocation, dispatch), through the backend's gemm
 // kernel alone, and Eigen's product called directly (ops_eigen_direct.cpp). The target is
 // op layer within 1.5x of Eigen. Then conv2d forward + backward on a Fashion-MNIST batch
-// (LeNet's two layers; DPLAB_CONV=im2col times the reference instead of the direct kernel).
+// (LeNet's two layers; DPLAB_CONV=im2col times the reference instead of the direct kernel),
+// and the GEMMs of the MLP's training step on dplab's direct kernel and on Eigen.
 // Prints a table, writes a CSV (--csv). Each figure is the best of several timed runs (the
 // machine is shared: interference only ever adds time), on the thread CPU clock when single-threaded. Read next: framework/backend/cpu/cpu_gemm.cpp.
 #include <CLI/CLI.hpp>
@@ -122,6 +123,51 @@ struct Row {
   double op_ms = 0, op_gflops = 0, backend_gflops = 0, eigen_gflops = 0;
 };
 
+// The GEMMs of the MLP's training step (784-256-128-10 at batch `n`), as nn::Linear calls
+// them (ops/matmul.cpp): the forward x @ W^T (bias pre-filled, beta 1), the weight gradient
+// g^T @ x and the input gradient g @ W. The small last layer is left out.
+struct StepGemm {
+  const char* name;
+  dplab::GemmArgs args;
+};
+std::vector<StepGemm> mlp_step_gemms(int64_t n) {
+  return {{"forward x @ W1^T", {.M = n, .N = 256, .K = 784, .trans_b = true, .beta = 1.0f}},
+          {"forward h1 @ W2^T", {.M = n, .N = 128, .K = 256, .trans_b = true, .beta = 1.0f}},
+          {"weight grad g1^T @ x", {.M = 256, .N = 784, .K = n, .trans_a = true}},
+          {"weight grad g2^T @ h1", {.M = 128, .N = 256, .K = n, .trans_a = true}},
+          {"input grad g2 @ W2", {.M = n, .N = 256, .K = 128}}};
+}
+
+// Each step GEMM through Backend::gemm, once on dplab's direct kernel and once on Eigen
+// (DPLAB_GEMM=direct / eigen), interleaved; prints a table and adds rows "mlp_gemm_direct"
+// and "mlp_gemm_eigen" (op_ms / op_gflops) to `rows`.
+void time_mlp_step_gemms(dplab::Backend& be, int64_t n, double budget, std::vector<Row>& rows) {
+  std::printf("\nthe MLP's training-step GEMMs at batch %lld, through Backend::gemm:\n"
+              "%-24s %-14s %10s %9s %10s %9s\n", static_cast<long long>(n), "gemm", "M x N x K",
+              "direct us", "GFLOP/s", "Eigen us", "GFLOP/s");
+  const dplab::GemmAlgorithm before = dplab::gemm_algorithm();
+  for (const StepGemm& sg : mlp_step_gemms(n)) {
+    const dplab::GemmArgs& g = sg.args;
+    dplab::Tensor a = dplab::randn({g.M * g.K}), b = dplab::randn({g.K * g.N}),
+                  c = dplab::randn({g.M * g.N});
+    auto run_on = [&](dplab::GemmAlgorithm algorithm) {
+      dplab::set_gemm_algorithm(algorithm);
+      be.gemm(g, a.data<float>(), b.data<float>(), c.data<float>());
+    };
+    auto t = best_times({[&] { run_on(dplab::GemmAlgorithm::Direct); },
+                         [&] { run_on(dplab::GemmAlgorithm::Eigen); }},
+                        budget);
+    const double flops = 2.0 * g.M * g.N * g.K;
+    const std::string shape = fmt::format("{}x{}x{}", g.M, g.N, g.K);
+    std::printf("%-24s %-14s %10.1f %9.1f %10.1f %9.1f\n", sg.name, shape.c_str(), t[0] * 1e6,
+                flops / t[0] * 1e-9, t[1] * 1e6, flops / t[1] * 1e-9);
+    for (int i = 0; i < 2; ++i)
+      rows.push_back({i == 0 ? "mlp_gemm_direct" : "mlp_gemm_eigen",
+                      fmt::format("{} {}", sg.name, shape), t[i] * 1e3, flops / t[i] * 1e-9, 0, 0});
+  }
+  dplab::set_gemm_algorithm(before);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,6 +180,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "CPU threads (default: DPLAB_NUM_THREADS, else 1)");
   app.add_option("--budget", budget, "seconds of timed runs per measurement")->capture_default_str();
   app.add_option("--sizes", sizes, "matmul sizes n for [n,n]@[n,n]")->capture_default_str();
+  int64_t mlp_batch = 64;
+  app.add_option("--mlp-batch", mlp_batch,
+                 "batch of the MLP step GEMMs timed direct vs Eigen (0: skip them)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   std::string gemm_isa = "baseline";
   app.add_option("--gemm-isa", gemm_isa,
                  "dplab's GEMM kernel: baseline (the build Eigen direct is) or avx512")
@@ -200,9 +251,12 @@ int main(int argc, char** argv) {
                       t[0] * 1e3, flops / t[0] * 1e-9, 0, 0});
     }
 
+    if (mlp_batch > 0) time_mlp_step_gemms(be, mlp_batch, budget, rows);
+
     std::printf("\n%-15s %-34s %10s %12s %15s %13s %11s\n", "benchmark", "shape", "op ms",
                 "op GFLOP/s", "kernel GFLOP/s", "Eigen GFLOP/s", "Eigen / op");
     for (const Row& r : rows) {
+      if (r.bench.starts_with("mlp_gemm")) continue;  // in their own table above
       if (r.eigen_gflops > 0) {
         std::printf("%-15s %-34s %10.3f %12.1f %15.1f %13.1f %10.2fx\n", r.bench.c_str(),
                     r.shape.c_str(), r.op_ms, r.op_gflops, r.backend_gflops, r.eigen_gflops,
