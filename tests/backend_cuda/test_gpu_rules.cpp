@@ -12,6 +12,7 @@
 #include "framework/backend/cpu/cpu_half.h"
 #include "framework/backend/cuda/cuda_pure.h"
 #include "framework/backend/cuda/gpu_probe.h"
+#include "framework/backend/reduce_rule.h"
 #include "tests/gpu_suite.h"
 
 using namespace dplab;
@@ -102,7 +103,7 @@ TEST_CASE("fp16 NaN: the GPU's encoding is the CPU's, both ways, for every NaN")
   CHECK(nans == 2 * 1023);
 }
 
-TEST_CASE("fp16 Max / Min: reduce_like_cpu keeps the CPU's NaN rule (dst's NaN stays)") {
+TEST_CASE("fp16 Sum / Max / Min: the CPU backend follows reduce_element, the kernels' rule") {
   const float nan = from_bits(0x7fc00000u);
   const std::vector<float> vals = {-65504.0f, -1.5f, -0.0f, 0.0f, 2.0f, 65504.0f, nan,
                                    from_bits(0x7f800000u), from_bits(0xff800000u)};
@@ -114,15 +115,33 @@ TEST_CASE("fp16 Max / Min: reduce_like_cpu keeps the CPU's NaN rule (dst's NaN s
         const ReduceKind rop = op == 0 ? ReduceKind::Sum : op == 1 ? ReduceKind::Max : ReduceKind::Min;
         cpu_reduce_into_half(rop, DType::Float16, &dst, &src, 1);
         const uint16_t gpu_rule = float_to_half(
-            cuda::reduce_like_cpu(op, half_to_float(float_to_half(a)), half_to_float(src)));
+            reduce_element(op, half_to_float(float_to_half(a)), half_to_float(src)));
         CHECK_MESSAGE(gpu_rule == dst, "op " << op << " a " << a << " b " << b);
       }
     }
   }
   // the case fmaxf got wrong: a NaN already in dst survives Max and Min
-  CHECK(std::isnan(cuda::reduce_like_cpu(1, nan, 1.0f)));
-  CHECK(std::isnan(cuda::reduce_like_cpu(2, nan, 1.0f)));
-  CHECK(cuda::reduce_like_cpu(1, 1.0f, nan) == 1.0f);  // std::max(1, NaN) = 1
+  CHECK(std::isnan(reduce_element(1, nan, 1.0f)));
+  CHECK(std::isnan(reduce_element(2, nan, 1.0f)));
+  CHECK(reduce_element(1, 1.0f, nan) == 1.0f);  // std::max(1, NaN) = 1
+}
+
+TEST_CASE("reduce_element's Sum decides NaN itself: dst's, else src's, else +qNaN") {
+  // What an H100 gave before this rule: inf + -inf is +NaN there and -NaN (x86's default)
+  // on the CPU, so one fp16 sum wrote 0x7e00 on the GPU and 0xfe00 on the CPU.
+  const float inf = from_bits(0x7f800000u), neg_inf = from_bits(0xff800000u);
+  const float neg_nan = from_bits(0xffc00000u), payload_nan = from_bits(0x7fc12345u);
+  CHECK(to_bits(reduce_element(0, inf, neg_inf)) == 0x7fc00000u);
+  CHECK(to_bits(reduce_element(0, neg_inf, inf)) == 0x7fc00000u);
+  CHECK(to_bits(reduce_element(0, neg_nan, 1.0f)) == 0xffc00000u);
+  CHECK(to_bits(reduce_element(0, 1.0f, neg_nan)) == 0xffc00000u);
+  CHECK(to_bits(reduce_element(0, payload_nan, neg_nan)) == 0x7fc12345u);
+  CHECK(to_bits(reduce_element(0, neg_nan, payload_nan)) == 0xffc00000u);
+  CHECK(reduce_element(0, 1.5f, 2.0f) == 3.5f);
+  // and the CPU backend writes the half of that: +qNaN -> 0x7e00
+  uint16_t dst = float_to_half(65520.0f), src = float_to_half(-65520.0f);  // inf, -inf
+  cpu_reduce_into_half(ReduceKind::Sum, DType::Float16, &dst, &src, 1);
+  CHECK(dst == 0x7e00u);
 }
 
 TEST_CASE("overlapping device copies are detected (memmove's contract)") {

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "framework/backend/reduce_rule.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -200,9 +201,8 @@ void cpu_reduce_into_half(ReduceKind op, DType t, void* dst, const void* src, in
     to_float(t, d + i, a, m);
     to_float(t, s + i, b, m);
     for (int64_t k = 0; k < m; ++k) {
-      // std::max / std::min, as the CUDA kernels (cuda_pure.h): same bytes on every rank
-      if (op == ReduceKind::Sum) a[k] = a[k] + b[k];
-      else a[k] = op == ReduceKind::Max ? std::max(a[k], b[k]) : std::min(a[k], b[k]);
+      // the CUDA kernels' rule (reduce_rule.h): the same bytes on every rank, NaN included
+      a[k] = reduce_element(static_cast<int>(op), a[k], b[k]);
     }
     from_float(t, a, d + i, m);
   }

@@ -1,13 +1,14 @@
 // cuda_half.cu: float16 kernels (see cuda_half.h). Conversions use cuda_fp16.h's
 // round-to-nearest-even intrinsics, which agree bit for bit with cpu_half.cpp's software
 // conversion (both are IEEE 754 round-to-nearest-even); NaN, where cuda_fp16 has its own
-// encoding (0x7fff), and Max / Min with NaN follow the CPU through cuda_pure.h, so CPU and
+// encoding (0x7fff), and reductions with NaN follow the CPU (cuda_pure.h, reduce_rule.h), so CPU and
 // GPU ranks put the same bytes on the wire. One thread per element in a grid-stride loop; each kernel is memory
 // bound (2 + 4 bytes moved per element for a cast).
 // Read next: parallel/ddp/compression.cpp, which casts buckets before the all-reduce.
 #include <cuda_fp16.h>
 
 #include "framework/backend/cuda/cuda_half.h"
+#include "framework/backend/reduce_rule.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
 #include "framework/backend/cuda/cuda_pure.h"
 #include "framework/tensor/half.h"
@@ -16,7 +17,7 @@ namespace dplab::cuda {
 namespace {
 
 static_assert(static_cast<int>(KReduce::Max) == 1 && static_cast<int>(KReduce::Min) == 2,
-              "reduce_like_cpu takes ReduceKind's order");
+              "reduce_element takes ReduceKind's order");
 
 __device__ inline float bits_to_float(uint16_t h) {
   if (half_is_nan(h)) return __uint_as_float(float_bits_from_half_nan(h));
@@ -44,7 +45,7 @@ __global__ void fill_f16_kernel(uint16_t* out, int64_t n, uint16_t v) {
 __global__ void reduce_into_f16_kernel(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n) {
   DPLAB_GRID_LOOP(i, n) {
     const float a = bits_to_float(dst[i]), b = bits_to_float(src[i]);
-    dst[i] = float_to_bits(reduce_like_cpu(static_cast<int>(op), a, b));
+    dst[i] = float_to_bits(reduce_element(static_cast<int>(op), a, b));
   }
 }
 
@@ -65,7 +66,7 @@ __global__ void cast_bf16_f32_kernel(const uint16_t* src, float* dst, int64_t n)
 __global__ void reduce_into_bf16_kernel(KReduce op, uint16_t* dst, const uint16_t* src, int64_t n) {
   DPLAB_GRID_LOOP(i, n) {
     const float a = bf16_bits_to_float(dst[i]), b = bf16_bits_to_float(src[i]);
-    dst[i] = float_to_bf16_bits(reduce_like_cpu(static_cast<int>(op), a, b));
+    dst[i] = float_to_bf16_bits(reduce_element(static_cast<int>(op), a, b));
   }
 }
 

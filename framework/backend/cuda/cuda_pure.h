@@ -2,8 +2,8 @@
 // that g++ and nvcc both read and that includes no CUDA header, so a machine without a GPU
 // tests them (tests/backend_cuda/test_cuda_pure.cpp) and the kernels run the same code.
 //  - when a device copy must go through scratch memory (overlapping ranges: memmove);
-//  - how float16 Max / Min treat NaN and how NaN is written as a half: exactly as the CPU
-//    backend (cpu_half.cpp), so CPU and GPU ranks put the same bytes on the wire;
+//  - how NaN is written as a half: exactly as the CPU backend (cpu_half.cpp), so CPU and
+//    GPU ranks put the same bytes on the wire (the reduction's rule: ../reduce_rule.h);
 //  - how a reduction is split into slices for its two passes (cuda_reduce.cu).
 // Read next: cuda_half.cu, cuda_backend.cpp (copy_device).
 #pragma once
@@ -41,15 +41,6 @@ DPLAB_HD inline bool half_is_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u &
 DPLAB_HD inline uint32_t float_bits_from_half_nan(uint16_t h) {
   return (static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7f800000u |
          (static_cast<uint32_t>(h & 0x3ffu) << 13);
-}
-
-// reduce_into's element rule, dst = dst op src, as the CPU writes it with std::max(dst, src)
-// and std::min(dst, src): a NaN already in dst stays, a NaN arriving in src is dropped
-// (fmaxf / fminf would drop both). op: 0 sum, 1 max, 2 min (ReduceKind's order).
-DPLAB_HD inline float reduce_like_cpu(int op, float dst, float src) {
-  if (op == 1) return dst < src ? src : dst;  // std::max(dst, src)
-  if (op == 2) return src < dst ? src : dst;  // std::min(dst, src)
-  return dst + src;
 }
 
 // The two-pass plan of a reduction of x as [outer, r, inner] over r (cuda_reduce.cu):
