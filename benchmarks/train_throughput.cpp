@@ -8,6 +8,7 @@
 // forward / backward / optimizer, with 1 thread and all threads. The CSV names the CPU and its
 // vector extensions. --device cuda adds a row per model on the GPU (synchronised at each
 // phase boundary) and prints GPU/CPU ratios; without a GPU it says so and exits 0.
+// --gpu-only leaves the CPU rows out (train_throughput_torch_gpu.py's paired rounds).
 // train_throughput_torch.py is PyTorch's side (and runs both in paired rounds).
 // --gemm-isa baseline runs the AVX2 GEMM and convolution kernels on a CPU with AVX-512
 // (cpu_isa.h); DPLAB_GEMM=eigen runs every GEMM on Eigen (cpu_isa.h); DPLAB_CONV=im2col runs
@@ -186,6 +187,7 @@ int main(int argc, char** argv) {
   std::string data_kind = "fashion-mnist";
   std::string threads_spec = "1,all", models_spec = "mlp,cnn", csv, device_spec = "cpu";
   std::string gemm_isa_spec;
+  bool gpu_only = false;
   app.add_option("--min-time", min_time, "seconds of timed steps per row");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--batch-size", batch)->check(CLI::PositiveNumber);
@@ -199,6 +201,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv, "also write the rows to this CSV file");
   app.add_option("--device", device_spec,
                  "cpu, or cuda[:k] to add GPU rows and GPU/CPU ratios (CPU rows always run)");
+  app.add_flag("--gpu-only", gpu_only, "with --device cuda: no CPU rows");
   app.add_option("--gemm-isa", gemm_isa_spec,
                  "CPU GEMM kernel: baseline or avx512 (default: the best this CPU has)");
   CLI11_PARSE(app, argc, argv);
@@ -211,6 +214,8 @@ int main(int argc, char** argv) {
     DPLAB_CHECK(!names.empty(), "--models: expected mlp and/or cnn, got \"{}\"", models_spec);
 
     const Device gpu(device_spec);
+    DPLAB_CHECK(!gpu_only || gpu.is_cuda(), "--gpu-only needs --device cuda, got --device {}",
+                device_spec);
     if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
     const CpuInfo cpu = cpu_info();
     auto lr_of = [&](const std::string& model) { return lr > 0 ? lr : recipe_lr(model); };
@@ -240,7 +245,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       rows.push_back(r);
     };
-    for (int t : parse_threads(threads_spec, all)) {
+    for (int t : gpu_only ? std::vector<int>{} : parse_threads(threads_spec, all)) {
       for (const std::string& name : names) run_and_print(name, Device("cpu"), t);
     }
     if (gpu.is_cuda()) {
