@@ -94,6 +94,8 @@ MpiWorld mpi_world();
 std::string mpi_broadcast_string(const std::string& value, int root);
 bool mpi_built();
 bool nccl_built();
+// NCCL's version as "2.28.3" (ncclGetVersion), or "" in a build without NCCL.
+std::string nccl_version();
 
 // The engines' constructors; create_process_group.cpp calls them.
 class Transport;

@@ -312,6 +312,13 @@ class NcclEngine final : public CollectiveEngine {
 
 bool nccl_built() { return true; }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z since 2.9
+  return fmt::format("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100);
+}
+
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
                                                    int rank, int world_size, Seconds timeout) {
   return std::make_unique<NcclEngine>(store, prefix, rank, world_size, timeout);

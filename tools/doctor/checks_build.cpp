@@ -1,0 +1,78 @@
+// checks_build.cpp: what this dplab is: its version and commit, the compiler, which optional
+// parts were built (CUDA, MPI, NCCL), and which CPU kernels run here and why (the CPU's
+// vector extensions, the build, and the DPLAB_* settings that override the choice).
+// Read next: checks_machine.cpp.
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/ops/ops.h"
+#include "parallel/engines/collective_engine.h"
+#include "tools/doctor/doctor.h"
+#include "tools/doctor/version.h"
+
+namespace dplab::doctor {
+namespace {
+
+std::set<std::string> cpu_flags(std::string* model) {
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::string> flags;
+  for (std::string line; std::getline(f, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "model name" && model->empty()) *model = line.substr(colon + 2);
+    if (key == "flags" && flags.empty()) {
+      std::istringstream words(line.substr(colon + 1));
+      for (std::string w; words >> w;) flags.insert(w);
+    }
+  }
+  return flags;
+}
+
+}  // namespace
+
+void build_checks(Report& r) {
+  r.fact("dplab", fmt::format("{} ({})", kDplabVersion, kDplabCommit));
+  r.fact("compiler", fmt::format("g++ {}", __VERSION__));
+  r.fact("built with", fmt::format("cuda {}, mpi {}, nccl {}", cuda_compiled() ? "yes" : "no",
+                                   parallel::mpi_built() ? "yes" : "no",
+                                   parallel::nccl_built() ? "yes" : "no"));
+
+  std::string model;
+  const std::set<std::string> flags = cpu_flags(&model);
+  std::string ext;
+  for (const char* want : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"})
+    if (flags.count(want)) ext += (ext.empty() ? "" : "+") + std::string(want);
+  r.fact("cpu", fmt::format("{} x {} ({})", model.empty() ? "unknown" : model,
+                            std::thread::hardware_concurrency(), ext.empty() ? "no AVX" : ext));
+
+  // The kernels, and why: the ISA is the best the CPU and the build both have unless
+  // DPLAB_GEMM_ISA says otherwise; the rest follow DPLAB_GEMM / DPLAB_CONV / DPLAB_FUSE.
+  const bool avx512 = gemm_isa_available(GemmIsa::Avx512);
+  std::string why = avx512 ? "the CPU has AVX-512 and this build has its kernel"
+                    : flags.count("avx512f") ? "the CPU has AVX-512 but this build has no AVX-512 kernel"
+                                             : "the CPU has no AVX-512";
+  if (const char* e = std::getenv("DPLAB_GEMM_ISA"); e && *e) why = fmt::format("DPLAB_GEMM_ISA={}", e);
+  r.fact("kernels", fmt::format("GEMM {} on {} ({}); convolution {}{}", gemm_kernel_in_use(),
+                                gemm_isa_name(gemm_isa()), why, conv_algorithm_name(conv_algorithm()),
+                                fused_ops() ? ", conv+relu+pool fused" : ""));
+  std::string settings;
+  for (const char* name : {"DPLAB_GEMM", "DPLAB_GEMM_ISA", "DPLAB_CONV", "DPLAB_FUSE", "DPLAB_NUM_THREADS",
+                           "DPLAB_WAIT", "DPLAB_SEGMENT_KB", "DPLAB_TIMEOUT", "DPLAB_DEVICE_MEMORY",
+                           "DPLAB_VIRTUAL_GPUS", "DPLAB_DATA"})
+    if (const char* v = std::getenv(name); v != nullptr)
+      settings += fmt::format("{}{}={}", settings.empty() ? "" : " ", name, v);
+  r.fact("DPLAB_* settings", settings.empty() ? "none" : settings);
+
+}
+
+}  // namespace dplab::doctor
