@@ -187,7 +187,7 @@ targets=(tests/backend_cuda/test_gpu_rules tests/backend_cuda/test_cuda_kernels
          tests/parallel/test_collectives_cuda_ipc tests/parallel/cuda_ipc_child
          tests/parallel/test_gpu_training tests/parallel/test_nccl
          benchmarks/bench_ops_gpu benchmarks/bench_allreduce_gpu benchmarks/bench_train_throughput
-         benchmarks/compare/dplab-compare tools/dplab-doctor)
+         benchmarks/compare/dplab-compare tools/doctor/dplab-doctor)
 configure_and_build() {
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" -Ddeps_bundle=enabled -Dmpi=disabled -Dcuda=enabled -Dnccl=auto \
@@ -224,10 +224,10 @@ if wanted tests; then
   done
 fi
 
-if wanted doctor && [ ! -x "$build/tools/dplab-doctor" ]; then
-  record doctor "NOT RUN" 0 "$build/tools/dplab-doctor not built"
+if wanted doctor && [ ! -x "$build/tools/doctor/dplab-doctor" ]; then
+  record doctor "NOT RUN" 0 "$build/tools/doctor/dplab-doctor not built"
 elif wanted doctor; then
-  run_bounded doctor 60 "$out/doctor.log" "$build/tools/dplab-doctor" --json "$out/doctor.json"
+  run_bounded doctor 60 "$out/doctor.log" "$build/tools/doctor/dplab-doctor" --json "$out/doctor.json"
 fi
 
 if wanted bench_ops; then
