@@ -165,7 +165,7 @@ export DPLAB_DATA="$root/gpu_bundle/data"
 if wanted env; then
   {
     echo "# gpu_run $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
-    echo "## nvidia-smi"; nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv 2>&1
+    echo "## nvidia-smi"; nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1
     nvidia-smi topo -m 2>&1 | head -5
     echo "## CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
     echo "## nvcc: $nvcc"; [ -n "$nvcc" ] && "$nvcc" --version | tail -2

@@ -5,7 +5,6 @@
 // premise) is not a property anyone reports: self_tests.cpp tries it.
 // Read next: self_tests.cpp.
 #include <fmt/core.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <sstream>
@@ -32,13 +31,6 @@ bool build_runs_on(int major, int minor, std::string* archs) {
     if ((ma == major && mi <= minor) || (ptx && (ma < major || (ma == major && mi <= minor)))) return true;
   }
   return false;
-}
-
-bool mps_running() {
-  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string control = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
-  struct stat st{};
-  return stat(control.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -97,7 +89,18 @@ void gpu_checks(Report& r) {
     }
   }
   r.fact("nccl", parallel::nccl_built() ? parallel::nccl_version() : std::string("not built"));
-  r.fact("mps", mps_running() ? "running" : "not running");
+  Check mps{.section = "gpu", .name = "MPS (several processes on one GPU at once)"};
+  if (cuda_mps_running()) {
+    mps.detail = "running: processes sharing a GPU run their kernels side by side";
+  } else if (gpus.size() == 1) {
+    mps.verdict = Verdict::Warn;
+    mps.detail = "not running, and there is one GPU: ranks that share it take turns on it";
+    mps.fix = "for cuda_ipc with several ranks on this GPU (virtual GPUs) start it: "
+              "nvidia-cuda-mps-control -d (as the user who runs the ranks; docs/gpu.md)";
+  } else {
+    mps.detail = "not running (needed only when several ranks share one GPU)";
+  }
+  r.add(mps);
 }
 
 }  // namespace dplab::doctor

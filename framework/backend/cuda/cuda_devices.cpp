@@ -49,7 +49,10 @@ int virtual_count_locked() {
 void announce_locked(int m) {
   if (g_announced || g_virtual <= 0 || m == 0) return;
   g_announced = true;
-  std::fprintf(stderr, "dplab: %d logical CUDA devices share %d physical GPU(s)\n", g_virtual, m);
+  std::fprintf(stderr, "dplab: %d logical CUDA devices share %d physical GPU(s)%s\n", g_virtual, m,
+               cuda_mps_running() ? " (MPS is running)"
+                                  : "; processes sharing a GPU take turns on it without MPS "
+                                    "(nvidia-cuda-mps-control -d; docs/gpu.md)");
 }
 
 // Whether the NVIDIA driver library is installed: tells "no driver" from "a driver too old

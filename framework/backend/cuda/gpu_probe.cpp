@@ -4,6 +4,9 @@
 #include "framework/backend/cuda/gpu_probe.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
 
 namespace dplab {
 namespace {
@@ -34,6 +37,13 @@ GpuProbe classify_gpu_probe(int err, int count, const std::string& name, const s
   if (err == kInsufficientDriver && !driver_library) return {0, ""};
   return {0, fmt::format("cudaGetDeviceCount failed: {} ({}, error {}){}", name, text, err,
                          hint(err))};
+}
+
+bool cuda_mps_running() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string control = std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st{};
+  return stat(control.c_str(), &st) == 0;
 }
 
 }  // namespace dplab

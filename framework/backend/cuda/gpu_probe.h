@@ -26,4 +26,10 @@ GpuProbe classify_gpu_probe(int err, int count, const std::string& name, const s
 // This process's probe, made once (cuda_devices.cpp; {0, ""} in a build without CUDA).
 const GpuProbe& cuda_gpu_probe();
 
+// Whether CUDA's MPS daemon is up for this process (its control pipe, in
+// CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps). Without it, processes that share a GPU get it
+// in turns (time slices), so every hand-off between two ranks on one GPU may wait for the
+// other's turn (the measurements: docs/gpu.md).
+bool cuda_mps_running();
+
 }  // namespace dplab

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# check_gpu_bundle.sh SOURCE_DIR: the GPU machine has none of Debian's -dev packages, so a
+# GPU run builds with gpu_bundle/ (scripts/gpu_bundle.sh). This test makes the bundle, then,
+# in a mount namespace where the system's Eigen, fmt, CLI11, doctest and zlib headers (and
+# fmt's CMake files, zlib's static library) are hidden and pkg-config finds nothing,
+# configures a build with -Ddeps_bundle=enabled (CUDA on where nvcc is), compiles a file of
+# each kind that uses a bundled library (the Eigen GEMM, fmt, the IDX reader's zlib, a .cu
+# kernel file, the cuBLAS backend) and links and runs bundle_probe, which uses all five.
+# A header missing from the bundle fails here, not on the GPU machine. Root only (mount
+# namespaces): elsewhere it says so and exits 77 (SKIP).
+set -euo pipefail
+src="$1"
+if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
+  echo "check_gpu_bundle: needs root and mount namespaces (unshare -m): skipped"
+  exit 77
+fi
+PATH="$PATH:/usr/local/cuda/bin"
+work="$(mktemp -d)"
+made_bundle=0
+[ -d "$src/gpu_bundle" ] || made_bundle=1
+cleanup() {
+  rm -rf "$work"
+  [ "$made_bundle" = 1 ] && rm -rf "$src/gpu_bundle"
+  return 0
+}
+trap cleanup EXIT INT TERM
+bash "$src/scripts/gpu_bundle.sh" "$src/gpu_bundle" >/dev/null
+mkdir -p "$work/empty" && : >"$work/empty_file"
+
+targets=(tests/build/bundle_probe
+         framework/libdplab_framework.a.p/backend_cpu_cpu_gemm_kernel.cpp.o
+         framework/libdplab_framework.a.p/error.cpp.o
+         datasets/libdplab_datasets.a.p/idx_file.cpp.o)
+cuda=disabled
+if command -v nvcc >/dev/null; then
+  cuda=enabled
+  targets+=(framework/libdplab_framework.a.p/backend_cuda_cuda_half.cu.o
+            framework/libdplab_framework.a.p/backend_cuda_cuda_backend.cpp.o)
+fi
+# shellcheck disable=SC2016
+unshare -m bash -euo pipefail -c '
+  work=$1 src=$2 cuda=$3; shift 3
+  for d in /usr/include/eigen3 /usr/include/fmt /usr/include/CLI /usr/include/doctest \
+           /usr/lib/x86_64-linux-gnu/cmake/fmt; do
+    [ -d "$d" ] && mount -t tmpfs none "$d"
+  done
+  for f in /usr/include/zlib.h /usr/include/zconf.h /usr/lib/x86_64-linux-gnu/libz.a; do
+    [ -f "$f" ] && mount --bind "$work/empty_file" "$f"
+  done
+  export PKG_CONFIG_LIBDIR="$work/empty"
+  CCACHE_DISABLE=1 meson setup "$work/build" "$src" -Ddeps_bundle=enabled -Dmpi=disabled \
+    -Dcuda=$cuda -Dgpu_archs=9.0 >"$work/setup.log" 2>&1 || { tail -20 "$work/setup.log"; exit 1; }
+  CCACHE_DISABLE=1 ninja -C "$work/build" "$@"
+  "$work/build/tests/build/bundle_probe"
+' bash "$work" "$src" "$cuda" "${targets[@]}"
+echo "check_gpu_bundle: the bundle builds with the system's copies hidden (CUDA $cuda)"
