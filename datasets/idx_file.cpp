@@ -97,6 +97,12 @@ IdxData read_idx_u8(const std::string& path, int expected_ndims, int64_t limit) 
   if (items == out.dims[0]) {
     unsigned char extra;
     int got = gzread(f.get(), &extra, 1);
+    if (got < 0) {  // at the end of a .gz stream zlib checks its CRC-32 and length
+      int code = 0;
+      const char* msg = gzerror(f.get(), &code);
+      DPLAB_FAIL("{}: the file is corrupt: its gzip check failed at the end of the data ({}); "
+                 "the bytes read do not match what was compressed", path, msg ? msg : "?");
+    }
     DPLAB_CHECK(got == 0, "{}: {} bytes of data expected after the header, but the file has more; "
                 "the header's counts do not match the file", path, out.bytes.size());
   }

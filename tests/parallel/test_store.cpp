@@ -24,6 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+const std::string kToken = "test-store-token-0123456789";
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -63,7 +65,7 @@ std::string temp_path(const char* tag) {
 }  // namespace
 
 TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   const int port = server.port();
   REQUIRE(port > 0);
   constexpr int kThreads = 4;
@@ -71,7 +73,7 @@ TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
   std::atomic<int> ok{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+      par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
       client.set("key/" + std::to_string(t), "value" + std::to_string(t));
       client.add("counter", t + 1);
       std::vector<std::string> keys;
@@ -93,9 +95,9 @@ TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
 }
 
 TEST_CASE("TCPStore: get waits for a key another client sets later") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   std::thread setter([port = server.port()] {
-    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     client.set("late", "here");
   });
@@ -106,11 +108,11 @@ TEST_CASE("TCPStore: get waits for a key another client sets later") {
 }
 
 TEST_CASE("TCPStore: forked processes share one server") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   const int port = server.port();
   constexpr int kProcs = 3;
   int good = run_forked(kProcs, [port](int i) {
-    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
     client.set("proc/" + std::to_string(i), std::to_string(i * i));
     client.add("arrived", 1);
     std::vector<std::string> keys;
@@ -125,7 +127,7 @@ TEST_CASE("TCPStore: forked processes share one server") {
 }
 
 TEST_CASE("TCPStore: waits end in CommError within about the timeout") {
-  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   auto t0 = Clock::now();
   CHECK_THROWS_WITH_AS(store.get("missing"), doctest::Contains("still missing: 'missing'"),
                        dplab::CommError);
@@ -144,7 +146,7 @@ TEST_CASE("TCPStore: waits end in CommError within about the timeout") {
 TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
   int port = par::find_free_port();
   auto t0 = Clock::now();
-  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", port, false, par::Seconds(1.0)),
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", port, false, par::Seconds(1.0), kToken),
                        doctest::Contains("could not reach the store server"), dplab::CommError);
   double got = seconds_since(t0);
   CHECK(got >= 0.9);
@@ -152,16 +154,16 @@ TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
 }
 
 TEST_CASE("TCPStore: port in use") {
-  par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   std::string expected = "port " + std::to_string(first.port()) +
                          " on 127.0.0.1 is in use; pick another MASTER_PORT";
-  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0)),
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0), kToken),
                        doctest::Contains(expected.c_str()), dplab::CommError);
 }
 
 TEST_CASE("TCPStore: a server that dies fails the waiting client, not hangs it") {
-  auto server = std::make_unique<par::TCPStore>("127.0.0.1", 0, true, par::Seconds(30.0));
-  par::TCPStore client("127.0.0.1", server->port(), false, par::Seconds(30.0));
+  auto server = std::make_unique<par::TCPStore>("127.0.0.1", 0, true, par::Seconds(30.0), kToken);
+  par::TCPStore client("127.0.0.1", server->port(), false, par::Seconds(30.0), kToken);
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     server.reset();
@@ -174,7 +176,7 @@ TEST_CASE("TCPStore: a server that dies fails the waiting client, not hangs it")
 }
 
 TEST_CASE("TCPStore: add on a non-integer value is an error") {
-  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   store.set("word", "hello");
   CHECK_THROWS_WITH_AS(store.add("word", 1), doctest::Contains("not an integer"), dplab::CommError);
   CHECK(store.add("fresh", -5) == -5);
@@ -228,6 +230,7 @@ namespace {
 std::vector<std::string> rendezvous_threads(const std::vector<std::pair<int, int>>& ranks,
                                             double timeout_s) {
   int port = par::find_free_port();
+  ::setenv("DPLAB_JOB_TOKEN", kToken.c_str(), 1);  // make_store reads it
   std::vector<std::string> errors(ranks.size());
   std::vector<std::thread> threads;
   std::atomic<int> others_done{0};
@@ -253,6 +256,7 @@ std::vector<std::string> rendezvous_threads(const std::vector<std::pair<int, int
     });
   }
   for (auto& t : threads) t.join();
+  ::unsetenv("DPLAB_JOB_TOKEN");
   return errors;
 }
 }  // namespace
