@@ -17,6 +17,9 @@
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/job_token.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/rendezvous/tcp_store.h"
 
 namespace par = dplab::parallel;
@@ -337,4 +340,58 @@ TEST_CASE("init_process_group: mpi under a launcher that is not mpirun is refuse
                                                           : "the mpi backend is not built"),
                        dplab::Error);
   CHECK_FALSE(par::is_initialized());
+}
+
+// --- PrefixStore and the job token ---
+
+TEST_CASE("PrefixStore: a view whose keys live under prefix/ in its base; two views never collide") {
+  auto base = std::make_shared<par::HashStore>(par::Seconds(1.0));
+  par::PrefixStore a("dplab/pg0", base), b("dplab/pg1", base);
+  a.set("shm_block", "A");
+  b.set("shm_block", "B");
+  CHECK(base->get("dplab/pg0/shm_block") == "A");
+  CHECK(base->get("dplab/pg1/shm_block") == "B");
+  CHECK(a.get("shm_block") == "A");
+  CHECK(a.add("count", 2) == 2);
+  CHECK(b.add("count", 5) == 5);
+  CHECK(base->add("dplab/pg0/count", 0) == 2);
+  CHECK(a.check({"shm_block", "count"}));
+  CHECK_FALSE(a.check({"mapped/1"}));
+  a.set_timeout(par::Seconds(0.2));
+  CHECK_THROWS_WITH_AS(a.wait({"mapped/1"}), doctest::Contains("'dplab/pg0/mapped/1'"), dplab::CommError);
+  par::PrefixStore nested("watchdog", std::make_shared<par::PrefixStore>("dplab/pg0", base));
+  nested.set("3", "x");
+  CHECK(base->get("dplab/pg0/watchdog/3") == "x");
+  CHECK_THROWS_WITH_AS(par::PrefixStore("", base), doctest::Contains("the prefix is empty"), dplab::Error);
+}
+
+TEST_CASE("job token: drawn at random, checked for length and form, never echoed") {
+  const std::string t1 = par::make_job_token(), t2 = par::make_job_token();
+  CHECK(t1.size() == 32);
+  CHECK(t1 != t2);
+  CHECK(t1.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK_THROWS_WITH_AS(par::check_job_token("short-secret", "DPLAB_JOB_TOKEN"),
+                       doctest::Contains("DPLAB_JOB_TOKEN holds 12 characters; a job token needs 16 to 1024"),
+                       dplab::Error);
+  try {
+    par::check_job_token("has a space in it, and is long", "DPLAB_JOB_TOKEN");
+    FAIL("a token with spaces was accepted");
+  } catch (const dplab::Error& e) {
+    CHECK(std::string(e.what()).find("has a space") == std::string::npos);  // not echoed
+    CHECK(std::string(e.what()).find("printable ASCII without spaces") != std::string::npos);
+  }
+  ::unsetenv("DPLAB_JOB_TOKEN");
+  CHECK_THROWS_WITH_AS(par::job_token_from_env(), doctest::Contains("DPLAB_JOB_TOKEN is not set: the TCP store "
+                       "admits only connections that prove the job's token"), dplab::Error);
+  CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:1", 0, 1, par::Seconds(1.0)),
+                       doctest::Contains("DPLAB_JOB_TOKEN is not set"), dplab::Error);
+  CHECK(par::job_token_for_launch().size() == 32);  // unset: a fresh one
+  // a TCPStore with another job's token is refused by the server, and says so
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(2.0), t1);
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", server.port(), false, par::Seconds(2.0), t2),
+                       doctest::Contains("refused this rank: wrong job token"), dplab::CommError);
+  CHECK(server.refused_connections() == 1);
+  auto again = server.connect_again(par::Seconds(2.0));
+  again->set("k", "v");
+  CHECK(server.get("k") == "v");
 }
