@@ -7,8 +7,9 @@
 // each is answered at once, or parked (get/wait on missing keys) until its keys appear or
 // its deadline passes. Replies go to the connection's output buffer and out as the socket
 // takes them (POLLOUT). poll's timeout is the nearest deadline.
+// What the store holds, and the parked requests, live in store_table.h.
 // Cost: O(#connections) per wake-up, O(#parked) per set/add.
-// Read next: init.cpp (how ranks rendezvous on top of the store), docs/store.md.
+// Read next: store_table.h; init.cpp (how ranks rendezvous on top of the store), docs/store.md.
 #include "parallel/rendezvous/tcp_store_server.h"
 
 #include <arpa/inet.h>
@@ -31,6 +32,7 @@
 
 #include "framework/error.h"
 #include "parallel/rendezvous/job_token.h"
+#include "parallel/rendezvous/store_table.h"
 
 namespace dplab::parallel {
 
@@ -39,12 +41,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using detail::Request;
 using detail::StoreOp;
-
-std::string reply(bool ok, const std::string& body) {
-  std::string out(1, ok ? '\0' : '\1');
-  detail::put_u32(out, static_cast<uint32_t>(body.size()));
-  return out + body;
-}
+using detail::encode_reply;
 
 std::string peer_name(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -75,114 +72,6 @@ struct Connection {
   bool close_after_send = false;  // a refused request: say why, then close
   Clock::time_point close_by;     // ... by then at the latest, read or not
   Connection(const StoreLimits& limits) : parser(limits) {}
-};
-
-struct Parked {
-  Connection* conn;
-  StoreOp op;  // Get (answer with the value) or Wait (answer with "")
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-  double timeout_s;
-};
-
-// The keys and values, their byte count, and the parked requests.
-class Table {
- public:
-  explicit Table(const StoreLimits& limits) : limits_(limits) {}
-
-  // Answers r, or returns "" after parking it. Throws Error for a request the store refuses.
-  std::string handle(Connection& c, Request& r) {
-    const std::string op = detail::op_name(r.op);
-    switch (r.op) {
-      case StoreOp::Set:
-        put(r.args[0], r.args[1]);
-        return reply(true, "");
-      case StoreOp::Add: {
-        int64_t delta = 0, cur = 0;
-        DPLAB_CHECK(detail::parse_int64(r.args[1], delta), "add('{}'): the delta '{}' is not an "
-                    "integer", r.args[0], r.args[1]);
-        if (auto it = data_.find(r.args[0]); it != data_.end()) {
-          DPLAB_CHECK(detail::parse_int64(it->second, cur), "add('{}'): the key holds '{}', not "
-                      "an integer", r.args[0], it->second.substr(0, 64));
-        }
-        DPLAB_CHECK(!__builtin_add_overflow(cur, delta, &cur), "add('{}'): {} + {} overflows "
-                    "int64", r.args[0], cur, delta);
-        put(r.args[0], std::to_string(cur));
-        return reply(true, std::to_string(cur));
-      }
-      case StoreOp::Check:
-        return reply(true, all_exist(r.args) ? "1" : "0");
-      case StoreOp::Get:
-      case StoreOp::Wait: {
-        int64_t ms = 0;
-        DPLAB_CHECK(detail::parse_int64(r.args[0], ms) && ms >= 0, "{}: the timeout '{}' is not "
-                    "a number of milliseconds >= 0", op, r.args[0]);
-        ms = std::min<int64_t>(ms, int64_t{1} << 40);  // ~35 years: far enough, no overflow
-        std::vector<std::string> keys(r.args.begin() + 1, r.args.end());
-        if (all_exist(keys)) return answer(r.op, keys);
-        c.parked = true;
-        parked_.push_back({&c, r.op, std::move(keys), Clock::now() + std::chrono::milliseconds(ms),
-                           ms / 1000.0});
-        return "";
-      }
-    }
-    DPLAB_FAIL("unknown operation");
-  }
-
-  // Answers the parked requests whose keys now exist or whose deadline has passed.
-  void settle(Clock::time_point now) {
-    for (auto it = parked_.begin(); it != parked_.end();) {
-      std::string out;
-      if (all_exist(it->keys)) {
-        out = answer(it->op, it->keys);
-      } else if (now >= it->deadline) {
-        std::string missing;
-        for (const auto& k : it->keys)
-          if (!data_.count(k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
-        out = reply(false, fmt::format("{} timed out after {:.1f} s; still missing: {}",
-                                       detail::op_name(it->op), it->timeout_s, missing));
-      } else {
-        ++it;
-        continue;
-      }
-      it->conn->out += out;
-      it->conn->parked = false;
-      it = parked_.erase(it);
-    }
-  }
-
-  std::optional<Clock::time_point> next_deadline() const {
-    std::optional<Clock::time_point> t;
-    for (const auto& p : parked_) t = t ? std::min(*t, p.deadline) : p.deadline;
-    return t;
-  }
-
-  void forget(const Connection* c) {
-    std::erase_if(parked_, [c](const Parked& p) { return p.conn == c; });
-  }
-
- private:
-  void put(const std::string& key, const std::string& value) {
-    auto it = data_.find(key);
-    const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
-    const size_t total = total_bytes_ - old + key.size() + value.size();
-    DPLAB_CHECK(total <= limits_.max_total_bytes, "set('{}'): the store would hold {}, over its "
-                "limit of {} (it holds small facts, not tensors)", key.substr(0, 64),
-                detail::human_bytes(total), detail::human_bytes(limits_.max_total_bytes));
-    data_[key] = value;
-    total_bytes_ = total;
-  }
-  bool all_exist(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) > 0; });
-  }
-  std::string answer(StoreOp op, const std::vector<std::string>& keys) const {
-    return reply(true, op == StoreOp::Get ? data_.at(keys.front()) : "");
-  }
-
-  const StoreLimits& limits_;
-  std::map<std::string, std::string> data_;
-  size_t total_bytes_ = 0;
-  std::list<Parked> parked_;
 };
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -260,7 +149,7 @@ TCPStoreServer::~TCPStoreServer() {
 }
 
 void TCPStoreServer::serve() {
-  Table table(limits_);
+  detail::StoreTable table(limits_);
   std::list<Connection> conns;  // stable addresses: parked requests point at them
   size_t served = 0;
   Clock::time_point accept_paused_until{};
@@ -298,7 +187,7 @@ void TCPStoreServer::serve() {
         size_t used = c.parser.feed(c.in.data(), c.in.size());
         c.in.erase(0, used);
       } catch (const std::exception& e) {
-        c.out = reply(false, fmt::format("refused request: {}", e.what()));
+        c.out = encode_reply(false, fmt::format("refused request: {}", e.what()));
         c.close_after_send = true;  // the rest of its bytes cannot be framed
         c.close_by = Clock::now() + std::chrono::seconds(2);
         c.in.clear();
@@ -307,10 +196,20 @@ void TCPStoreServer::serve() {
       if (!c.parser.ready()) break;
       Request r = c.parser.take();
       try {
-        c.out = table.handle(c, r);
+        std::optional<std::string> answer = table.handle(&c, r);
+        c.parked = !answer;
+        if (answer) c.out = std::move(*answer);
       } catch (const std::exception& e) {  // a whole request the store refuses: say why, go on
-        c.out = reply(false, e.what());
+        c.out = encode_reply(false, e.what());
       }
+    }
+  };
+  // Parked requests answered: their connections get the reply and go on.
+  auto settle = [&](Clock::time_point now) {
+    for (auto& [owner, bytes] : table.settle(now)) {
+      Connection& c = *static_cast<Connection*>(owner);
+      c.out += bytes;
+      c.parked = false;
     }
   };
   // The handshake's second half: the client's nonce and proof.
@@ -319,7 +218,7 @@ void TCPStoreServer::serve() {
     const std::string proof = c.proof_in.substr(kNonceBytes);
     if (!same_proof(proof, token_proof(token_, "client", c.server_nonce, nonce))) {
       log_refusal(c, "it did not prove the job token (DPLAB_JOB_TOKEN differs, or not a rank)");
-      c.out = reply(false, "wrong job token: this store serves only the ranks of its job");
+      c.out = encode_reply(false, "wrong job token: this store serves only the ranks of its job");
       c.close_after_send = true;
       c.close_by = Clock::now() + std::chrono::seconds(2);
       return;
@@ -347,7 +246,7 @@ void TCPStoreServer::serve() {
         ++it;
       }
     }
-    table.settle(now);
+    settle(now);
     std::vector<pollfd> fds{{wake_pipe_[0], POLLIN, 0}};
     const bool accepting = now >= accept_paused_until;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
@@ -355,6 +254,13 @@ void TCPStoreServer::serve() {
     for (auto it = conns.begin(); it != conns.end();) {
       Connection& c = *it;
       if (!c.out.empty() && !flush(c)) {  // gone, or sent its last words
+        it = close_conn(it);
+        continue;
+      }
+      // its reply is out: serve the next request it has already sent (a client may send
+      // several before reading), or poll would wait for bytes that have come already
+      if (c.out.empty()) pump(c);
+      if (!c.out.empty() && !flush(c)) {
         it = close_conn(it);
         continue;
       }
@@ -448,7 +354,7 @@ void TCPStoreServer::serve() {
       if (!c.out.empty() && !flush(c)) close_conn(it);
     }
     // Answered parked requests free their connections to go on with buffered input.
-    table.settle(Clock::now());
+    settle(Clock::now());
     for (auto& c : conns) pump(c);
   }
   for (auto& c : conns) ::close(c.fd);

@@ -213,6 +213,17 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
     CHECK(body == "0");  // "" is a key nobody set
     CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 5.0);
   }
+  // requests sent back to back before any reply is read: served in order, none forgotten
+  {
+    RawClient c(server.port());
+    REQUIRE(c.prove(token) == 0);
+    c.send(par::detail::encode_request(StoreOp::Set, {"piped", "1"}) +
+           par::detail::encode_request(StoreOp::Get, {"1000", "piped"}) +
+           par::detail::encode_request(StoreOp::Add, {"piped", "41"}));
+    CHECK(c.reply() == std::pair<int, std::string>{0, ""});
+    CHECK(c.reply() == std::pair<int, std::string>{0, "1"});
+    CHECK(c.reply() == std::pair<int, std::string>{0, "42"});
+  }
   // the total: 64 MiB of keys and values at most
   std::string refused;
   for (int i = 0; i < 70 && refused.empty(); ++i) {
