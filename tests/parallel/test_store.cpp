@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -394,4 +395,21 @@ TEST_CASE("job token: drawn at random, checked for length and form, never echoed
   auto again = server.connect_again(par::Seconds(2.0));
   again->set("k", "v");
   CHECK(server.get("k") == "v");
+}
+
+TEST_CASE("FileStore: a symbolic link or a file others may write is refused, not used") {
+  const std::string target = temp_path("fs_target"), link = temp_path("fs_link"), loose = temp_path("fs_loose");
+  const std::string content = "a file of the user's that a planted link points at\n";
+  { std::ofstream(target) << content; }
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  CHECK_THROWS_WITH_AS(par::FileStore(link, 1, par::Seconds(1.0)),
+                       doctest::Contains("(it is a symbolic link; the store takes a plain file only)"),
+                       dplab::Error);
+  CHECK(std::filesystem::file_size(target) == content.size());  // nothing appended through the link
+  { std::ofstream(loose) << ""; }
+  std::filesystem::permissions(loose, std::filesystem::perms::all);  // 0777: anyone may write
+  CHECK_THROWS_WITH_AS(par::FileStore(loose, 1, par::Seconds(1.0)),
+                       doctest::Contains("another user could forge the job's keys there"), dplab::Error);
+  for (const auto& p : {target, link, loose}) std::filesystem::remove(p);
 }
