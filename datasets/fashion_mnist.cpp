@@ -50,12 +50,19 @@ std::vector<std::string> fashion_mnist_search_path() {
 
 namespace {
 
-// "<dir>/<name>.gz" if it exists, else "<dir>/<name>" if it exists, else "".
-std::string find_file(const std::string& dir, const std::string& name) {
+// "<dir>/<name>.gz" if it is a file, else "<dir>/<name>" if it is, else "". A candidate
+// that exists but is no regular file (a directory, a FIFO) is noted in `odd`.
+std::string find_file(const std::string& dir, const std::string& name, std::string& odd) {
   for (const std::string& candidate : {name + ".gz", name}) {
     fs::path p = fs::path(dir) / candidate;
     std::error_code ec;
-    if (fs::is_regular_file(p, ec)) return p.string();
+    const fs::file_status st = fs::status(p, ec);
+    if (fs::is_regular_file(st)) return p.string();
+    if (fs::exists(st)) {
+      const char* kind = fs::is_directory(st) ? "a directory" : fs::is_fifo(st) ? "a FIFO"
+                         : fs::is_socket(st) ? "a socket" : "not a regular file";
+      odd += fmt::format("{}{} is {}", odd.empty() ? "" : "; ", p.string(), kind);
+    }
   }
   return "";
 }
@@ -73,16 +80,29 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
   std::vector<std::string> dirs = o.root.empty() ? fashion_mnist_search_path()
                                                  : std::vector<std::string>{o.root};
   Loaded out;
-  std::string looked;
-  for (const std::string& dir : dirs) {
-    std::string images = find_file(dir, images_name), labels = find_file(dir, labels_name);
+  std::string looked, odd;
+  const char* env = std::getenv("DPLAB_DATA");
+  // the search path starts with DPLAB_DATA's two directories when it is set
+  const size_t env_dirs = o.root.empty() && env && *env ? 2 : 0;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    const std::string& dir = dirs[i];
+    std::string images = find_file(dir, images_name, odd), labels = find_file(dir, labels_name, odd);
     if (!images.empty() && !labels.empty()) {
       out.images_path = images;
       out.labels_path = labels;
+      // DPLAB_DATA names a directory, but this split came from elsewhere: say so, or a
+      // user who thinks they train on their own copy never learns they do not.
+      std::error_code ec;
+      if (i >= env_dirs && env_dirs > 0 && fs::is_directory(env, ec) &&
+          first_time_for(std::string(env) + "/" + split))
+        log_warning("DPLAB_DATA={} holds no usable {} split ({}[.gz] and {}[.gz]{}); took it from "
+                    "{} instead", env, split, images_name, labels_name,
+                    odd.empty() ? "" : "; " + odd, dir);
       break;
     }
     looked += fmt::format("\n  {}/{}[.gz] and {}[.gz]", dir, images_name, labels_name);
   }
+  if (out.images_path.empty() && !odd.empty()) looked += "\n  (" + odd + ")";
   DPLAB_CHECK(!out.images_path.empty(),
               "FashionMNIST: the {} split was not found; looked for:{}\ninstall Debian's "
               "dataset-fashion-mnist package (apt-get install dataset-fashion-mnist) or set "

@@ -18,6 +18,20 @@ struct GzCloser {
 };
 using GzHandle = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
 
+// A gzread that failed: zlib's Z_DATA_ERROR is a corrupt stream or a failed CRC-32 / length
+// check (zlib checks them when it reaches the stream's end, which for a small file is at the
+// first read), not a short file.
+[[noreturn]] void gz_failed(gzFile f, const std::string& path, const std::string& where) {
+  int code = 0;
+  const char* raw = gzerror(f, &code);
+  std::string msg = raw ? raw : "?";
+  if (msg.starts_with(path + ": ")) msg.erase(0, path.size() + 2);  // zlib names the file too
+  if (code == Z_DATA_ERROR)
+    DPLAB_FAIL("{}: the file is corrupt: its gzip data or check failed ({}; {}); the bytes do not "
+               "match what was compressed", path, msg, where);
+  DPLAB_FAIL("{}: file is truncated or corrupt: {}: {}", path, where, msg);
+}
+
 // Reads exactly n bytes or throws naming the file and how far it got.
 void read_exact(gzFile f, const std::string& path, void* dst, size_t n, const char* what) {
   auto* out = static_cast<unsigned char*>(dst);
@@ -26,12 +40,7 @@ void read_exact(gzFile f, const std::string& path, void* dst, size_t n, const ch
     // gzread takes an unsigned count: read in slices of at most 1 GiB.
     unsigned want = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
     int got = gzread(f, out + done, want);
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(f, &code);
-      DPLAB_FAIL("{}: file is truncated or corrupt: reading {} failed after {} of {} bytes: {}", path,
-                 what, done, n, msg ? msg : "?");
-    }
+    if (got < 0) gz_failed(f, path, fmt::format("reading {} failed after {} of {} bytes", what, done, n));
     if (got == 0) break;
     done += static_cast<size_t>(got);
   }
@@ -48,12 +57,7 @@ void read_growing(gzFile f, const std::string& path, std::vector<uint8_t>& out, 
     slice = std::min(slice * 2, size_t{64} << 20);
     out.resize(done + want);
     int got = gzread(f, out.data() + done, static_cast<unsigned>(want));
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(f, &code);
-      DPLAB_FAIL("{}: file is truncated or corrupt: reading data failed after {} of {} bytes: {}",
-                 path, done, n, msg ? msg : "?");
-    }
+    if (got < 0) gz_failed(f, path, fmt::format("reading data failed after {} of {} bytes", done, n));
     out.resize(done + static_cast<size_t>(got));
     DPLAB_CHECK(got > 0, "{}: file is truncated: the header promises {} bytes of data, the file "
                 "holds {}", path, n, out.size());
@@ -97,6 +101,7 @@ IdxData read_idx_u8(const std::string& path, int expected_ndims, int64_t limit) 
   if (items == out.dims[0]) {
     unsigned char extra;
     int got = gzread(f.get(), &extra, 1);
+    if (got < 0) gz_failed(f.get(), path, "at the end of the data");
     DPLAB_CHECK(got == 0, "{}: {} bytes of data expected after the header, but the file has more; "
                 "the header's counts do not match the file", path, out.bytes.size());
   }

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <charconv>
 #include <filesystem>
 
 #include "datasets/fashion_mnist.h"
@@ -71,6 +72,20 @@ double evaluate(par::ProcessGroup& pg, nn::Module& model, std::shared_ptr<datase
   return 100.0 * static_cast<double>(correct) / static_cast<double>(n);
 }
 
+// The checkpoint's "epoch": the epochs it has finished, a whole number >= 0.
+int epoch_from(const Metadata& meta, const std::string& path) {
+  auto it = meta.find("epoch");
+  DPLAB_CHECK(it != meta.end(), "--resume: {} has no \"epoch\" in its metadata (was it saved by "
+              "this tutorial?)", path);
+  int epoch = -1;
+  const std::string& v = it->second;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), epoch);
+  DPLAB_CHECK(!v.empty() && ec == std::errc() && end == v.data() + v.size() && epoch >= 0,
+              "--resume: {} has epoch=\"{}\" in its metadata; expected a whole number >= 0 (the "
+              "epochs it finished)", path, v.substr(0, 64));
+  return epoch;
+}
+
 int run(const Args& a) {
   // 1. Rendezvous. dplab-run sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT.
   set_num_threads(1);  // one process per core: N processes with N threads each would fight
@@ -110,9 +125,13 @@ int run(const Args& a) {
   int start = 0;
   if (a.resume) {
     DPLAB_CHECK(fs::exists(ckpt), "--resume: no checkpoint at {} (run without --resume first)", ckpt);
-    start = std::stoi(par::load_checkpoint_on_all_ranks(pg, ckpt, ddp, &opt).at("epoch"));
+    const Metadata meta = par::load_checkpoint_on_all_ranks(pg, ckpt, ddp, &opt);
+    start = epoch_from(meta, ckpt);
     sched.set_last_epoch(start * steps_per_epoch);  // the schedule is a function of the step
     if (rank == 0) fmt::print("resumed from {} after epoch {}\n", ckpt, start);
+    if (start >= a.epochs && rank == 0)
+      fmt::print("nothing to train: the checkpoint is after epoch {} and --epochs is {} (raise "
+                 "--epochs to train on)\n", start, a.epochs);
   }
   if (rank == 0) fs::create_directories(a.out);
 

@@ -1,6 +1,8 @@
 // grad_scaler.cpp: dynamic loss scaling (grad_scaler.h), PyTorch's GradScaler step by step.
 #include "framework/amp/grad_scaler.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string>
 
@@ -17,15 +19,26 @@ bool all_finite(const Tensor& t) {
   return probe == 0.0f;
 }
 
+namespace {
+
+// The rules the constructor and load_state_dict share; `who` starts the message.
+void check_options(const char* who, double scale, double growth, double backoff, int64_t interval) {
+  DPLAB_CHECK(scale > 0 && std::isfinite(scale) && scale <= kMaxScale,
+              "{}: scale must be a finite value in (0, {:g}] (float32's largest), got {}", who,
+              kMaxScale, scale);
+  DPLAB_CHECK(growth > 1.0 && std::isfinite(growth), "{}: growth_factor must be a finite value "
+              "> 1, got {}", who, growth);
+  DPLAB_CHECK(backoff > 0.0 && backoff < 1.0, "{}: backoff_factor must lie in (0, 1), got {}",
+              who, backoff);
+  DPLAB_CHECK(interval >= 1, "{}: growth_interval must be >= 1, got {}", who, interval);
+}
+
+}  // namespace
+
 GradScaler::GradScaler(GradScalerOptions o)
     : scale_(o.init_scale), growth_factor_(o.growth_factor), backoff_factor_(o.backoff_factor),
       growth_interval_(o.growth_interval), enabled_(o.enabled) {
-  DPLAB_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), "GradScaler: init_scale must be a finite "
-              "value > 0, got {}", o.init_scale);
-  DPLAB_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor must be > 1, got {}", o.growth_factor);
-  DPLAB_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0,
-              "GradScaler: backoff_factor must lie in (0, 1), got {}", o.backoff_factor);
-  DPLAB_CHECK(o.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got {}", o.growth_interval);
+  check_options("GradScaler", o.init_scale, o.growth_factor, o.backoff_factor, o.growth_interval);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {
@@ -77,41 +90,69 @@ void GradScaler::update() {
               "update() (call step() or unscale_() first)");
   bool found_inf = false;
   for (const auto& [opt, st] : per_optimizer_) found_inf = found_inf || st.found_inf;
+  // S stays a normal float32 (it is applied as one): past float32's largest value S would
+  // be inf, every step would overflow and be skipped, and S could never come back.
   if (found_inf) {
-    scale_ *= backoff_factor_;
+    scale_ = std::max(scale_ * backoff_factor_, kMinScale);
     growth_tracker_ = 0;
   } else if (++growth_tracker_ == growth_interval_) {
-    scale_ *= growth_factor_;
+    scale_ = std::min(scale_ * growth_factor_, kMaxScale);
     growth_tracker_ = 0;
   }
   per_optimizer_.clear();
 }
 
 void GradScaler::state_dict(Metadata& meta) const {
-  meta["scaler.scale"] = fmt::format("{}", scale_);
-  meta["scaler.growth_factor"] = fmt::format("{}", growth_factor_);
-  meta["scaler.backoff_factor"] = fmt::format("{}", backoff_factor_);
+  meta["scaler.scale"] = fmt::format("{:.17g}", scale_);
+  meta["scaler.growth_factor"] = fmt::format("{:.17g}", growth_factor_);
+  meta["scaler.backoff_factor"] = fmt::format("{:.17g}", backoff_factor_);
   meta["scaler.growth_interval"] = std::to_string(growth_interval_);
   meta["scaler.growth_tracker"] = std::to_string(growth_tracker_);
 }
 
-void GradScaler::load_state_dict(const Metadata& meta) {
+GradScalerState GradScaler::parse_state_dict(const Metadata& meta) {
+  const char* who = "GradScaler::load_state_dict";
   auto get = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
-    DPLAB_CHECK(it != meta.end(), "GradScaler::load_state_dict: missing \"{}\" (a checkpoint saved "
-                "without the scaler's state_dict?)", key);
+    DPLAB_CHECK(it != meta.end(), "{}: missing \"{}\" (a checkpoint saved without the scaler's "
+                "state_dict?)", who, key);
     return it->second;
   };
-  try {
-    scale_ = std::stod(get("scaler.scale"));
-    growth_factor_ = std::stod(get("scaler.growth_factor"));
-    backoff_factor_ = std::stod(get("scaler.backoff_factor"));
-    growth_interval_ = std::stoll(get("scaler.growth_interval"));
-    growth_tracker_ = std::stoll(get("scaler.growth_tracker"));
-  } catch (const std::logic_error& e) {  // stod / stoll: not a number
-    DPLAB_FAIL("GradScaler::load_state_dict: a scaler.* value is not a number ({})", e.what());
-  }
-  DPLAB_CHECK(scale_ > 0 && std::isfinite(scale_), "GradScaler::load_state_dict: scale must be > 0, got {}", scale_);
+  auto number = [&](const char* key) {
+    const std::string& s = get(key);
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    DPLAB_CHECK(!s.empty() && ec == std::errc() && end == s.data() + s.size(),
+                "{}: \"{}\" should be a number, got \"{}\"", who, key, s);
+    return v;
+  };
+  auto integer = [&](const char* key) {
+    const std::string& s = get(key);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    DPLAB_CHECK(!s.empty() && ec == std::errc() && end == s.data() + s.size(),
+                "{}: \"{}\" should be an integer, got \"{}\"", who, key, s);
+    return v;
+  };
+  GradScalerState st{.scale = number("scaler.scale"),
+                     .growth_factor = number("scaler.growth_factor"),
+                     .backoff_factor = number("scaler.backoff_factor"),
+                     .growth_interval = integer("scaler.growth_interval"),
+                     .growth_tracker = integer("scaler.growth_tracker")};
+  check_options(who, st.scale, st.growth_factor, st.backoff_factor, st.growth_interval);
+  DPLAB_CHECK(st.growth_tracker >= 0 && st.growth_tracker < st.growth_interval,
+              "{}: growth_tracker must lie in [0, growth_interval = {}), got {}", who,
+              st.growth_interval, st.growth_tracker);
+  return st;
+}
+
+void GradScaler::load_state_dict(const Metadata& meta) {
+  const GradScalerState st = parse_state_dict(meta);  // throws before anything changes
+  scale_ = st.scale;
+  growth_factor_ = st.growth_factor;
+  backoff_factor_ = st.backoff_factor;
+  growth_interval_ = st.growth_interval;
+  growth_tracker_ = st.growth_tracker;
   per_optimizer_.clear();
 }
 

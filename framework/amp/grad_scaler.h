@@ -20,6 +20,16 @@
 
 namespace dplab::amp {
 
+// S stays within float32's normal range (it is applied as a float32 factor).
+inline constexpr double kMaxScale = 3.4028234663852886e38;   // FLT_MAX
+inline constexpr double kMinScale = 1.1754943508222875e-38;  // FLT_MIN
+
+// What a checkpoint holds of a scaler (state_dict's "scaler.*" keys), checked.
+struct GradScalerState {
+  double scale, growth_factor, backoff_factor;
+  int64_t growth_interval, growth_tracker;
+};
+
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16
   double growth_factor = 2.0;
@@ -51,7 +61,12 @@ class GradScaler {
 
   // "scaler.scale", "scaler.growth_tracker", ... into a checkpoint's metadata (checkpoint.h).
   void state_dict(Metadata& meta) const;
+  // Checks every value as the constructor does (scale finite in (0, FLT_MAX], growth_factor
+  // finite > 1, backoff_factor in (0, 1), growth_interval >= 1, tracker in [0, interval))
+  // before changing anything: a refused state leaves the scaler as it was.
   void load_state_dict(const Metadata& meta);
+  // The checks of load_state_dict without the loading (load_checkpoint runs them first).
+  static GradScalerState parse_state_dict(const Metadata& meta);
 
  private:
   enum class Stage { Ready, Unscaled, Stepped };

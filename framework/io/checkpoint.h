@@ -17,6 +17,10 @@
 
 namespace dplab {
 
+namespace amp {
+class GradScaler;
+}
+
 inline constexpr const char* kOptimPrefix = "optim.";
 
 // Atomic (temp file + fsync + rename). Throws, writing nothing, if a model key starts with
@@ -24,12 +28,15 @@ inline constexpr const char* kOptimPrefix = "optim.";
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer = nullptr,
                      Metadata extra = {});
 
-// Reads the file with tensors placed on map_location, loads the model strictly (missing,
-// unexpected or mis-shaped keys: one error listing them), then the optimizer if one is
-// given (the file must then hold optimizer state: "optim.type" in its metadata). The
-// model's and optimizer's tensors keep their own devices: values are copied into them.
+// Reads the file with tensors placed on map_location and loads the model strictly (missing,
+// unexpected or mis-shaped keys: one error listing them), the optimizer if one is given
+// (the file must then hold optimizer state: "optim.type" in its metadata) and the scaler's
+// "scaler.*" keys if a scaler is given (saved with scaler.state_dict(extra)). All or
+// nothing: everything is checked before anything is changed, so a refused file leaves the
+// model, the optimizer and the scaler as they were. The model's and optimizer's tensors
+// keep their own devices: values are copied into them.
 // Returns all metadata (epoch, step, optim.*, format) for the caller to resume from.
 Metadata load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr,
-                         Device map_location = Device("cpu"));
+                         Device map_location = Device("cpu"), amp::GradScaler* scaler = nullptr);
 
 }  // namespace dplab

@@ -96,7 +96,8 @@ void disarm(int slot) {
 
 int remove_stale_temporaries(const std::string& final_path) {
   auto slash = final_path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : final_path.substr(0, slash + 1);
+  // always ending in '/', so dir + name is the entry's path ("./ckpt.tmp-..." for "ckpt")
+  const std::string dir = slash == std::string::npos ? "./" : final_path.substr(0, slash + 1);
   const std::string prefix =
       (slash == std::string::npos ? final_path : final_path.substr(slash + 1)) + ".tmp-";
   DIR* d = ::opendir(dir.c_str());

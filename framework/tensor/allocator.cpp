@@ -4,6 +4,8 @@
 #include "framework/tensor/allocator.h"
 
 #include <atomic>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <utility>
 
@@ -116,10 +118,18 @@ int64_t parse_memory_size(const std::string& text) {
                                 {"KiB", 1024}, {"M", 1 << 20}, {"MB", 1 << 20}, {"MiB", 1 << 20},
                                 {"G", 1 << 30}, {"GB", 1 << 30}, {"GiB", 1 << 30}})
     if (unit == name) scale = s;
-  DPLAB_CHECK(used > 0 && value >= 0 && scale > 0,
+  DPLAB_CHECK(used > 0 && std::isfinite(value) && value >= 0 && scale > 0 &&
+                  !std::isspace(static_cast<unsigned char>(text.front())),
               "memory size: expected a number of bytes with an optional K, M or G (\"256M\", \"1.5G\"), "
               "got \"{}\"", text);
-  return static_cast<int64_t>(value * scale);
+  const double bytes = value * scale;
+  DPLAB_CHECK(bytes < 0x1p62, "memory size: \"{}\" is {:.3g} bytes, more than any machine holds", text,
+              bytes);
+  // "0" means no cap; "0.5" (half a byte) would silently mean no cap too
+  DPLAB_CHECK(bytes == 0 ? value == 0 : bytes >= 1,
+              "memory size: \"{}\" is less than one byte; expected a size of at least 1 byte (\"0\" "
+              "means no cap)", text);
+  return static_cast<int64_t>(bytes);
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -54,13 +54,11 @@ CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store, const std::s
 
 // The mpi watchdog's own store: a second connection to the same TCP store (the first may be
 // busy in the main thread), or the shared store itself when it needs no connection.
-CollectiveWatchdog::Connect watchdog_store(Store& store) {
-  if (auto* tcp = dynamic_cast<TCPStore*>(&store)) {
-    return [host = tcp->host(), port = tcp->port()](Seconds timeout) -> std::shared_ptr<Store> {
-      return std::make_shared<TCPStore>(host, port, false, timeout);
-    };
+CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store) {
+  if (auto tcp = std::dynamic_pointer_cast<TCPStore>(store)) {
+    return [tcp](Seconds timeout) -> std::shared_ptr<Store> { return tcp->connect_again(timeout); };
   }
-  return [&store](Seconds) { return std::shared_ptr<Store>(&store, [](Store*) {}); };
+  return [store](Seconds) { return store; };
 }
 
 }  // namespace
@@ -92,7 +90,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // mpi, nccl: an existing engine moves the bytes
   if (opts.backend == "mpi")
     return std::make_shared<ProcessGroup>(make_mpi_engine(
-        rank, world_size, opts.timeout, watchdog_store(*store), prefix + "/watchdog"));
+        rank, world_size, opts.timeout, watchdog_store(store), prefix + "/watchdog"));
   if (opts.backend == "nccl")
     return std::make_shared<ProcessGroup>(
         make_nccl_engine(*store, prefix, rank, world_size, opts.timeout));

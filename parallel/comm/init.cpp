@@ -15,6 +15,7 @@
 #include "framework/error.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/rendezvous/file_store.h"
+#include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
 
 namespace dplab::parallel {
@@ -34,13 +35,21 @@ Global& global() {
 
 }  // namespace
 
-Seconds resolve_timeout(Seconds given) {
+Seconds resolve_timeout(std::optional<Seconds> given) {
+  if (given) {
+    DPLAB_CHECK(std::isfinite(given->count()) && given->count() > 0 && *given <= kMaxTimeout,
+                "init_process_group: timeout must be a number of seconds in (0, {:.0f}], got {}",
+                kMaxTimeout.count(), given->count());
+    return *given;
+  }
   const char* v = std::getenv("DPLAB_TIMEOUT");
-  if (given != kDefaultTimeout || v == nullptr) return given;
+  if (v == nullptr) return kDefaultTimeout;
   char* end = nullptr;
   double secs = std::strtod(v, &end);
-  DPLAB_CHECK(end != v && *end == '\0' && std::isfinite(secs) && secs > 0,
-              "DPLAB_TIMEOUT='{}' is not a number of seconds > 0 (e.g. DPLAB_TIMEOUT=30)", v);
+  DPLAB_CHECK(end != v && *end == '\0' && std::isfinite(secs) && secs > 0 &&
+                  secs <= kMaxTimeout.count(),
+              "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)",
+              v, kMaxTimeout.count());
   return Seconds(secs);
 }
 
@@ -54,29 +63,38 @@ void check_single_node(const std::string& backend, const RankInfo& info) {
               backend, info.world_size, info.local_world_size);
 }
 
-// The mpi backend's store: rank 0 serves it on a free port of every interface and tells
-// the others where with one MPI_Bcast, so mpirun needs no MASTER_ADDR/MASTER_PORT. The
-// address is MASTER_ADDR if set, else rank 0's host name.
-std::shared_ptr<Store> mpi_store(int rank, Seconds timeout) {
+// The mpi backend's store: rank 0 serves it on a free port and tells the others where, and
+// the job token, with one MPI_Bcast (MPI is the job's own channel), so mpirun needs neither
+// MASTER_ADDR/MASTER_PORT nor DPLAB_JOB_TOKEN (a DPLAB_JOB_TOKEN that is set is used).
+// What it binds: 127.0.0.1 when every rank is on rank 0's node; across nodes MASTER_ADDR if
+// set (the address the nodes share), else every interface (0.0.0.0), where the token still
+// keeps strangers out (docs/store.md).
+std::shared_ptr<Store> mpi_store(const MpiWorld& w, Seconds timeout) {
   std::shared_ptr<TCPStore> served;
   std::string where;
-  if (rank == 0) {
-    served = std::make_shared<TCPStore>("0.0.0.0", 0, true, timeout);
-    std::string host;
-    if (const char* a = std::getenv("MASTER_ADDR"); a && *a) {
-      host = a;
-    } else {
-      char name[256] = {};
-      ::gethostname(name, sizeof(name) - 1);
-      host = name;
+  if (w.rank == 0) {
+    const std::string token = job_token_for_launch();
+    const char* a = std::getenv("MASTER_ADDR");
+    std::string bind = "127.0.0.1", host = "127.0.0.1";
+    if (w.local_size != w.size) {
+      if (a && *a) {
+        bind = host = a;
+      } else {
+        char name[256] = {};
+        ::gethostname(name, sizeof(name) - 1);
+        bind = "0.0.0.0";
+        host = name;
+      }
     }
-    where = fmt::format("{}:{}", host, served->port());
+    served = std::make_shared<TCPStore>(bind, 0, true, timeout, token);
+    where = fmt::format("{}:{}\n{}", host, served->port(), token);
   }
   where = mpi_broadcast_string(where, 0);
   if (served) return served;
-  const size_t colon = where.rfind(':');
-  return std::make_shared<TCPStore>(where.substr(0, colon), std::stoi(where.substr(colon + 1)),
-                                    false, timeout);
+  const size_t newline = where.find('\n'), colon = where.rfind(':', newline);
+  return std::make_shared<TCPStore>(where.substr(0, colon),
+                                    std::stoi(where.substr(colon + 1, newline - colon - 1)), false,
+                                    timeout, where.substr(newline + 1));
 }
 
 }  // namespace
@@ -100,7 +118,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
                 "(rank {} of {}), but rank {} of {} was passed", w.rank, w.size, rank, world_size);
     rank = w.rank;
     world_size = w.size;
-    store = opts.init_method == "env://" ? mpi_store(rank, timeout)
+    store = opts.init_method == "env://" ? mpi_store(w, timeout)
                                          : make_store(opts.init_method, rank, world_size, timeout);
   } else {
     if (rank < 0 || world_size < 0) {

@@ -6,6 +6,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "parallel/comm/process_group.h"
@@ -21,9 +22,9 @@ struct InitOptions {
   std::string init_method = "env://";  // or "file:///path", "tcp://host:port"
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
-  // Rendezvous and every later collective wait. Left at the default (60 s), the
-  // environment variable DPLAB_TIMEOUT (seconds) replaces it; a value set here wins.
-  Seconds timeout = kDefaultTimeout;
+  // Rendezvous and every later collective wait. A value set here wins; left unset, the
+  // environment variable DPLAB_TIMEOUT (seconds) decides, else 60 s.
+  std::optional<Seconds> timeout = std::nullopt;
   double link_gbps = 0;                // > 0: emulate a link per rank (transport/link_model.h)
 };
 
@@ -45,8 +46,10 @@ void destroy_process_group();
 int get_rank();
 int get_world_size();
 
-// The timeout init_process_group uses: `given`, or DPLAB_TIMEOUT's seconds when `given` is
-// the default and the variable is set. Throws Error on a malformed DPLAB_TIMEOUT.
-Seconds resolve_timeout(Seconds given);
+// The timeout init_process_group uses: `given` when set, else DPLAB_TIMEOUT's seconds when
+// the variable is set, else 60 s. Throws Error on a malformed or out-of-range timeout
+// (either source): it must be a number of seconds in (0, kMaxTimeout].
+Seconds resolve_timeout(std::optional<Seconds> given);
+inline constexpr Seconds kMaxTimeout{7 * 24 * 3600.0};  // a week: longer is a typo
 
 }  // namespace dplab::parallel

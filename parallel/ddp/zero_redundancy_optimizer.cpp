@@ -29,6 +29,8 @@
  */
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 
+#include <charconv>
+
 #include <string>
 
 #include "framework/autograd/grad_mode.h"
@@ -286,7 +288,13 @@ void ZeroRedundancyOptimizer::load_state_dict(const StateDict& tensors, const Me
                                                 .contiguous_copy_on(params_[i].device()));
     }
     if (meta.contains(key(i, "step"))) {
-      progress[i] = std::stoll(meta.at(key(i, "step")));
+      const std::string& step = meta.at(key(i, "step"));
+      int64_t v = 0;
+      auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), v);
+      DPLAB_CHECK(!step.empty() && ec == std::errc() && end == step.data() + step.size() && v >= 0,
+                  "ZeroRedundancyOptimizer::load_state_dict: \"{}\" should be a step count (an "
+                  "integer >= 0), got \"{}\"", key(i, "step"), step.substr(0, 64));
+      progress[i] = v;
       if (owned) inner_meta[key(k, "step")] = meta.at(key(i, "step"));
     }
     if (owned) ++k;

@@ -15,6 +15,7 @@
 #include <exception>
 
 #include "framework/error.h"
+#include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "parallel/launch/supervisor.h"
 
@@ -119,10 +120,13 @@ void spawn(const std::function<void(int)>& fn, int nprocs, const SpawnOptions& o
   DPLAB_CHECK(len > 0, "spawn: cannot resolve /proc/self/exe");
   argv[0] = std::string(exe, static_cast<size_t>(len));
 
+  // one token per job: only these ranks get into its store (job_token.h)
+  const std::string token = job_token_for_launch();
   std::vector<RankProcess> procs(static_cast<size_t>(nprocs));
   for (int r = 0; r < nprocs; ++r) {
     procs[r].argv = argv;
     procs[r].env = rank_env(r, nprocs, opts.master_addr, port);
+    procs[r].env[kJobTokenVariable] = token;
     procs[r].env["DPLAB_SPAWN_RANK"] = std::to_string(r);
     procs[r].env["DPLAB_SPAWN_NPROCS"] = std::to_string(nprocs);
     procs[r].env["DPLAB_SPAWN_CALL"] = std::to_string(call);

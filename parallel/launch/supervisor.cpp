@@ -232,12 +232,15 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
   std::vector<Child> kids(procs.size());
   SuperviseResult res;
   res.ranks.resize(procs.size());
-  for (size_t r = 0; r < procs.size(); ++r) {
-    kids[r].rank = static_cast<int>(r);
+  // A signal during the start-up stops it at once: the ranks not started yet never start,
+  // and the watch loop below forwards the signal to those that did.
+  size_t started = 0;
+  for (size_t r = 0; r < procs.size(); ++r) kids[r].rank = static_cast<int>(r);
+  for (; started < procs.size() && g_pending_signal == 0; ++started) {
     try {
-      res.ranks[r].pid = start_one(procs[r], kids[r], opts.tee);
+      res.ranks[started].pid = start_one(procs[started], kids[started], opts.tee);
     } catch (const Error&) {
-      for (size_t q = 0; q < r; ++q) {
+      for (size_t q = 0; q < started; ++q) {
         signal_group(kids[q], SIGKILL);
         ::waitpid(kids[q].pid, nullptr, 0);
         for (int fd : kids[q].pipe_fd)
@@ -246,6 +249,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
       throw;
     }
   }
+  res.started = static_cast<int>(started);
 
   bool stopping = false;
   Clock::time_point kill_at{};
@@ -260,8 +264,14 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
     stopping = true;
   };
 
-  size_t alive = kids.size();
+  size_t alive = started;
   std::optional<Clock::time_point> drain_until;
+  if (int sig = g_pending_signal; sig != 0) {  // the start-up was cut short
+    g_pending_signal = 0;
+    res.interrupted_by = sig;
+    stop_all(sig);
+  }
+  if (alive == 0) drain_until = Clock::now();
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Child*, int>> owners;

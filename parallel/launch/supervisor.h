@@ -40,11 +40,13 @@ struct SuperviseResult {
   int failed_rank = -1;       // the first rank that failed on its own, -1 if none
   std::string failure;        // "rank 1 (pid 123) exited with status 3"; empty if all ok
   int interrupted_by = 0;     // a forwarded SIGINT/SIGTERM, 0 if none
+  int started = 0;            // ranks started: fewer than asked when a signal cut the start-up short
   bool ok() const { return failed_rank < 0 && interrupted_by == 0; }
 };
 
 // Starts every process, waits for all of them, returns how each ended. Throws Error only if
-// a process cannot be started at all (the ones already started are stopped first).
+// a process cannot be started at all (the ones already started are stopped first). A
+// forwarded signal that arrives during the start-up ends it at once: the rest never start.
 SuperviseResult supervise(const std::vector<RankProcess>& procs, const SuperviseOptions& opts = {});
 
 // The rendezvous variables of torchrun for rank r of n on one node, plus one thread per rank

@@ -47,8 +47,22 @@ FileStore::FileStore(std::string path, int world_size, Seconds timeout)
     : path_(std::move(path)), world_size_(world_size) {
   timeout_ = timeout;
   DPLAB_CHECK(!path_.empty(), "FileStore: empty path (init_method should be file:///some/path)");
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  DPLAB_CHECK(fd_ >= 0, "FileStore: cannot open '{}': {}", path_, std::strerror(errno));
+  // O_NOFOLLOW: a link planted at the path (in /tmp, by anyone) must not make us append to
+  // the file it points at. 0600: only this user reads or writes the job's keys.
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  DPLAB_CHECK(fd_ >= 0, "FileStore: cannot open '{}': {}{}", path_, std::strerror(errno),
+              errno == ELOOP ? " (it is a symbolic link; the store takes a plain file only)" : "");
+  // A file someone else made, or may write, could hold forged keys: refuse it.
+  struct stat st{};
+  const bool ok = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
+                  (st.st_mode & 022) == 0;
+  if (!ok) {
+    ::close(fd_);
+    fd_ = -1;
+    DPLAB_FAIL("FileStore: '{}' is not a plain file of this user's that only this user may write "
+               "(uid {}, mode {:o}); another user could forge the job's keys there: remove it or "
+               "pick another path", path_, st.st_uid, st.st_mode & 07777);
+  }
 }
 
 FileStore::~FileStore() {
@@ -58,7 +72,7 @@ FileStore::~FileStore() {
       std::lock_guard<std::mutex> g(mu_);
       FileLock lock(fd_, LOCK_EX);
       refresh_locked();
-      int64_t done = cache_.count(kDoneKey) ? std::stoll(cache_[kDoneKey]) : 0;
+      int64_t done = cache_.count(kDoneKey) ? std::strtoll(cache_[kDoneKey].c_str(), nullptr, 10) : 0;
       append_locked(kDoneKey, std::to_string(done + 1));
       // The last rank out removes the file, so the next run starts from an empty store.
       if (done + 1 >= world_size_) ::unlink(path_.c_str());

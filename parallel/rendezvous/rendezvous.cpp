@@ -16,6 +16,7 @@
 
 #include "framework/error.h"
 #include "parallel/rendezvous/file_store.h"
+#include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
 
 extern char** environ;
@@ -166,7 +167,8 @@ std::shared_ptr<Store> make_store(const std::string& init_method, int rank, int 
     DPLAB_FAIL("init_method '{}' not understood: expected env://, tcp://host:port or file:///path",
                init_method);
   }
-  return std::make_shared<TCPStore>(where.master_addr, where.master_port, rank == 0, timeout);
+  return std::make_shared<TCPStore>(where.master_addr, where.master_port, rank == 0, timeout,
+                                    job_token_from_env());
 }
 
 void rendezvous(Store& store, int rank, int world_size, Seconds timeout) {

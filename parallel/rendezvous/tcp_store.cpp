@@ -1,7 +1,9 @@
-// tcp_store.cpp: the TCPStore client and the wire format (see tcp_store.h for the protocol).
-// Every operation is one request and one reply on the rank's own connection. get and wait
-// carry their timeout to the server, which answers "timed out" itself; the client waits a
-// little longer than that, so a reply that never comes means the server is gone.
+// tcp_store.cpp: the TCPStore client (see tcp_store.h; the wire format is store_wire.h).
+// A connection starts with the handshake: read the server's hello and nonce, send ours and
+// our proof of the token, read the server's proof and check it. Then every operation is one
+// request and one reply on the rank's own connection. get and wait carry their timeout to
+// the server, which answers "timed out" itself; the client waits a little longer than that,
+// so a reply that never comes means the server is gone.
 // Read next: tcp_store_server.cpp.
 #include "parallel/rendezvous/tcp_store.h"
 
@@ -19,34 +21,10 @@
 #include <thread>
 
 #include "framework/error.h"
+#include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store_server.h"
 
 namespace dplab::parallel {
-
-namespace detail {
-
-void put_u32(std::string& out, uint32_t v) {
-  uint32_t be = htonl(v);
-  out.append(reinterpret_cast<const char*>(&be), 4);
-}
-
-uint32_t get_u32(const char* p) {
-  uint32_t be;
-  std::memcpy(&be, p, 4);
-  return ntohl(be);
-}
-
-std::string encode_request(StoreOp op, const std::vector<std::string>& args) {
-  std::string out(1, static_cast<char>(op));
-  put_u32(out, static_cast<uint32_t>(args.size()));
-  for (const auto& a : args) {
-    put_u32(out, static_cast<uint32_t>(a.size()));
-    out += a;
-  }
-  return out;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -82,10 +60,6 @@ int connect_once(const std::string& host, int port) {
     errno = saved;
   }
   freeaddrinfo(res);
-  if (fd >= 0) {
-    int one = 1;  // small requests: send them now, not after Nagle's 40 ms
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
   return fd;
 }
 
@@ -152,12 +126,14 @@ int find_free_port(const std::string& host) {
   return ntohs(addr.sin_port);
 }
 
-TCPStore::TCPStore(std::string host, int port, bool is_server, Seconds timeout)
-    : host_(std::move(host)), port_(port) {
+TCPStore::TCPStore(std::string host, int port, bool is_server, Seconds timeout,
+                   std::string job_token, StoreLimits limits)
+    : host_(std::move(host)), port_(port), token_(std::move(job_token)), limits_(limits) {
   timeout_ = timeout;
   DPLAB_CHECK(port >= 0 && port <= 65535, "TCPStore: port must be in [0, 65535], got {}", port);
+  check_job_token(token_, "the TCPStore's job token");
   if (is_server) {
-    server_ = std::make_unique<TCPStoreServer>(host_, port_);
+    server_ = std::make_unique<TCPStoreServer>(host_, port_, token_, limits_);
     port_ = server_->port();
   } else {
     DPLAB_CHECK(port > 0, "TCPStore: a client needs the server's port, got {}", port);
@@ -168,7 +144,12 @@ TCPStore::TCPStore(std::string host, int port, bool is_server, Seconds timeout)
   auto pause = std::chrono::milliseconds(10);
   int last_errno = 0;
   for (;;) {
-    fd_ = connect_once(host_, port_);
+    try {
+      fd_ = connect_and_prove(deadline);
+    } catch (...) {
+      server_.reset();
+      throw;
+    }
     if (fd_ >= 0) break;
     last_errno = errno;
     if (Clock::now() >= deadline) {
@@ -183,10 +164,87 @@ TCPStore::TCPStore(std::string host, int port, bool is_server, Seconds timeout)
   }
 }
 
+int TCPStore::connect_and_prove(Clock::time_point deadline) {
+  int fd = connect_once(host_, port_);
+  if (fd < 0) return -1;
+  const std::string where = fmt::format("at {}:{}", host_, port_);
+  // Reads n bytes; false if the server closed the connection first (it may have dropped us
+  // to make room for others: worth another try).
+  auto read = [&](char* buf, size_t n) {
+    size_t off = 0;
+    while (off < n) {
+      pollfd p{fd, POLLIN, 0};
+      int rc = ::poll(&p, 1, ms_left(deadline));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc == 0) {
+        ::close(fd);
+        throw CommError(fmt::format("TCPStore: the server {} accepted the connection but did not "
+                                    "finish the handshake in time; is it a dplab store?", where));
+      }
+      ssize_t got = ::recv(fd, buf + off, n - off, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        if (got == 0) errno = ECONNRESET;
+        return false;
+      }
+      off += static_cast<size_t>(got);
+    }
+    return true;
+  };
+  auto give_up = [&] {
+    int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return -1;
+  };
+  std::string hello(detail::kHelloBytes + kNonceBytes, '\0');
+  if (!read(hello.data(), hello.size())) return give_up();
+  if (hello.compare(0, detail::kHelloBytes, detail::kHello) != 0) {
+    ::close(fd);
+    throw CommError(fmt::format("TCPStore: what listens {} is not a dplab store (it did not open "
+                                "with the store's hello); another program holds MASTER_PORT",
+                                where));
+  }
+  const std::string server_nonce = hello.substr(detail::kHelloBytes);
+  const std::string nonce = random_bytes(kNonceBytes);
+  std::string answer = nonce + token_proof(token_, "client", server_nonce, nonce);
+  if (::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL) != ssize_t(answer.size()))
+    return give_up();
+  char status = 0;
+  if (!read(&status, 1)) return give_up();
+  if (status != 0) {
+    char head[4];
+    std::string why = "(no reason given)";
+    if (read(head, 4)) {
+      why.assign(std::min<uint32_t>(detail::get_u32(head), 1024), '\0');
+      if (!read(why.data(), why.size())) why = "(no reason given)";
+    }
+    ::close(fd);
+    throw CommError(fmt::format("TCPStore: the store server {} refused this rank: {}; every rank "
+                                "of a job needs the same {}", where, why, kJobTokenVariable));
+  }
+  std::string proof(kProofBytes, '\0');
+  if (!read(proof.data(), proof.size())) return give_up();
+  if (!same_proof(proof, token_proof(token_, "server", server_nonce, nonce))) {
+    ::close(fd);
+    throw CommError(fmt::format("TCPStore: the server {} could not prove the job token: it is "
+                                "another job's store, or a stranger holds MASTER_PORT", where));
+  }
+  int one = 1;  // small requests: send them now, not after Nagle's 40 ms
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
 TCPStore::~TCPStore() {
   if (fd_ >= 0) ::close(fd_);
   server_.reset();  // joins the server thread
 }
+
+std::shared_ptr<TCPStore> TCPStore::connect_again(Seconds timeout) const {
+  return std::make_shared<TCPStore>(host_, port_, false, timeout, token_, limits_);
+}
+
+uint64_t TCPStore::refused_connections() const { return server_ ? server_->refused() : 0; }
 
 std::string TCPStore::round_trip(const std::string& request, Seconds reply_within, const char* op,
                                  const std::string& what) {
@@ -197,33 +255,55 @@ std::string TCPStore::round_trip(const std::string& request, Seconds reply_withi
   char head[5];
   recv_exact(fd_, head, 5, deadline, where, op, what);
   uint32_t len = detail::get_u32(head + 1);
+  // the server proved the token, but a reply still never gets more room than a value can take
+  if (len > limits_.max_value_bytes + 4096) {
+    throw CommError(fmt::format("TCPStore: a reply of {} from the server {} to {}({}); replies "
+                                "are at most {}", detail::human_bytes(len), where, op, what,
+                                detail::human_bytes(limits_.max_value_bytes)));
+  }
   std::string body(len, '\0');
   if (len > 0) recv_exact(fd_, body.data(), len, deadline, where, op, what);
   if (head[0] != 0) throw CommError(fmt::format("TCPStore {}: {}", where, body));
   return body;
 }
 
+void TCPStore::check_key(const std::string& key, const char* op) const {
+  DPLAB_CHECK(key.size() <= limits_.max_key_bytes, "TCPStore::{}: a key of {} ('{}...'); the "
+              "store takes keys up to {}", op, detail::human_bytes(key.size()), key.substr(0, 32),
+              detail::human_bytes(limits_.max_key_bytes));
+}
+
 static std::string timeout_ms_str(Seconds t) {
-  return std::to_string(static_cast<int64_t>(t.count() * 1000.0));
+  return std::to_string(static_cast<int64_t>(std::min(t.count(), 1e9) * 1000.0));
 }
 
 void TCPStore::set(const std::string& key, const std::string& value) {
+  check_key(key, "set");
+  DPLAB_CHECK(value.size() <= limits_.max_value_bytes, "TCPStore::set('{}'): a value of {}; the "
+              "store takes values up to {} (it holds small facts, not tensors)", key,
+              detail::human_bytes(value.size()), detail::human_bytes(limits_.max_value_bytes));
   round_trip(detail::encode_request(detail::StoreOp::Set, {key, value}), timeout_ + kReplyMargin,
              "set", "'" + key + "'");
 }
 
 std::string TCPStore::get(const std::string& key) {
+  check_key(key, "get");
   return round_trip(detail::encode_request(detail::StoreOp::Get, {timeout_ms_str(timeout_), key}),
                     timeout_ + kReplyMargin, "get", "'" + key + "'");
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
+  check_key(key, "add");
   std::string v = round_trip(detail::encode_request(detail::StoreOp::Add, {key, std::to_string(delta)}),
                              timeout_ + kReplyMargin, "add", "'" + key + "'");
-  return std::stoll(v);
+  int64_t out = 0;
+  if (!detail::parse_int64(v, out))
+    throw CommError(fmt::format("TCPStore: add('{}') got '{}' back, not an integer", key, v.substr(0, 64)));
+  return out;
 }
 
 void TCPStore::wait(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) check_key(k, "wait");
   std::vector<std::string> args{timeout_ms_str(timeout_)};
   args.insert(args.end(), keys.begin(), keys.end());
   round_trip(detail::encode_request(detail::StoreOp::Wait, args), timeout_ + kReplyMargin, "wait",
@@ -231,6 +311,7 @@ void TCPStore::wait(const std::vector<std::string>& keys) {
 }
 
 bool TCPStore::check(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) check_key(k, "check");
   return round_trip(detail::encode_request(detail::StoreOp::Check, keys), timeout_ + kReplyMargin,
                     "check", join_keys(keys)) == "1";
 }

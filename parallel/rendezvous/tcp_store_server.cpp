@@ -1,186 +1,98 @@
-// tcp_store_server.cpp: rank 0's store server: one thread, one poll() loop, no busy waits.
-// Each connection sends one request at a time (tcp_store.cpp's round_trip), so a connection
-// is either idle, mid-request, or parked on a get/wait whose keys do not exist yet. After
-// every set/add the parked requests are re-checked; poll's timeout is the nearest deadline,
-// so an expired wait is answered with an error within a few ms of its timeout.
-// Cost: O(#parked) work per set/add; rendezvous has at most world_size parked waits.
-// Read next: init.cpp (how ranks rendezvous on top of the store).
+// tcp_store_server.cpp: rank 0's store server: one thread, one poll() loop, no busy waits,
+// no blocking call on a client's socket.
+// A connection goes through two states. Pending: the server sent its hello and waits for
+// the client's nonce and proof (64 bytes, read and nothing more); a wrong proof, silence
+// past the handshake deadline, or a crowd of pending connections (the oldest goes) closes
+// it, with one line on stderr. Served: requests are parsed incrementally (store_wire.h);
+// each is answered at once, or parked (get/wait on missing keys) until its keys appear or
+// its deadline passes. Replies go to the connection's output buffer and out as the socket
+// takes them (POLLOUT). poll's timeout is the nearest deadline.
+// What the store holds, and the parked requests, live in store_table.h.
+// Cost: O(#connections) per wake-up, O(#parked) per set/add.
+// Read next: store_table.h; init.cpp (how ranks rendezvous on top of the store), docs/store.md.
 #include "parallel/rendezvous/tcp_store_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <list>
 #include <map>
 #include <optional>
-#include <vector>
 
 #include "framework/error.h"
-#include "parallel/rendezvous/tcp_store.h"
+#include "parallel/rendezvous/job_token.h"
+#include "parallel/rendezvous/store_table.h"
 
 namespace dplab::parallel {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::Request;
 using detail::StoreOp;
-constexpr uint32_t kMaxMessage = 256u << 20;  // a store holds small facts, not tensors
+using detail::encode_reply;
 
-struct Request {
-  StoreOp op;
-  std::vector<std::string> args;
-};
-
-// Takes one complete request off the front of `in`, or returns nullopt if more bytes are
-// needed. Throws on a malformed request (the connection is then dropped).
-std::optional<Request> parse_request(std::string& in) {
-  if (in.size() < 5) return std::nullopt;
-  Request r{static_cast<StoreOp>(in[0]), {}};
-  uint32_t n = detail::get_u32(in.data() + 1);
-  size_t pos = 5;
-  for (uint32_t i = 0; i < n; ++i) {
-    if (in.size() < pos + 4) return std::nullopt;
-    uint32_t len = detail::get_u32(in.data() + pos);
-    if (len > kMaxMessage) throw std::runtime_error("oversized string");
-    if (in.size() < pos + 4 + len) return std::nullopt;
-    r.args.emplace_back(in, pos + 4, len);
-    pos += 4 + len;
+std::string peer_name(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    auto* in = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+    port = ntohs(in->sin6_port);
   }
-  in.erase(0, pos);
-  return r;
+  return fmt::format("{}:{}", host, port);
 }
 
-std::string reply(bool ok, const std::string& body) {
-  std::string out(1, ok ? '\0' : '\1');
-  detail::put_u32(out, static_cast<uint32_t>(body.size()));
-  return out + body;
-}
-
-struct Parked {
-  int fd;
-  StoreOp op;  // Get (answer with the value) or Wait (answer with "")
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-  double timeout_s;
+struct Connection {
+  int fd = -1;
+  std::string peer;
+  bool served = false;           // proved the token
+  Clock::time_point accepted;
+  std::string server_nonce;
+  std::string proof_in;          // pending: the client's nonce + proof so far
+  detail::RequestParser parser;
+  std::string in;                // served: received bytes not yet parsed
+  std::string out;               // reply bytes not yet sent
+  bool parked = false;           // a get/wait waits for keys
+  bool close_after_send = false;  // a refused request: say why, then close
+  Clock::time_point close_by;     // ... by then at the latest, read or not
+  Connection(const StoreLimits& limits) : parser(limits) {}
 };
 
-class ServerState {
- public:
-  std::map<int, std::string> inbox;  // fd -> bytes received, not yet parsed
-  std::vector<Parked> parked;
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-  // Handles one request; returns the reply, or nullopt if it was parked.
-  std::optional<std::string> handle(int fd, Request& r) {
-    auto need = [&](size_t n) {
-      if (r.args.size() < n) throw std::runtime_error("too few arguments");
-    };
-    switch (r.op) {
-      case StoreOp::Set:
-        need(2);
-        data_[r.args[0]] = r.args[1];
-        return reply(true, "");
-      case StoreOp::Add: {
-        need(2);
-        int64_t cur = 0;
-        if (auto it = data_.find(r.args[0]); it != data_.end()) {
-          try {
-            cur = std::stoll(it->second);
-          } catch (const std::exception&) {
-            return reply(false, fmt::format("add('{}'): the key holds '{}', not an integer",
-                                            r.args[0], it->second));
-          }
-        }
-        cur += std::stoll(r.args[1]);
-        data_[r.args[0]] = std::to_string(cur);
-        return reply(true, std::to_string(cur));
-      }
-      case StoreOp::Check:
-        return reply(true, all_exist(r.args) ? "1" : "0");
-      case StoreOp::Get:
-      case StoreOp::Wait: {
-        need(r.op == StoreOp::Get ? 2 : 1);
-        double timeout_s = std::stod(r.args[0]) / 1000.0;
-        std::vector<std::string> keys(r.args.begin() + 1, r.args.end());
-        if (all_exist(keys)) return answer(r.op, keys);
-        auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
-        parked.push_back({fd, r.op, std::move(keys), deadline, timeout_s});
-        return std::nullopt;
-      }
-    }
-    throw std::runtime_error("unknown op");
-  }
-
-  // Answers parked requests whose keys now exist or whose deadline has passed.
-  // Returns (fd, reply) pairs to send.
-  std::vector<std::pair<int, std::string>> settle_parked() {
-    std::vector<std::pair<int, std::string>> out;
-    auto now = Clock::now();
-    for (auto it = parked.begin(); it != parked.end();) {
-      if (all_exist(it->keys)) {
-        out.emplace_back(it->fd, answer(it->op, it->keys));
-      } else if (now >= it->deadline) {
-        std::string missing;
-        for (const auto& k : it->keys)
-          if (!data_.count(k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
-        out.emplace_back(it->fd, reply(false, fmt::format(
-            "{} timed out after {:.1f} s; still missing: {}",
-            it->op == StoreOp::Get ? "get" : "wait", it->timeout_s, missing)));
-      } else {
-        ++it;
-        continue;
-      }
-      it = parked.erase(it);
-    }
-    return out;
-  }
-
-  int poll_timeout_ms() const {
-    if (parked.empty()) return -1;
-    auto first = std::min_element(parked.begin(), parked.end(), [](const Parked& a, const Parked& b) {
-      return a.deadline < b.deadline;
-    });
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(first->deadline - Clock::now());
-    return static_cast<int>(std::max<int64_t>(ms.count() + 1, 0));
-  }
-
-  void forget(int fd) {
-    inbox.erase(fd);
-    std::erase_if(parked, [fd](const Parked& p) { return p.fd == fd; });
-  }
-
- private:
-  bool all_exist(const std::vector<std::string>& keys) const {
-    return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) > 0; });
-  }
-  std::string answer(StoreOp op, const std::vector<std::string>& keys) const {
-    return reply(true, op == StoreOp::Get ? data_.at(keys.front()) : "");
-  }
-
-  std::map<std::string, std::string> data_;
-};
-
-bool send_reply(int fd, const std::string& bytes) {
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
+size_t default_max_clients() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::max<size_t>(16, lim.rlim_cur / 2);
 }
 
 }  // namespace
 
-TCPStoreServer::TCPStoreServer(const std::string& host, int port) {
+TCPStoreServer::TCPStoreServer(const std::string& host, int port, std::string token,
+                               StoreLimits limits)
+    : token_(std::move(token)), limits_(limits) {
+  check_job_token(token_, "the store's job token");
+  if (limits_.max_clients == 0) limits_.max_clients = default_max_clients();
+  DPLAB_CHECK(limits_.max_pending >= 1 && limits_.handshake_seconds > 0 &&
+              limits_.max_value_bytes <= limits_.max_total_bytes,
+              "TCPStore server: limits need max_pending >= 1, handshake_seconds > 0 and "
+              "max_value_bytes <= max_total_bytes");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -213,6 +125,7 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port) {
     throw CommError(fmt::format("TCPStore server: cannot listen on {}:{}: {}", host, port,
                                 std::strerror(err)));
   }
+  set_nonblocking(listen_fd_);
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -236,53 +149,215 @@ TCPStoreServer::~TCPStoreServer() {
 }
 
 void TCPStoreServer::serve() {
-  ServerState state;
-  std::vector<int> clients;
-  auto drop = [&](int fd) {
-    ::close(fd);
-    state.forget(fd);
-    std::erase(clients, fd);
-  };
-  while (!stop_) {
-    std::vector<pollfd> fds{{wake_pipe_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    for (int c : clients) fds.push_back({c, POLLIN, 0});
-    int rc = ::poll(fds.data(), fds.size(), state.poll_timeout_ms());
-    if (rc < 0 && errno != EINTR) break;
-    if (stop_) break;
-    if (rc > 0 && (fds[1].revents & POLLIN)) {
-      int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) clients.push_back(c);
+  detail::StoreTable table(limits_);
+  std::list<Connection> conns;  // stable addresses: parked requests point at them
+  size_t served = 0;
+  Clock::time_point accept_paused_until{};
+  // One line per refusal for the first few, then one per decade, so a flood of strangers
+  // cannot flood the job's log either.
+  auto log_refusal = [&](const Connection& c, const std::string& why) {
+    const uint64_t n = ++refused_;
+    if (n <= 10 || n == 100 || n == 1000 || n == 10000 || n == 100000) {
+      std::string line = fmt::format("dplab store (port {}): refused a connection from {}: {}",
+                                     port_, c.peer, why);
+      if (n >= 10) line += fmt::format(" ({} refused so far; only some are logged)", n);
+      std::fprintf(stderr, "%s\n", line.c_str());
     }
-    std::vector<std::pair<int, std::string>> out;
-    for (size_t i = 2; rc > 0 && i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      int fd = fds[i].fd;
-      char buf[65536];
-      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) {
-        if (n < 0 && errno == EINTR) continue;
-        drop(fd);  // the client closed: its rank finished or died
+  };
+  auto close_conn = [&](std::list<Connection>::iterator it) {
+    table.forget(&*it);
+    ::close(it->fd);
+    if (it->served) --served;
+    return conns.erase(it);
+  };
+  auto flush = [](Connection& c) {  // false: the connection is gone
+    while (!c.out.empty()) {
+      ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) return false;
+      c.out.erase(0, static_cast<size_t>(n));
+    }
+    return !c.close_after_send;
+  };
+  // Serves what a connection has sent, one request at a time, until it waits on a reply.
+  auto pump = [&](Connection& c) {
+    while (!c.in.empty() && !c.parked && c.out.empty() && !c.close_after_send) {
+      try {
+        size_t used = c.parser.feed(c.in.data(), c.in.size());
+        c.in.erase(0, used);
+      } catch (const std::exception& e) {
+        c.out = encode_reply(false, fmt::format("refused request: {}", e.what()));
+        c.close_after_send = true;  // the rest of its bytes cannot be framed
+        c.close_by = Clock::now() + std::chrono::seconds(2);
+        c.in.clear();
+        break;
+      }
+      if (!c.parser.ready()) break;
+      Request r = c.parser.take();
+      try {
+        std::optional<std::string> answer = table.handle(&c, r);
+        c.parked = !answer;
+        if (answer) c.out = std::move(*answer);
+      } catch (const std::exception& e) {  // a whole request the store refuses: say why, go on
+        c.out = encode_reply(false, e.what());
+      }
+    }
+  };
+  // Parked requests answered: their connections get the reply and go on.
+  auto settle = [&](Clock::time_point now) {
+    for (auto& [owner, bytes] : table.settle(now)) {
+      Connection& c = *static_cast<Connection*>(owner);
+      c.out += bytes;
+      c.parked = false;
+    }
+  };
+  // The handshake's second half: the client's nonce and proof.
+  auto check_proof = [&](Connection& c) {
+    const std::string nonce = c.proof_in.substr(0, kNonceBytes);
+    const std::string proof = c.proof_in.substr(kNonceBytes);
+    if (!same_proof(proof, token_proof(token_, "client", c.server_nonce, nonce))) {
+      log_refusal(c, "it did not prove the job token (DPLAB_JOB_TOKEN differs, or not a rank)");
+      c.out = encode_reply(false, "wrong job token: this store serves only the ranks of its job");
+      c.close_after_send = true;
+      c.close_by = Clock::now() + std::chrono::seconds(2);
+      return;
+    }
+    c.served = true;
+    ++served;
+    c.out.assign(1, '\0');
+    c.out += token_proof(token_, "server", c.server_nonce, nonce);
+  };
+
+  while (!stop_) {
+    auto now = Clock::now();
+    const auto handshake = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(limits_.handshake_seconds));
+    // Pending connections past their deadline go, and so do refused ones that do not read
+    // their last reply.
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (it->close_after_send ? now >= it->close_by
+                               : !it->served && now - it->accepted >= handshake) {
+        if (!it->close_after_send)
+          log_refusal(*it, fmt::format("no proof of the job token within {:.0f} s",
+                                       limits_.handshake_seconds));
+        it = close_conn(it);
+      } else {
+        ++it;
+      }
+    }
+    settle(now);
+    std::vector<pollfd> fds{{wake_pipe_[0], POLLIN, 0}};
+    const bool accepting = now >= accept_paused_until;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
+    std::vector<std::list<Connection>::iterator> order;
+    for (auto it = conns.begin(); it != conns.end();) {
+      Connection& c = *it;
+      if (!c.out.empty() && !flush(c)) {  // gone, or sent its last words
+        it = close_conn(it);
         continue;
       }
-      std::string& in = state.inbox[fd];
-      in.append(buf, static_cast<size_t>(n));
-      try {
-        while (auto req = parse_request(in)) {
-          if (auto r = state.handle(fd, *req)) out.emplace_back(fd, std::move(*r));
+      // its reply is out: serve the next request it has already sent (a client may send
+      // several before reading), or poll would wait for bytes that have come already
+      if (c.out.empty()) pump(c);
+      if (!c.out.empty() && !flush(c)) {
+        it = close_conn(it);
+        continue;
+      }
+      short ev = POLLRDHUP;
+      if (!c.out.empty()) ev |= POLLOUT;
+      if (c.out.empty() && !c.parked && !c.close_after_send) ev |= POLLIN;
+      fds.push_back({c.fd, ev, 0});
+      order.push_back(it++);
+    }
+    // The nearest deadline: a parked request, a pending handshake, or accepting again.
+    auto wake = table.next_deadline();
+    for (const auto& c : conns) {
+      const auto until = c.close_after_send ? c.close_by : c.accepted + handshake;
+      if (!c.served || c.close_after_send) wake = wake ? std::min(*wake, until) : until;
+    }
+    if (!accepting) wake = wake ? std::min(*wake, accept_paused_until) : accept_paused_until;
+    int timeout_ms = -1;
+    if (wake) {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*wake - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60000));
+    }
+    int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (rc < 0 && errno != EINTR) break;
+    if (stop_) break;
+    if (rc <= 0) continue;
+
+    if (fds[1].revents & POLLIN) {
+      sockaddr_storage addr{};
+      socklen_t alen = sizeof(addr);
+      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &alen,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+        accept_paused_until = Clock::now() + std::chrono::milliseconds(100);  // no busy loop
+      } else if (fd >= 0) {
+        Connection c(limits_);
+        c.fd = fd;
+        c.peer = peer_name(addr);
+        c.accepted = Clock::now();
+        c.server_nonce = random_bytes(kNonceBytes);
+        c.out = std::string(detail::kHello, detail::kHelloBytes) + c.server_nonce;
+        conns.push_back(std::move(c));
+        size_t pending = conns.size() - served;
+        if (pending > limits_.max_pending) {  // the oldest stranger makes room
+          auto oldest = std::find_if(conns.begin(), conns.end(), [](const Connection& x) { return !x.served; });
+          log_refusal(*oldest, fmt::format("more than {} connections were waiting to prove the job "
+                                           "token; closed the oldest", limits_.max_pending));
+          close_conn(oldest);
         }
-      } catch (const std::exception& e) {
-        // A malformed request: tell the client why, then drop it (nothing else is safe).
-        send_reply(fd, reply(false, fmt::format("malformed request: {}", e.what())));
-        drop(fd);
+        if (served >= limits_.max_clients) {
+          // a full house: the newcomer may still prove itself, but gets no room
+          Connection& last = conns.back();
+          log_refusal(last, fmt::format("the store already serves {} connections", served));
+          close_conn(std::prev(conns.end()));
+        }
       }
     }
-    for (auto& r : state.settle_parked()) out.push_back(std::move(r));
-    for (auto& [fd, bytes] : out) {
-      if (std::find(clients.begin(), clients.end(), fd) == clients.end()) continue;
-      if (!send_reply(fd, bytes)) drop(fd);
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = order[i - 2];
+      Connection& c = *it;
+      if (fds[i].revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) {
+        // the client closed: its rank finished or died (or a stranger gave up)
+        if (!c.served && !c.close_after_send)
+          log_refusal(c, "it closed the connection before proving the job token");
+        close_conn(it);
+        continue;
+      }
+      if ((fds[i].revents & POLLOUT) && !flush(c)) {
+        close_conn(it);
+        continue;
+      }
+      if (!(fds[i].revents & POLLIN)) continue;
+      char buf[65536];
+      // A pending connection is read only as far as its proof: nothing it sends after that
+      // is looked at before the proof holds.
+      const size_t want = c.served ? sizeof(buf) : kNonceBytes + kProofBytes - c.proof_in.size();
+      ssize_t n = ::recv(c.fd, buf, want, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n <= 0) {
+        if (!c.served) log_refusal(c, "it closed the connection before proving the job token");
+        close_conn(it);
+        continue;
+      }
+      if (!c.served) {
+        c.proof_in.append(buf, static_cast<size_t>(n));
+        if (c.proof_in.size() == kNonceBytes + kProofBytes) check_proof(c);
+      } else {
+        c.in.append(buf, static_cast<size_t>(n));
+        pump(c);
+      }
+      if (!c.out.empty() && !flush(c)) close_conn(it);
     }
+    // Answered parked requests free their connections to go on with buffered input.
+    settle(Clock::now());
+    for (auto& c : conns) pump(c);
   }
-  for (int c : clients) ::close(c);
+  for (auto& c : conns) ::close(c.fd);
 }
 
 }  // namespace dplab::parallel

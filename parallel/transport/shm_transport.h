@@ -1,9 +1,10 @@
 // shm_transport.h: the mailbox protocol over one POSIX shared-memory segment, for ranks
 // that are separate processes on one machine (CPU tensors).
 // Rendezvous: rank 0 creates the block as an anonymous file (memfd_create: it has no name
-// in /dev/shm or anywhere), publishes "/proc/<pid>/fd/<fd>" in the store, and every other
-// rank opens that path and maps the same file. Rank 0 closes its descriptor once all have
-// mapped it. The kernel frees the block with the last mapping, so nothing can be left
+// in /dev/shm or anywhere), sealed at its size, publishes its pid, descriptor number and the
+// file's inode in the store, and every other rank opens /proc/<pid>/fd/<fd> after checking
+// that it is that very memfd (owner, size, inode, seals), then maps it. Rank 0 closes its
+// descriptor once all have mapped it. The kernel frees the block with the last mapping, so nothing can be left
 // behind, whatever is killed and when (even during the set-up, even by SIGKILL).
 // Read next: shm_transport.cpp, mailbox_transport.h.
 #pragma once

@@ -125,6 +125,69 @@ TEST_CASE("GradScaler: unscale_ for clipping, misuse, disabled, state in a check
   CHECK_THROWS_WITH_AS(restored.load_state_dict(Metadata{}), doctest::Contains("missing \"scaler.scale\""), Error);
 }
 
+TEST_CASE("GradScaler: inf in the first of two parameters' gradients skips the step") {
+  // two parameters: found_inf must come from all gradients, not the last one only
+  auto model = std::make_shared<nn::Linear>(2, 1);  // weight, then bias
+  optim::SGD opt(model->parameters(), {.lr = 1.0});
+  amp::GradScaler scaler({.init_scale = 4.0});
+  const auto w = model->weight.to_vector<float>(), b = model->bias.to_vector<float>();
+  model->weight.set_grad(full({1, 2}, std::numeric_limits<float>::infinity()));
+  model->bias.set_grad(full({1}, 4.0f));
+  CHECK_FALSE(scaler.step(opt));
+  scaler.update();
+  CHECK(model->weight.to_vector<float>() == w);  // no -inf written into a weight
+  CHECK(model->bias.to_vector<float>() == b);
+  CHECK(scaler.get_scale() == 2.0);
+  CHECK(scaler.skipped_steps() == 1);
+}
+
+TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refused state changes nothing") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (double g : {nan, inf, 0.0, 1.0})
+    CHECK_THROWS_WITH_AS(amp::GradScaler({.growth_factor = g}),
+                         doctest::Contains("growth_factor must be a finite value > 1"), Error);
+  CHECK_THROWS_WITH_AS(amp::GradScaler({.init_scale = 1e39}), doctest::Contains("scale must be a finite "
+                       "value in (0, 3.40282e+38]"), Error);
+  amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 5});
+  Metadata good;
+  scaler.state_dict(good);
+  struct Bad {
+    const char* key;
+    const char* value;
+    const char* message;
+  };
+  for (const Bad& bad : {Bad{"scaler.scale", "inf", "scale must be a finite value in (0, "},
+                         Bad{"scaler.scale", "nan", "scale must be a finite value in (0, "},
+                         Bad{"scaler.scale", "-1", "scale must be a finite value in (0, "},
+                         Bad{"scaler.growth_factor", "inf", "growth_factor must be a finite value > 1"},
+                         Bad{"scaler.growth_factor", "0", "growth_factor must be a finite value > 1"},
+                         Bad{"scaler.backoff_factor", "1", "backoff_factor must lie in (0, 1)"},
+                         Bad{"scaler.growth_interval", "0", "growth_interval must be >= 1"},
+                         Bad{"scaler.growth_interval", "2x", "\"scaler.growth_interval\" should be an integer"},
+                         Bad{"scaler.growth_tracker", "-1", "growth_tracker must lie in [0, growth_interval = 5)"}}) {
+    CAPTURE(bad.key);
+    CAPTURE(bad.value);
+    Metadata meta = good;
+    meta[bad.key] = bad.value;
+    CHECK_THROWS_WITH_AS(scaler.load_state_dict(meta), doctest::Contains(bad.message), Error);
+    CHECK(scaler.get_scale() == 8.0);  // the refused value did not stay
+    Metadata now;
+    scaler.state_dict(now);
+    CHECK(now == good);
+  }
+}
+
+TEST_CASE("GradScaler: the scale stays a finite float32, however long it grows") {
+  Setup s;
+  optim::SGD opt(s.model->parameters(), {.lr = 0.0});
+  amp::GradScaler scaler({.init_scale = 1e38, .growth_factor = 16.0, .growth_interval = 1});
+  set_grad(s.w(), 1.0f);
+  scaler.step(opt);
+  scaler.update();
+  CHECK(std::isfinite(static_cast<float>(scaler.get_scale())));
+  CHECK(scaler.get_scale() == amp::kMaxScale);
+}
+
 TEST_CASE("Apex O2: 16-bit model weights, float32 master weights, batch norm kept float32") {
   for (DType low : {DType::Float16, DType::BFloat16}) {
     CAPTURE(dtype_name(low));

@@ -4,11 +4,14 @@
 // last row and column no window covers, channel counts past the kernel's blocks, no bias,
 // no input gradient), for both builds of the kernel and on 1 and 2 threads. Random N(0, 1)
 // data makes half the convolution outputs negative, so many windows are all zeros after the
-// ReLU: the tie rule and the ReLU's cut are exercised on every case. Then: what the fused op
+// ReLU; but there the ReLU has already cut the window off, so its tie rule shows only on
+// positive ties: an all-zero input with a positive bias makes every window a 4-way tie of
+// the bias, and every dx entry depends on which element wins. Then: what the fused op
 // keeps for backward against the three ops, and where the fused path declines
 // (strided, im2col, switched off) the three ops run.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <random>
 
 #include "framework/backend/cpu/cpu_conv_direct.h"
@@ -125,6 +128,49 @@ TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, ba
 TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, AVX-512 kernel" *
           doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
   check_fused_equals_unfused(GemmIsa::Avx512);
+}
+
+TEST_CASE("ties: an all-zero input with a positive bias, every window a tie; the first element wins") {
+  // x = 0, so conv2d(x) = b > 0 everywhere: relu passes it, every 2x2 window ties. The winner
+  // (top-left, as max_pool2d's rule) takes the window's gradient into dW, db and dx.
+  auto run_ties = [](bool fused) {
+    FusedScope scope(fused);
+    Generator gen(5);
+    Tensor x = zeros({1, 2, 8, 8}).detach();
+    Tensor w = randn({3, 2, 3, 3}, {}, &gen).detach();
+    Tensor b = full({3}, 0.25f).detach();
+    x.requires_grad_(true);
+    w.requires_grad_(true);
+    b.requires_grad_(true);
+    Tensor y = fused ? conv2d_relu_max_pool2d(x, w, b, 1, 1)
+                     : max_pool2d(relu(conv2d(x, w, b, 1, 1)), 2);
+    y.backward(randn(y.shape(), {}, &gen));
+    return std::vector<std::vector<float>>{y.to_vector<float>(), x.grad().to_vector<float>(),
+                                           w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const auto ref = run_ties(false), got = run_ties(true);
+  for (size_t k = 0; k < ref.size(); ++k) {
+    CAPTURE(k);  // y, dx, dW, db
+    CHECK(got[k] == ref[k]);
+  }
+  // the rule itself: each window's gradient goes to its top-left element. dx is then conv2d's
+  // input gradient for that sparse upstream gradient, which the ops compute without pooling.
+  Generator gen(5);
+  Tensor w = randn({3, 2, 3, 3}, {}, &gen).detach();
+  std::vector<float> g = randn({1, 3, 4, 4}, {}, &gen).to_vector<float>();
+  std::vector<float> sparse(3 * 8 * 8, 0.0f);
+  for (int o = 0; o < 3; ++o)
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) sparse[(o * 8 + 2 * i) * 8 + 2 * j] = g[(o * 4 + i) * 4 + j];
+  Tensor x = zeros({1, 2, 8, 8}).detach();
+  x.requires_grad_(true);
+  conv2d(x, w, full({3}, 0.25f), 1, 1).backward(from_vector(sparse, {1, 3, 8, 8}));
+  const std::vector<float> expected = x.grad().to_vector<float>();
+  REQUIRE(expected.size() == 128u);
+  int differ = 0;
+  for (size_t i = 0; i < expected.size(); ++i)
+    differ += std::abs(expected[i] - got[1][i]) > 1e-5f * (1.0f + std::abs(expected[i]));
+  CHECK_MESSAGE(differ == 0, differ << " of 128 dx entries are not the top-left winner's");
 }
 
 TEST_CASE("the fused op keeps a byte per output for backward, not the convolution output and argmax") {

@@ -3,6 +3,7 @@
 // synthetic datasets' shapes, determinism and learnability.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -126,6 +127,59 @@ TEST_CASE("a DPLAB_DATA that is not a directory warns once, then the usual place
   CAPTURE(text);
   CHECK(text.find("DPLAB_DATA=" + missing + " is not a directory") != std::string::npos);
   CHECK(text.find("is not a directory") == text.rfind("is not a directory"));  // once
+}
+
+TEST_CASE("a DPLAB_DATA directory without a split, or with a FIFO or a directory in its place, warns" *
+          doctest::skip(no_real_files())) {
+  TempDir dir;
+  write_tiny(dir.path, "t10k", 4, 4, true);  // the test split only
+  std::ostringstream log;
+  set_log_stream(&log);
+  setenv("DPLAB_DATA", dir.path.c_str(), 1);
+  FashionMNIST train("train", {.limit = 1});  // from the system copy
+  CHECK(fs::path(train.images_path()).parent_path() == kSystemDir);
+  FashionMNIST test("test");
+  CHECK(fs::path(test.images_path()).parent_path() == dir.path);  // the user's own
+  std::string text = log.str();
+  CAPTURE(text);
+  CHECK(text.find("DPLAB_DATA=" + dir.path.string() + " holds no usable train split "
+                  "(train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]); took it from " +
+                  kSystemDir.string() + " instead") != std::string::npos);
+  CHECK(text.find("test split") == std::string::npos);
+  // a FIFO and a directory where the files should be: named in the warning
+  TempDir odd;
+  REQUIRE(mkfifo((odd.path / "train-images-idx3-ubyte.gz").c_str(), 0600) == 0);
+  fs::create_directory(odd.path / "train-labels-idx1-ubyte");
+  log.str("");
+  setenv("DPLAB_DATA", odd.path.c_str(), 1);
+  FashionMNIST again("train", {.limit = 1});
+  unsetenv("DPLAB_DATA");
+  set_log_stream(nullptr);
+  text = log.str();
+  CHECK(text.find((odd.path / "train-images-idx3-ubyte.gz").string() + " is a FIFO") != std::string::npos);
+  CHECK(text.find((odd.path / "train-labels-idx1-ubyte").string() + " is a directory") != std::string::npos);
+}
+
+TEST_CASE("a flipped byte in a .gz file's checksum is reported as a failed gzip check") {
+  for (int64_t n : {3, 3000}) {  // the check fails at the first read, or after all the data
+    CAPTURE(n);
+    TempDir dir;
+    write_tiny(dir.path, "train", n, n, true);
+    const fs::path images = dir.path / "train-images-idx3-ubyte.gz";
+    std::string bytes;
+    {
+      std::ifstream in(images, std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      bytes = ss.str();
+    }
+    bytes[bytes.size() - 8] ^= 0x5a;  // the CRC-32 in the gzip trailer: the data inflates fine
+    std::ofstream(images, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3),
+                         doctest::Contains("the file is corrupt: its gzip data or check failed "
+                                           "(incorrect data check"), Error);
+    CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains(images.string().c_str()), Error);
+  }
 }
 
 TEST_CASE("an IDX header that claims terabytes fails as a truncated file, without allocating them") {

@@ -92,6 +92,26 @@ TEST_CASE("a save removes temporaries of its path left by dead processes, and on
   CHECK(remove_stale_temporaries(dir.file("y.safetensors")) == 1);
 }
 
+TEST_CASE("a save to a relative path removes the stale temporaries beside it, in the working directory") {
+  TempDir dir;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path);
+  const pid_t dead = dead_pid();
+  const std::string stale = fmt::format("rel.safetensors.tmp-{}-0", dead);
+  test::write_bytes(stale, "half");
+  test::write_bytes(fmt::format(".{}", stale), "a file named like the old mistake: not ours");
+  CHECK(remove_stale_temporaries("rel.safetensors") == 1);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  test::write_bytes(stale, "half");
+  StateDict sd;
+  sd.insert("a", ones({2}));
+  save_safetensors("rel.safetensors", sd);  // a path without a directory part
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists("." + stale));  // only our own naming goes
+  CHECK(load_safetensors("rel.safetensors").tensors.at("a").numel() == 2);
+  std::filesystem::current_path(cwd);
+}
+
 TEST_CASE("loading a FIFO is refused at once instead of waiting for a writer") {
   TempDir dir;
   const std::string fifo = dir.file("pipe.safetensors");

@@ -32,8 +32,13 @@ inline std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
 }
 
 // Runs body on `n` threads, one process group each; rethrows the first rank's exception.
+// Start-up and collectives wait kHarnessTimeout unless a test asks for less: long enough to
+// hold on a loaded machine (load 7 on 2 cores made 10 s too short for a forked start-up),
+// and a test that expects a timeout sets its own short one.
+inline constexpr Seconds kHarnessTimeout{30.0};
+
 inline void run_threads(int n, const RankBody& body, ProcessGroupOptions opts = {}) {
-  if (opts.timeout == kDefaultTimeout) opts.timeout = Seconds(10.0);
+  if (opts.timeout == kDefaultTimeout) opts.timeout = kHarnessTimeout;
   auto store = std::make_shared<HashStore>(opts.timeout);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
@@ -67,7 +72,7 @@ inline std::string unique_store_path() {
 // body. Returns each rank's outcome, in rank order. No CUDA is touched, so fork is safe.
 inline std::vector<Outcome> run_processes(int n, const RankBody& body,
                                           ProcessGroupOptions opts = {}) {
-  if (opts.timeout == kDefaultTimeout) opts.timeout = Seconds(10.0);
+  if (opts.timeout == kDefaultTimeout) opts.timeout = kHarnessTimeout;
   std::string path = unique_store_path();
   ::unlink(path.c_str());
   std::vector<pid_t> pids(n);

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -79,6 +81,39 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
     }, {.segment_bytes = kSegmentBytes}));  // 128 KiB slots: 12 * 32768 floats is 3 per rank
   }
   CHECK(dplab_segments_in_dev_shm() == before);  // unlinked as soon as all ranks mapped it
+}
+
+TEST_CASE("DPLAB_SEGMENT_KB and DPLAB_WAIT take whole numbers and nothing else") {
+  if (std::getenv("DPLAB_SEGMENT_KB") != nullptr || std::getenv("DPLAB_WAIT") != nullptr) return;
+  for (const char* bad : {"1x", "0", "65537", " 4", "4.5", ""}) {
+    if (*bad == '\0') continue;  // unset-like: the default
+    ::setenv("DPLAB_SEGMENT_KB", bad, 1);
+    CHECK_THROWS_WITH_AS(shm_segment_bytes(2), doctest::Contains(fmt::format(
+        "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", bad).c_str()), Error);
+  }
+  ::setenv("DPLAB_SEGMENT_KB", "64", 1);
+  CHECK(shm_segment_bytes(2) == 64 * 1024);
+  ::unsetenv("DPLAB_SEGMENT_KB");
+  // wait_policy reads DPLAB_WAIT once per process: each value in a child of its own
+  for (const char* bad : {"5,5junk", "5", "a,b", "5,-1", ",5", "5,5,5"}) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::setenv("DPLAB_WAIT", bad, 1);
+      try {
+        wait_policy(2);
+      } catch (const Error& e) {
+        const std::string want = fmt::format("DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers "
+                                             "in 0..1000000, e.g. 50,0), got \"{}\"", bad);
+        _exit(std::string(e.what()).find(want) != std::string::npos ? 0 : 2);
+      }
+      _exit(1);  // accepted
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_MESSAGE(WIFEXITED(st), bad);
+    CHECK_MESSAGE(WEXITSTATUS(st) == 0, "DPLAB_WAIT=" << bad << (WEXITSTATUS(st) == 1 ? " was accepted" : " gave another message"));
+  }
 }
 
 TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 256 KiB past that") {

@@ -193,15 +193,21 @@ TEST_CASE("watchdog: a store that does not answer names its host, rank 0") {
   CHECK(has(w.message(1), "rank 0 stopped making progress: the rendezvous store it hosts did not answer"));
 }
 
-TEST_CASE("DPLAB_TIMEOUT replaces the default timeout; an explicit one wins; junk is refused") {
+TEST_CASE("DPLAB_TIMEOUT decides when no timeout is given; a given one wins; junk is refused") {
   ::unsetenv("DPLAB_TIMEOUT");
-  CHECK(resolve_timeout(kDefaultTimeout).count() == doctest::Approx(60.0));
+  CHECK(resolve_timeout(std::nullopt).count() == doctest::Approx(60.0));
   ::setenv("DPLAB_TIMEOUT", "2.5", 1);
-  CHECK(resolve_timeout(kDefaultTimeout).count() == doctest::Approx(2.5));
+  CHECK(resolve_timeout(std::nullopt).count() == doctest::Approx(2.5));
   CHECK(resolve_timeout(Seconds(7.0)).count() == doctest::Approx(7.0));
-  for (const char* bad : {"abc", "-1", "0", "5s", "inf"}) {
+  // a given 60 s is a given value too: the variable does not replace it
+  CHECK(resolve_timeout(kDefaultTimeout).count() == doctest::Approx(60.0));
+  for (const char* bad : {"abc", "-1", "0", "5s", "inf", "1e308", "604801"}) {
     ::setenv("DPLAB_TIMEOUT", bad, 1);
-    CHECK_THROWS_WITH_AS(resolve_timeout(kDefaultTimeout), doctest::Contains("DPLAB_TIMEOUT"), Error);
+    const std::string expected =
+        fmt::format("DPLAB_TIMEOUT='{}' is not a number of seconds in (0, 604800]", bad);
+    CHECK_THROWS_WITH_AS(resolve_timeout(std::nullopt), doctest::Contains(expected.c_str()), Error);
   }
   ::unsetenv("DPLAB_TIMEOUT");
+  CHECK_THROWS_WITH_AS(resolve_timeout(Seconds(1e308)), doctest::Contains("timeout must be a number "
+                       "of seconds in (0, 604800], got 1e+308"), Error);
 }

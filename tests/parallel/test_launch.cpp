@@ -282,12 +282,16 @@ TEST_CASE("dplab-run --nnodes: bad node arguments exit 2 and say what was expect
   fails_with({"--nnodes", "2", "--node-rank", "1"}, "--nnodes 2 needs --master-addr");
   fails_with({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"},
              "--nnodes 2 needs --master-port (not 0)");
+  fails_with({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+              "29999"}, "--nnodes 2 needs DPLAB_JOB_TOKEN set to the same value on every node");
 }
 
 namespace {
 // Node 0 and node 1 of a 2-node job of 2 ranks each, both launched here at once.
+// Both get the same DPLAB_JOB_TOKEN, as a user sets it on every node.
 std::pair<Ran, Ran> two_nodes(const std::vector<std::string>& child_args) {
   const std::string port = std::to_string(par::find_free_port());
+  ::setenv("DPLAB_JOB_TOKEN", "two-nodes-one-job-token", 1);
   auto node = [&](int k) {
     std::vector<std::string> args = {program("DPLAB_RUN"), "--nnodes", "2", "--node-rank",
                                      std::to_string(k), "--nproc-per-node", "2", "--master-addr",
@@ -297,7 +301,9 @@ std::pair<Ran, Ran> two_nodes(const std::vector<std::string>& child_args) {
     return std::async(std::launch::async, [args] { return run(args); });
   };
   auto n0 = node(0), n1 = node(1);
-  return {n0.get(), n1.get()};
+  std::pair<Ran, Ran> out{n0.get(), n1.get()};
+  ::unsetenv("DPLAB_JOB_TOKEN");
+  return out;
 }
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -17,12 +18,17 @@
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/job_token.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/rendezvous/tcp_store.h"
 
 namespace par = dplab::parallel;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+const std::string kToken = "test-store-token-0123456789";
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -63,7 +69,7 @@ std::string temp_path(const char* tag) {
 }  // namespace
 
 TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   const int port = server.port();
   REQUIRE(port > 0);
   constexpr int kThreads = 4;
@@ -71,7 +77,7 @@ TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
   std::atomic<int> ok{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+      par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
       client.set("key/" + std::to_string(t), "value" + std::to_string(t));
       client.add("counter", t + 1);
       std::vector<std::string> keys;
@@ -93,9 +99,9 @@ TEST_CASE("TCPStore: set/get/add/wait/check across threads") {
 }
 
 TEST_CASE("TCPStore: get waits for a key another client sets later") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   std::thread setter([port = server.port()] {
-    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     client.set("late", "here");
   });
@@ -106,11 +112,11 @@ TEST_CASE("TCPStore: get waits for a key another client sets later") {
 }
 
 TEST_CASE("TCPStore: forked processes share one server") {
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0));
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(5.0), kToken);
   const int port = server.port();
   constexpr int kProcs = 3;
   int good = run_forked(kProcs, [port](int i) {
-    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0));
+    par::TCPStore client("127.0.0.1", port, false, par::Seconds(5.0), kToken);
     client.set("proc/" + std::to_string(i), std::to_string(i * i));
     client.add("arrived", 1);
     std::vector<std::string> keys;
@@ -125,7 +131,7 @@ TEST_CASE("TCPStore: forked processes share one server") {
 }
 
 TEST_CASE("TCPStore: waits end in CommError within about the timeout") {
-  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   auto t0 = Clock::now();
   CHECK_THROWS_WITH_AS(store.get("missing"), doctest::Contains("still missing: 'missing'"),
                        dplab::CommError);
@@ -144,7 +150,7 @@ TEST_CASE("TCPStore: waits end in CommError within about the timeout") {
 TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
   int port = par::find_free_port();
   auto t0 = Clock::now();
-  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", port, false, par::Seconds(1.0)),
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", port, false, par::Seconds(1.0), kToken),
                        doctest::Contains("could not reach the store server"), dplab::CommError);
   double got = seconds_since(t0);
   CHECK(got >= 0.9);
@@ -152,16 +158,16 @@ TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
 }
 
 TEST_CASE("TCPStore: port in use") {
-  par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   std::string expected = "port " + std::to_string(first.port()) +
                          " on 127.0.0.1 is in use; pick another MASTER_PORT";
-  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0)),
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0), kToken),
                        doctest::Contains(expected.c_str()), dplab::CommError);
 }
 
 TEST_CASE("TCPStore: a server that dies fails the waiting client, not hangs it") {
-  auto server = std::make_unique<par::TCPStore>("127.0.0.1", 0, true, par::Seconds(30.0));
-  par::TCPStore client("127.0.0.1", server->port(), false, par::Seconds(30.0));
+  auto server = std::make_unique<par::TCPStore>("127.0.0.1", 0, true, par::Seconds(30.0), kToken);
+  par::TCPStore client("127.0.0.1", server->port(), false, par::Seconds(30.0), kToken);
   std::thread killer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     server.reset();
@@ -174,7 +180,7 @@ TEST_CASE("TCPStore: a server that dies fails the waiting client, not hangs it")
 }
 
 TEST_CASE("TCPStore: add on a non-integer value is an error") {
-  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0));
+  par::TCPStore store("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
   store.set("word", "hello");
   CHECK_THROWS_WITH_AS(store.add("word", 1), doctest::Contains("not an integer"), dplab::CommError);
   CHECK(store.add("fresh", -5) == -5);
@@ -228,6 +234,7 @@ namespace {
 std::vector<std::string> rendezvous_threads(const std::vector<std::pair<int, int>>& ranks,
                                             double timeout_s) {
   int port = par::find_free_port();
+  ::setenv("DPLAB_JOB_TOKEN", kToken.c_str(), 1);  // make_store reads it
   std::vector<std::string> errors(ranks.size());
   std::vector<std::thread> threads;
   std::atomic<int> others_done{0};
@@ -253,6 +260,7 @@ std::vector<std::string> rendezvous_threads(const std::vector<std::pair<int, int
     });
   }
   for (auto& t : threads) t.join();
+  ::unsetenv("DPLAB_JOB_TOKEN");
   return errors;
 }
 }  // namespace
@@ -333,4 +341,75 @@ TEST_CASE("init_process_group: mpi under a launcher that is not mpirun is refuse
                                                           : "the mpi backend is not built"),
                        dplab::Error);
   CHECK_FALSE(par::is_initialized());
+}
+
+// --- PrefixStore and the job token ---
+
+TEST_CASE("PrefixStore: a view whose keys live under prefix/ in its base; two views never collide") {
+  auto base = std::make_shared<par::HashStore>(par::Seconds(1.0));
+  par::PrefixStore a("dplab/pg0", base), b("dplab/pg1", base);
+  a.set("shm_block", "A");
+  b.set("shm_block", "B");
+  CHECK(base->get("dplab/pg0/shm_block") == "A");
+  CHECK(base->get("dplab/pg1/shm_block") == "B");
+  CHECK(a.get("shm_block") == "A");
+  CHECK(a.add("count", 2) == 2);
+  CHECK(b.add("count", 5) == 5);
+  CHECK(base->add("dplab/pg0/count", 0) == 2);
+  CHECK(a.check({"shm_block", "count"}));
+  CHECK_FALSE(a.check({"mapped/1"}));
+  a.set_timeout(par::Seconds(0.2));
+  CHECK_THROWS_WITH_AS(a.wait({"mapped/1"}), doctest::Contains("'dplab/pg0/mapped/1'"), dplab::CommError);
+  par::PrefixStore nested("watchdog", std::make_shared<par::PrefixStore>("dplab/pg0", base));
+  nested.set("3", "x");
+  CHECK(base->get("dplab/pg0/watchdog/3") == "x");
+  CHECK_THROWS_WITH_AS(par::PrefixStore("", base), doctest::Contains("the prefix is empty"), dplab::Error);
+}
+
+TEST_CASE("job token: drawn at random, checked for length and form, never echoed") {
+  const std::string t1 = par::make_job_token(), t2 = par::make_job_token();
+  CHECK(t1.size() == 32);
+  CHECK(t1 != t2);
+  CHECK(t1.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK_THROWS_WITH_AS(par::check_job_token("short-secret", "DPLAB_JOB_TOKEN"),
+                       doctest::Contains("DPLAB_JOB_TOKEN holds 12 characters; a job token needs 16 to 1024"),
+                       dplab::Error);
+  try {
+    par::check_job_token("has a space in it, and is long", "DPLAB_JOB_TOKEN");
+    FAIL("a token with spaces was accepted");
+  } catch (const dplab::Error& e) {
+    CHECK(std::string(e.what()).find("has a space") == std::string::npos);  // not echoed
+    CHECK(std::string(e.what()).find("printable ASCII without spaces") != std::string::npos);
+  }
+  ::unsetenv("DPLAB_JOB_TOKEN");
+  CHECK_THROWS_WITH_AS(par::job_token_from_env(), doctest::Contains("DPLAB_JOB_TOKEN is not set: the TCP store "
+                       "admits only connections that prove the job's token"), dplab::Error);
+  CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:1", 0, 1, par::Seconds(1.0)),
+                       doctest::Contains("DPLAB_JOB_TOKEN is not set"), dplab::Error);
+  CHECK(par::job_token_for_launch().size() == 32);  // unset: a fresh one
+  // a TCPStore with another job's token is refused by the server, and says so
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(2.0), t1);
+  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", server.port(), false, par::Seconds(2.0), t2),
+                       doctest::Contains("refused this rank: wrong job token"), dplab::CommError);
+  CHECK(server.refused_connections() == 1);
+  auto again = server.connect_again(par::Seconds(2.0));
+  again->set("k", "v");
+  CHECK(server.get("k") == "v");
+}
+
+TEST_CASE("FileStore: a symbolic link or a file others may write is refused, not used") {
+  const std::string target = temp_path("fs_target"), link = temp_path("fs_link"), loose = temp_path("fs_loose");
+  const std::string content = "a file of the user's that a planted link points at\n";
+  { std::ofstream(target) << content; }
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(target, link);
+  CHECK_THROWS_WITH_AS(par::FileStore(link, 1, par::Seconds(1.0)),
+                       doctest::Contains("(it is a symbolic link; the store takes a plain file only)"),
+                       dplab::Error);
+  CHECK(std::filesystem::file_size(target) == content.size());  // nothing appended through the link
+  { std::ofstream(loose) << ""; }
+  std::filesystem::permissions(loose, std::filesystem::perms::all);  // 0777: anyone may write
+  CHECK_THROWS_WITH_AS(par::FileStore(loose, 1, par::Seconds(1.0)),
+                       doctest::Contains("another user could forge the job's keys there"), dplab::Error);
+  for (const auto& p : {target, link, loose}) std::filesystem::remove(p);
 }

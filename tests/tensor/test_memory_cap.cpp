@@ -42,3 +42,28 @@ TEST_CASE("memory sizes parse like DPLAB_DEVICE_MEMORY's") {
   CHECK_THROWS_WITH_AS(parse_memory_size("-5M"), doctest::Contains("got \"-5M\""), Error);
   CHECK(format_bytes(268435456) == "256.0 MiB");
 }
+
+TEST_CASE("memory sizes: less than a byte, infinite or absurd sizes are refused, not taken as no cap") {
+  CHECK(parse_memory_size("0") == 0);  // "0" is no cap, on purpose
+  CHECK_THROWS_WITH_AS(parse_memory_size("0.5"), doctest::Contains("\"0.5\" is less than one byte; "
+                       "expected a size of at least 1 byte (\"0\" means no cap)"), Error);
+  CHECK(parse_memory_size("0.5K") == 512);
+  for (const char* bad : {"inf", "nan", "1e300", "99999999999G"})
+    CHECK_THROWS_AS(parse_memory_size(bad), Error);
+  CHECK_THROWS_WITH_AS(parse_memory_size("1e300"), doctest::Contains("more than any machine holds"), Error);
+}
+
+TEST_CASE("a cap's count rolls back when the backend refuses an allocation") {
+  const Device d("cpu:5");
+  set_memory_cap(d, 0);
+  Tensor small = zeros({6}, {.device = d});  // 24 bytes
+  const int64_t before = memory_stats(d).allocated_bytes;
+  CHECK(before == 24);
+  // 2^58 floats: no cap stops it, the backend itself refuses (no such memory)
+  CHECK_THROWS(zeros({int64_t{1} << 58}, {.device = d}));
+  CHECK(memory_stats(d).allocated_bytes == before);  // not 1.15e18
+  set_memory_cap(d, 1 << 20);
+  Tensor fits = zeros({1024}, {.device = d});  // a later capped allocation still fits
+  CHECK(memory_stats(d).allocated_bytes == before + 4096);
+  set_memory_cap(d, 0);
+}

@@ -202,5 +202,15 @@ TEST_CASE("ZeRO: bad use gives clear errors") {
     Metadata meta{{"optim.type", "Adam"}, {"optim.num_params", "4"}};
     CHECK_THROWS_WITH_AS(opt.load_state_dict(sd, meta), doctest::Contains("expected a SGD state dict, got optim.type \"Adam\""),
                          Error);
+    // a step count that is not one: the key and the expected form, not a bare "stoll"
+    StateDict plain;
+    Metadata good;
+    optim::SGD(model->parameters(), std::get<optim::SGDOptions>(kSgd)).state_dict(plain, good);
+    Metadata bad = good;
+    bad["state.1.step"] = "abc";
+    CHECK_THROWS_WITH_AS(opt.load_state_dict(plain, bad),
+                         doctest::Contains("ZeroRedundancyOptimizer::load_state_dict: \"state.1.step\" "
+                                           "should be a step count (an integer >= 0), got \"abc\""),
+                         Error);
   });
 }

@@ -4,16 +4,21 @@
 // starts PROGRAM 4 times on this node with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // GROUP_RANK, MASTER_ADDR and MASTER_PORT set, forwards Ctrl-C/SIGTERM, and if a rank fails
 // stops the others and exits 1 naming it. With --nnodes M, one dplab-run runs on each node;
-// rank 0 (node 0) hosts the store at A:P, so every node must be given the same A and P.
+// rank 0 (node 0) hosts the store at A:P, so every node must be given the same A and P, and
+// the same DPLAB_JOB_TOKEN (on one node dplab-run draws a random one when it is unset).
+// Ctrl-C/SIGTERM during the start-up ends it at once and stops the ranks already started.
 // Bad arguments exit 2. The process handling lives in supervisor.cpp; this file only parses
 // arguments (CLI11 is slow to compile: keep it to this one file).
 // Read next: parallel/launch/supervisor.h.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "framework/error.h"
+#include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "parallel/launch/supervisor.h"
 
@@ -21,6 +26,10 @@ namespace {
 
 constexpr int kUsageError = 2;    // bad arguments, like argparse and torchrun
 constexpr int kRankFailed = 1;
+// Each rank is a process with its own memory and threads: more than this per node is far
+// more likely a typo (2000 for 2) than a plan. --nproc-limit raises it.
+constexpr int kDefaultNprocLimit = 256;
+constexpr double kMaxGraceSeconds = 3600;
 
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "dplab-run: error: %s\nRun with --help for more information.\n", msg.c_str());
@@ -33,12 +42,14 @@ int main(int argc, char** argv) {
   namespace par = dplab::parallel;
   CLI::App app{"dplab-run: start N ranks of PROGRAM on this node (torchrun's conventions)",
                "dplab-run"};
-  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0;
+  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0, nproc_limit = kDefaultNprocLimit;
   std::string master_addr = "127.0.0.1";
   bool tee = false;
   double grace = 5.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "ranks to start on this node")
       ->default_val(1);
+  app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for")
+      ->default_val(kDefaultNprocLimit);
   app.add_option("--nnodes", nnodes, "nodes in the job: one dplab-run per node (ring and star "
                  "run on one node; across nodes use the mpi or nccl backend)")->default_val(1);
   app.add_option("--node-rank,--node_rank", node_rank, "this node's index in [0, nnodes)")->default_val(0);
@@ -56,8 +67,8 @@ int main(int argc, char** argv) {
           },
           "PORT"));
   app.add_flag("--tee", tee, "prefix each output line with \"[rank r] \"");
-  app.add_option("--grace-period", grace, "seconds between SIGTERM and SIGKILL when stopping ranks")
-      ->check(CLI::NonNegativeNumber)->default_val(5.0);
+  app.add_option("--grace-period", grace, "seconds between SIGTERM and SIGKILL when stopping ranks "
+                 "(> 0, at most 3600)")->default_val(5.0);
   // Everything from PROGRAM on belongs to the program, options included.
   app.prefix_command();
   app.footer("\nPROGRAM [ARGS...] follow the options: everything from PROGRAM on is passed to it.\n"
@@ -79,6 +90,15 @@ int main(int argc, char** argv) {
                        "put -- before a program whose name starts with '-')");
   }
   if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
+  if (nproc > nproc_limit) {
+    return usage_error("--nproc-per-node " + std::to_string(nproc) + " is over the limit of " +
+                       std::to_string(nproc_limit) + " ranks per node (each rank is a process of "
+                       "its own); if you mean it, add --nproc-limit " + std::to_string(nproc));
+  }
+  if (!std::isfinite(grace) || grace <= 0 || grace > kMaxGraceSeconds) {
+    return usage_error(fmt::format("--grace-period must be a number of seconds in (0, {:.0f}], got "
+                                   "{}", kMaxGraceSeconds, grace));
+  }
   if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
   if (node_rank < 0 || node_rank >= nnodes) {
     return usage_error("--node-rank must be in [0, " + std::to_string(nnodes) + ") for --nnodes " +
@@ -95,11 +115,21 @@ int main(int argc, char** argv) {
 
   try {
     if (master_port == 0) master_port = par::find_free_port(master_addr);
+    // Across nodes every dplab-run must hand its ranks the same token: the user sets it.
+    if (nnodes > 1 && std::getenv(par::kJobTokenVariable) == nullptr) {
+      return usage_error(fmt::format("--nnodes {} needs {} set to the same value on every node "
+                                     "(rank 0's store admits only the job's ranks); e.g. `export "
+                                     "{}=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')` on "
+                                     "node 0, and the same value on the others", nnodes,
+                                     par::kJobTokenVariable, par::kJobTokenVariable));
+    }
+    const std::string token = par::job_token_for_launch();
     const par::NodePlacement where{.nnodes = nnodes, .node_rank = node_rank, .nproc_per_node = nproc};
     std::vector<par::RankProcess> procs(static_cast<size_t>(nproc));
     for (int r = 0; r < nproc; ++r) {
       procs[r].argv = program;
       procs[r].env = par::rank_env(r, where, master_addr, master_port);
+      procs[r].env[par::kJobTokenVariable] = token;
     }
     par::SuperviseResult res =
         par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});
@@ -111,8 +141,13 @@ int main(int argc, char** argv) {
       return kRankFailed;
     }
     if (res.interrupted_by != 0) {
-      std::fprintf(stderr, "dplab-run: interrupted by signal %d; forwarded it to every rank\n",
-                   res.interrupted_by);
+      if (res.started < nproc) {
+        std::fprintf(stderr, "dplab-run: interrupted by signal %d during the start-up: started %d "
+                     "of %d ranks, forwarded it to those\n", res.interrupted_by, res.started, nproc);
+      } else {
+        std::fprintf(stderr, "dplab-run: interrupted by signal %d; forwarded it to every rank\n",
+                     res.interrupted_by);
+      }
       return 128 + res.interrupted_by;  // the shell convention for "killed by signal"
     }
     return 0;
