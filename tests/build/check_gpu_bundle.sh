@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # check_gpu_bundle.sh SOURCE_DIR: the GPU machine has none of Debian's -dev packages, so a
 # GPU run builds with gpu_bundle/ (scripts/gpu_bundle.sh). This test makes the bundle, then,
-# in a mount namespace where the system's Eigen, fmt, CLI11, doctest and zlib headers (and
+# in a mount namespace where the system's Eigen, fmt, CLI11, doctest, zlib and OpenSSL headers (and
 # fmt's CMake files, zlib's static library) are hidden and pkg-config finds nothing,
 # configures a build with -Ddeps_bundle=enabled (CUDA on where nvcc is), compiles a file of
-# each kind that uses a bundled library (the Eigen GEMM, fmt, the IDX reader's zlib, a .cu
+# each kind that uses a bundled library (the Eigen GEMM, fmt, the IDX reader's zlib, the
+# job token's OpenSSL, a .cu
 # kernel file, the cuBLAS backend) and links and runs bundle_probe, which uses all five.
 # A header missing from the bundle fails here, not on the GPU machine. Root only (mount
 # namespaces): elsewhere it says so and exits 77 (SKIP).
@@ -30,7 +31,8 @@ mkdir -p "$work/empty" && : >"$work/empty_file"
 targets=(tests/build/bundle_probe
          framework/libdplab_framework.a.p/backend_cpu_cpu_gemm_kernel.cpp.o
          framework/libdplab_framework.a.p/error.cpp.o
-         datasets/libdplab_datasets.a.p/idx_file.cpp.o)
+         datasets/libdplab_datasets.a.p/idx_file.cpp.o
+         parallel/libdplab_parallel.a.p/rendezvous_job_token.cpp.o)
 cuda=disabled
 if command -v nvcc >/dev/null; then
   cuda=enabled
@@ -41,7 +43,7 @@ fi
 unshare -m bash -euo pipefail -c '
   work=$1 src=$2 cuda=$3; shift 3
   for d in /usr/include/eigen3 /usr/include/fmt /usr/include/CLI /usr/include/doctest \
-           /usr/lib/x86_64-linux-gnu/cmake/fmt; do
+           /usr/include/openssl /usr/include/x86_64-linux-gnu/openssl /usr/lib/x86_64-linux-gnu/cmake/fmt; do
     [ -d "$d" ] && mount -t tmpfs none "$d"
   done
   for f in /usr/include/zlib.h /usr/include/zconf.h /usr/lib/x86_64-linux-gnu/libz.a; do
