@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # check_gpu_bundle.sh SOURCE_DIR: the GPU machine has none of Debian's -dev packages, so a
 # GPU run builds with gpu_bundle/ (scripts/gpu_bundle.sh). This test makes the bundle, then,
-# in a mount namespace where the system's Eigen, fmt, CLI11, doctest, zlib and OpenSSL headers (and
-# fmt's CMake files, zlib's static library) are hidden and pkg-config finds nothing,
-# configures a build with -Ddeps_bundle=enabled (CUDA on where nvcc is), compiles a file of
-# each kind that uses a bundled library (the Eigen GEMM, fmt, the IDX reader's zlib, the
-# job token's OpenSSL, a .cu
-# kernel file, the cuBLAS backend) and links and runs bundle_probe, which uses all five.
+# in a mount namespace where the system's Eigen, fmt, CLI11, doctest, zlib and OpenSSL
+# headers (and fmt's CMake files, zlib's static library) are hidden and pkg-config finds
+# nothing, configures a build with -Ddeps_bundle=enabled (CUDA on where nvcc is), compiles a
+# file of each kind that uses a bundled library (the Eigen GEMM, fmt, the IDX reader's zlib,
+# the job token's OpenSSL, a .cu kernel file, the cuBLAS backend) and links and runs
+# bundle_probe, which uses the first five.
 # A header missing from the bundle fails here, not on the GPU machine. Root only (mount
 # namespaces): elsewhere it says so and exits 77 (SKIP).
 set -euo pipefail
