@@ -18,6 +18,7 @@
 #              kernels then share the GPU instead of taking turns)          allreduce_gpu_mps.csv
 #   compare    dplab-compare --device cuda: single, dp, star, ring at
 #              N = 1, 2, 4 logical GPUs                                     compare/
+#   compare_mps  the same with MPS up                                       compare_mps/
 #   torch      the MLP and the CNN trained by dplab and by PyTorch on the
 #              same GPU, paired rounds (train_throughput_torch_gpu.py)     torch_gpu.csv
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck over the
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$budget" in ''|*[!0-9]*) echo "gpu_run: --budget expects whole seconds, got '$budget'" >&2; exit 2 ;; esac
-all_steps="env build tests doctor bench_ops allreduce allreduce_mps compare torch sanitize"
+all_steps="env build tests doctor bench_ops allreduce allreduce_mps compare compare_mps torch sanitize"
 if [ -n "$only" ]; then
   for s in ${only//,/ }; do
     case " $all_steps " in *" $s "*) ;; *) echo "gpu_run: --only: unknown step '$s' (steps: $all_steps)" >&2; exit 2 ;; esac
@@ -243,28 +244,36 @@ fi
 
 # The same with MPS: without it, processes sharing a GPU get it in turns (time slices), and
 # every hand-off of a ring step between two processes may wait for the other's turn.
-if wanted allreduce_mps; then
-  mps=$(command -v nvidia-cuda-mps-control || ls "$toolkit"/bin/nvidia-cuda-mps-control 2>/dev/null || true)
-  if [ -z "$mps" ]; then
-    record allreduce_mps "NOT RUN" 0 "nvidia-cuda-mps-control not found"
-  else
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/dplab-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/dplab-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    if "$mps" -d >"$out/mps_start.log" 2>&1; then
-      run_bounded allreduce_mps 180 "$out/allreduce_gpu_mps.log" "$build/benchmarks/bench_allreduce_gpu" \
-        "${allreduce_args[@]}" --csv "$out/allreduce_gpu_mps.csv"
-      echo quit | "$mps" >>"$out/mps_start.log" 2>&1
-      sleep 1
-    else
-      record allreduce_mps FAIL 0 "the MPS daemon did not start: $(tail -1 "$out/mps_start.log")"
-    fi
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+mps=$(command -v nvidia-cuda-mps-control || ls "$toolkit"/bin/nvidia-cuda-mps-control 2>/dev/null || true)
+mps_start() {  # mps_start STEP: 0 when the daemon is up (else records STEP as not run)
+  if [ -z "$mps" ]; then record "$1" "NOT RUN" 0 "nvidia-cuda-mps-control not found"; return 1; fi
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/dplab-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/dplab-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if ! "$mps" -d >>"$out/mps.log" 2>&1; then
+    record "$1" FAIL 0 "the MPS daemon did not start: $(tail -1 "$out/mps.log")"
+    return 1
   fi
+}
+mps_stop() {
+  echo quit | "$mps" >>"$out/mps.log" 2>&1
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+if wanted allreduce_mps && mps_start allreduce_mps; then
+  run_bounded allreduce_mps 180 "$out/allreduce_gpu_mps.log" "$build/benchmarks/bench_allreduce_gpu" \
+    "${allreduce_args[@]}" --csv "$out/allreduce_gpu_mps.csv"
+  mps_stop
 fi
 
+compare_args=(--device cuda --ns 1,2,4 --modes single,dp,star,ring --steps 60)
 if wanted compare; then
-  run_bounded compare 180 "$out/compare.log" "$build/benchmarks/compare/dplab-compare" --device cuda \
-    --ns 1,2,4 --modes single,dp,star,ring --steps 60 --out "$out/compare"
+  run_bounded compare 180 "$out/compare.log" "$build/benchmarks/compare/dplab-compare" \
+    "${compare_args[@]}" --out "$out/compare"
+fi
+if wanted compare_mps && mps_start compare_mps; then
+  run_bounded compare_mps 180 "$out/compare_mps.log" "$build/benchmarks/compare/dplab-compare" \
+    "${compare_args[@]}" --out "$out/compare_mps"
+  mps_stop
 fi
 
 if wanted torch; then
@@ -313,7 +322,11 @@ fi
     "$(grep -c $'\tPASS\t' "$steps_tsv")" "$(grep -c $'\tFAIL\t' "$steps_tsv")" \
     "$(grep -c $'\tTIMEOUT\t' "$steps_tsv")" "$(grep -c $'\tSKIP\t' "$steps_tsv")" \
     "$(grep -c $'\tNOT RUN\t' "$steps_tsv")"
-  for f in doctor.log bench_ops_gpu.log allreduce_gpu.log allreduce_gpu_mps.log compare.log torch_gpu.log; do
+  for d in compare compare_mps; do
+    [ -s "$out/$d/report.md" ] || continue
+    echo; echo "## $d (report.md's table)"; grep '^|' "$out/$d/report.md" | head -20
+  done
+  for f in doctor.log bench_ops_gpu.log allreduce_gpu.log allreduce_gpu_mps.log torch_gpu.log; do
     [ -s "$out/$f" ] || continue
     echo; echo "## $f"; echo '```'; tail -40 "$out/$f"; echo '```'
   done
