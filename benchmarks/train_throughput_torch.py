@@ -346,11 +346,16 @@ def main():
     else:
         rows = table(a, threads, names, ref)
     if a.csv:
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-            w.writeheader()
-            w.writerows(rows)
-        print(f"wrote {a.csv}")
+        write_csv(a.csv, rows)
+
+
+def write_csv(path, rows):
+    """rows (dicts with the same keys) as a CSV file, the first row's keys as the header."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}")
 
 
 def table(a, threads, names, ref):

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_throughput_torch import MODELS, RECIPE_LR, fashion_mnist_batches  # noqa: E402
+from train_throughput_torch import MODELS, RECIPE_LR, fashion_mnist_batches, write_csv  # noqa: E402
 
 
 def run(name, batch, warmup, min_time, lr, momentum, limit):
@@ -151,11 +151,7 @@ def main():
     for name, r in ratios.items():
         print(f"{name:<6} {len(r):>6} {statistics.median(r):>19.2f} {min(r):>6.2f}-{max(r):.2f}")
     if a.csv:
-        with open(a.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-            w.writeheader()
-            w.writerows(rows)
-        print(f"wrote {a.csv}")
+        write_csv(a.csv, rows)
 
 
 if __name__ == "__main__":
