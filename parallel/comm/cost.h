@@ -55,12 +55,11 @@ struct LinkCost {
   double wake = 0;   // seconds a hand-off takes when the rank it waits for has no core
   double segment = kSegmentBytes;  // bytes per hand-off: the transport's slot
 };
-// dplab's shm transport on the 2-core machines of this project: about 1.2 us per hand-off,
-// 30 GB/s to move and 30 GB/s to reduce (bench_allreduce fits alpha and beta + gamma from
-// its recursive-doubling rows at N = 2: 1.2 us and 14.7 GB/s on an AMD EPYC Zen 4), and
-// 30 us for a rank to be woken and get a core back (it estimates wake from the one-shot rows
-// where ranks outnumber cores: 2-40 us; the ring's lockstep steps at N = 3 lose about 90 us
-// a segment). Only their ratios decide the choice, and only near the crossover sizes.
+// dplab's shm transport on the 2-core machines of this project (cost.cpp has the values):
+// bench_allreduce fits alpha and beta + gamma from its recursive-doubling rows at N = 2, and
+// estimates wake, the time for a rank to be woken and get a core back, from the one-shot rows
+// where ranks outnumber cores (its fits: docs/performance.md). Only their ratios decide the
+// choice, and only near the crossover sizes.
 LinkCost shm_link_cost();
 
 // Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto): the larger of

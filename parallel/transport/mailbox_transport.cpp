@@ -163,16 +163,16 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
 }
 
 // Why these phases (bench_allreduce at 4 KiB on 2 cores shared with other programs; the
-// table is in tutorials/16_ps_vs_ring.md, "Waiting"): with a core per rank the peer's write
-// comes within microseconds and a spin catches it; with more ranks than cores a long spin
-// burns the slice the peer needs, and yielding hands it over at once (4 ranks: 63-97 us per
-// all-reduce against 98-115 us sleeping at once). But a yield can also give the core to
+// table is in docs/performance.md, "Waiting"): with a core per rank the peer's write comes
+// within microseconds and a spin catches it; with more ranks than cores a long spin burns
+// the slice the peer needs, and yielding hands it over at once, sooner than a sleeping
+// rank is woken. But a yield can also give the core to
 // another program's busy process for a whole slice (under heavy load some runs took
 // milliseconds per all-reduce): a wait whose yield took longer than kLongYield sleeps on the
 // futex instead, and kLongYieldsToStop such waits in a row turn yielding off for
 // kNoYieldFor. One is not enough: on a quiet virtual machine a single yield can take that
-// long when the hypervisor borrows the core, and a futex wake-up costs 30-60 us there
-// against 4-8 us for a yield (N = 3, 4 KiB), so one hiccup would cost 100 ms of slow waits.
+// long when the hypervisor borrows the core, and a futex wake-up costs several times a
+// yield there, so one hiccup would cost kNoYieldFor of slow waits.
 constexpr auto kLongYield = std::chrono::microseconds(100);
 constexpr int kLongYieldsToStop = 3;
 constexpr auto kNoYieldFor = std::chrono::milliseconds(100);

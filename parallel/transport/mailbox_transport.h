@@ -51,8 +51,8 @@ struct alignas(64) LinkHeader {
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
 };
 
-// How a wait spends its time before it sleeps (the measurements behind the defaults:
-// tutorials/16_ps_vs_ring.md, "Waiting"):
+// How a wait spends its time before it sleeps (why, in this order: tutorials/16_ps_vs_ring.md,
+// "Waiting"; the measurements behind the defaults: docs/performance.md):
 //   spin_us: poll the counter (with a pause): a hand-off between two running ranks costs
 //         well under a microsecond. 10 us while every rank has a core, 2 us when ranks
 //         outnumber the cores: then the rank we wait for may need the very core we spin on
@@ -77,14 +77,12 @@ WaitPolicy wait_policy(int ranks);
 // a core of its own decides the wait policy, the shm slot size and the cost model's choice.
 int cpu_cores();
 
-// The slot size of the shm transport for `ranks` ranks on `cores` cores (measured
-// with bench_allreduce on 2 cores: tutorials/16_ps_vs_ring.md, "Slots"). While every rank
-// has a core, 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream
-// better (N = 2, 1 MiB: 81 us with 128 KiB slots, 50 us with 1 MiB). With more ranks than
-// cores, 256 KiB: each hand-off may wait for the scheduler, so fewer are better (N = 4,
-// 4 MiB, halving-doubling: 2.5 ms with 128 KiB), but a chunk cut into too few segments
-// leaves the ranks that do run nothing to overlap (1.7-2.8 ms with 512 KiB, 2.2-3.4 with
-// 1 MiB, 1.1-1.7 with 256 KiB).
+// The slot size of the shm transport for `ranks` ranks on `cores` cores (chosen with
+// bench_allreduce on 2 cores: docs/performance.md, "Slots"). While every rank has a core,
+// 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream better. With
+// more ranks than cores, 256 KiB: each hand-off may wait for the scheduler, so fewer are
+// better, but a chunk cut into too few segments leaves the ranks that do run nothing to
+// overlap.
 // DPLAB_SEGMENT_KB overrides it, for measuring. The thread transport keeps kSegmentBytes.
 std::size_t shm_segment_bytes(int ranks, int cores = cpu_cores());
 

@@ -3,7 +3,9 @@
 //     below float16's smallest subnormal 6e-8): without loss scaling the model does not
 //     move; with GradScaler the same model trains. (Apex O2: float16 weights, float32 masters.)
 //  2. fp16 + GradScaler and bf16 (Apex O1: autocast, float32 weights) train the MLP and the
-//     CNN on Fashion-MNIST to within 1 point of float32's test accuracy, same recipe.
+//     CNN on Fashion-MNIST to within 1 point of float32's test accuracy, same recipe: 3 epochs
+//     of 5,000 training images (with 10,000 every difference was under 0.2 points too, in
+//     twice the time), tested on all 10,000 test images.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -74,7 +76,7 @@ struct Data {
   std::shared_ptr<datasets::FashionMNIST> train, test;
 };
 Data& fashion() {
-  static Data d{std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = 10000}),
+  static Data d{std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = 5000}),
                 std::make_shared<datasets::FashionMNIST>("test")};
   return d;
 }

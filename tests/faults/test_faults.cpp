@@ -116,25 +116,33 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
 }
 
 TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") {
-  int count = 0;
-  for (const Setup& s : kSetups) {
-    for (int t = 0; t < trials(1); ++t, ++count) {
-      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGSTOP);
-      auto st = wait_exit(job, kTimeout + kGrace + 10);
-      const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
-      REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
-      CHECK(exit_code(*st) == 1);
-      const std::string out = output(job);
-      // the ranks' diagnosis and the launcher's line both name the stopped rank
-      CHECK_MESSAGE(out.find(fmt::format("rank {} stopped making progress", victim)) !=
-                        std::string::npos, what << ":\n" << out);
-      CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) !=
-                        std::string::npos, what << ":\n" << out);
-      check_nothing_left(job, 2.0, what);
-      kill_job(job);
+  // Each trial waits out the ranks' timeout: the jobs are stopped one after the other and then
+  // waited for together, so the waits overlap instead of adding up.
+  std::vector<std::pair<Setup, Hit>> hits;
+  struct KillAll {  // a failed REQUIRE must not leave the other trials' jobs behind
+    std::vector<std::pair<Setup, Hit>>& hits;
+    ~KillAll() {
+      for (const auto& h : hits) kill_job(h.second.job);
     }
+  } kill_all{hits};
+  for (const Setup& s : kSetups)
+    for (int t = 0; t < trials(1); ++t)
+      hits.emplace_back(s, hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGSTOP));
+  for (const auto& [s, hit] : hits) {
+    const auto& [job, victim, pid] = hit;
+    auto st = wait_exit(job, kTimeout + kGrace + 10);
+    const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
+    REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
+    CHECK(exit_code(*st) == 1);
+    const std::string out = output(job);
+    // the ranks' diagnosis and the launcher's line both name the stopped rank
+    CHECK_MESSAGE(out.find(fmt::format("rank {} stopped making progress", victim)) !=
+                      std::string::npos, what << ":\n" << out);
+    CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) !=
+                      std::string::npos, what << ":\n" << out);
+    check_nothing_left(job, 2.0, what);
   }
-  fmt::print("SIGSTOP a rank: {} trials, each named the stopped rank\n", count);
+  fmt::print("SIGSTOP a rank: {} trials at once, each named the stopped rank\n", hits.size());
 }
 
 TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
@@ -262,24 +270,34 @@ std::vector<std::string> mpirun(int n) {
 // kill -9 or SIGSTOP a random rank of an mpirun job: mpirun must end the job (the watchdog
 // aborts it when a rank is stopped, naming it), leaving nothing behind.
 static void mpi_trials(int sig, const char* label) {
-  int count = 0;
-  for (int n : {2, 3}) {
-    for (int t = 0; t < trials(1); ++t, ++count) {
-      const auto [job, victim, pid] = hit_random_rank(mpirun(n), n, sig);
-      const std::string what = fmt::format("mpi N={} rank {} got {}", n, victim, strsignal(sig));
-      auto st = wait_exit(job, kTimeout + 20);
-      REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
-      CHECK(exit_code(*st) != 0);
-      if (sig == SIGSTOP) {
-        CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
-                          std::string::npos, what << ":\n" << output(job));
-        ::kill(pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
+  // The jobs are hit one after the other and then waited for together: a stopped rank's job
+  // waits out the watchdog's timeout, and those waits overlap instead of adding up.
+  std::vector<std::pair<int, Hit>> hits;
+  struct KillAll {  // a failed REQUIRE must not leave the other trials' jobs behind
+    std::vector<std::pair<int, Hit>>& hits;
+    ~KillAll() {
+      for (const auto& h : hits) {
+        ::kill(h.second.pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
+        kill_job(h.second.job);
       }
-      check_nothing_left(job, 5.0, what);
-      kill_job(job);
     }
+  } kill_all{hits};
+  for (int n : {2, 3})
+    for (int t = 0; t < trials(1); ++t) hits.emplace_back(n, hit_random_rank(mpirun(n), n, sig));
+  for (const auto& [n, hit] : hits) {
+    const auto& [job, victim, pid] = hit;
+    const std::string what = fmt::format("mpi N={} rank {} got {}", n, victim, strsignal(sig));
+    auto st = wait_exit(job, kTimeout + 20);
+    REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
+    CHECK(exit_code(*st) != 0);
+    if (sig == SIGSTOP) {
+      CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
+                        std::string::npos, what << ":\n" << output(job));
+      ::kill(pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
+    }
+    check_nothing_left(job, 5.0, what);
   }
-  fmt::print("mpi, {}: {} trials, the job ended each time{}\n", label, count,
+  fmt::print("mpi, {}: {} trials, the job ended each time{}\n", label, hits.size(),
              sig == SIGSTOP ? " and the watchdog named the stopped rank" : "");
 }
 

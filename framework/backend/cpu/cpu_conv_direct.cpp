@@ -61,8 +61,9 @@ bool empty(const Window2d& w, int64_t O) {
 
 // The layout changes (channels first <-> channels last) are transposes: of each image row's
 // [C, W] into [W, C], and of the output's [L, O] into [O, L]. Done element by element they
-// cost 15% of LeNet's step (a strided read or write per float); in 8 x 8 tiles, each 8 loads,
-// 24 shuffles and 8 stores, far less. GCC vector extensions: SSE where AVX is not built.
+// cost a strided read or write per float, a visible part of LeNet's step; in 8 x 8 tiles,
+// each 8 loads, 24 shuffles and 8 stores, far less. GCC vector extensions: SSE where AVX is
+// not built.
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef float Floats8Any __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int Ints8 __attribute__((vector_size(32)));
@@ -190,7 +191,7 @@ void PaddedImage::prepare_windows(int64_t rows_, int64_t cols_, int64_t Cs_) {
 }
 
 // x[0] + ... + x[n-1] in 16 running sums: one sum would be a chain of n dependent adds
-// (4 cycles each): LeNet's first layer spent 0.5 ms a step (one thread) on its bias gradient.
+// (4 cycles each), slow enough to show in a step for LeNet's first layer's bias gradient.
 // (x[i] goes into part[lane_of(i, n)], in two loops so the first vectorises.)
 float sum_of(const float* x, int64_t n) {
   float part[16] = {};

@@ -132,17 +132,16 @@ void CpuBackend::col2im_kernel(const float* cols, const Window2d& w, float* gx) 
 
 // 1 MiB of columns (a Zen core's L2), which im2col writes and the GEMM reads back while they
 // are still in cache. On several threads conv2d runs one group per thread (lanes,
-// cpu_threads.cpp), so each thread's group is this size too. LeNet's step on one thread ran
-// at the same speed with 0.5 to 4 MiB, on two threads 5% faster with 1 MiB than with 2 and 10%
-// faster than with 4; keeping the forward's columns for the backward instead of unrolling
-// them again was 15% slower (25 MiB of columns that left the cache in between).
+// cpu_threads.cpp), so each thread's group is this size too: on two threads, larger groups
+// were slower. The backward unrolls the columns again instead of keeping the forward's: kept,
+// they leave the cache in between, and reading them back was slower than unrolling.
 int64_t CpuBackend::im2col_group_floats() const { return int64_t{1} << 18; }
 
 // The 2x2 window with stride 2 (LeNet's, VGG's): each output is a tournament, top pair
 // against bottom pair. Ties go to the earlier element at each match, so the winner is the
 // first maximum in row-major order, as in the general loop. Written without branches, so
-// that the compiler vectorises the row (pairs loaded with shuffles): LeNet's pool1 went from
-// 0.79 to 0.33 ms a step. Written with ?: instead of std::max, GCC 12 made it branches.
+// that the compiler vectorises the row (pairs loaded with shuffles). Written with ?: instead
+// of std::max, GCC 12 made it branches.
 static void max_pool2x2(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   // (locals, not w's fields: argmax stores are int64_t and could alias them, as far as the
   // compiler knows, which stops it from vectorising)

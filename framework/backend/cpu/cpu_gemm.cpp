@@ -6,8 +6,8 @@
 // split between threads, each running the kernel on its slice: Eigen's own split suits square
 // matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
 // threads than on one, and its threads wait for each other by spinning: on a busy machine the
-// CNN's classifier GEMM ([64, 1568] @ [1568, 10], which Eigen split in two) took 56% of a
-// two-thread step (perf), which ran at 83 ms instead of 22.
+// CNN's small classifier GEMM ([64, 1568] @ [1568, 10], which Eigen split in two) then took
+// most of a two-thread step, spinning.
 // Read next: cpu_gemm_kernel.cpp, then cpu_elementwise.cpp.
 #include <algorithm>
 #include <cstdlib>

@@ -3,11 +3,11 @@
 // row k and P scalars of A's column k. A block's slice of B (K rows of V vectors) is read
 // again by every block below it, from the L1 or L2 cache; A's P rows are read once per
 // column of blocks. Nothing is copied first, and C is written once, so beta = 0 needs no
-// zeroing pass. On one Zen 4 core, the MLP's first layer (W [256, 784] @ x^T [784, 64]) took
-// 222 us in this kernel (115 GFLOP/s, the FMA units' peak) and 255 us in Eigen with its
-// packing. The weight gradient (K = 64, so a block's start and end count) runs at 110 GFLOP/s
-// (231 us), against 103 for Eigen with packing and zeroing, now that the accumulators stay
-// in registers from clear() to the store (DPLAB_UNROLL, cpu_register_block.h).
+// zeroing pass: at the MLP's batch of 64, Eigen's packing of the operands is a visible part
+// of the work, and this kernel runs the MLP's GEMMs near the FMA units' peak. In a weight
+// gradient K is the batch, so a block's start and end count: the accumulators must stay in
+// registers from clear() to the store (DPLAB_UNROLL, cpu_register_block.h). Measured:
+// docs/performance.md.
 // This file is compiled twice (see cpu_gemm_direct_kernel.h); everything but the entry point
 // is in an anonymous namespace and uses nothing from the standard library.
 #if defined(DPLAB_GEMM_AVX512)
@@ -24,8 +24,8 @@ namespace {
 
 // Blocks of V = 4 vectors (64 columns) x 6 rows with AVX-512; 2 vectors x 6 rows with AVX2
 // (whose 12 accumulators lost to Eigen's packed kernel, so Auto leaves that build to Eigen:
-// cpu_isa.h). Wider blocks read A fewer times; 4 x 6 ran the weight gradient 5% faster
-// than 2 x 14.
+// cpu_isa.h). Wider blocks read A fewer times: 4 x 6 ran the weight gradient faster than
+// 2 x 14.
 constexpr int kMaxV = VECTOR_REGISTERS == 32 ? 4 : 2;
 static_assert(kColumnBlock % kLanes == 0);
 

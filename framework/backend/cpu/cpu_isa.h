@@ -24,8 +24,8 @@ GemmIsa parse_gemm_isa(const std::string& name);
 // against), Direct (the GEMMs cpu_gemm.cpp's direct_plan accepts run on dplab's direct kernel,
 // cpu_gemm_direct_kernel.h, which reads the operands in place; the rest on Eigen), or Auto (the
 // default: Direct in the AVX-512 build, Eigen in the baseline build, where the direct kernel's
-// 6 x 16 block lost to Eigen's packed one on the MLP's weight gradient, 0.76 against 0.73 ms a
-// step on a Zen 4). DPLAB_GEMM=eigen, direct or auto chooses at start-up, as does
+// 6 x 16 block lost to Eigen's packed one on the MLP's weight gradient: docs/performance.md).
+// DPLAB_GEMM=eigen, direct or auto chooses at start-up, as does
 // set_gemm_algorithm() (process-wide, like the ISA).
 enum class GemmAlgorithm { Eigen, Direct, Auto };
 GemmAlgorithm gemm_algorithm();

@@ -57,7 +57,7 @@ inline Vec broadcast(const float* x) {
 // Loops over a block's P x V accumulators must be unrolled (`DPLAB_UNROLL`) before GCC decides
 // whether the array can live in registers: one left rolled, in clear() or in a caller's store
 // loop, and GCC keeps the array on the stack, copying all P*V vectors there before and after
-// the k loop. At K = 64 (a weight gradient at batch 64) those copies cost 8% of the GEMM.
+// the k loop. Those copies cost most where K is small (a weight gradient's K is the batch).
 #define DPLAB_UNROLL _Pragma("GCC unroll 16")
 
 // acc[p][v] += sum over k < K of a[p * a_row + k * a_step] * b[k * b_step + v * kLanes ...]:

@@ -2,7 +2,7 @@
 // groups run side by side, one thread each (Backend::run_pieces). Two ways to use two cores:
 // split every kernel between the threads, or give each thread whole pieces of the op. The
 // second keeps each thread's im2col columns in its own cache and needs no hand-off between
-// kernels; LeNet's step ran 1.7x faster than with split kernels on two threads.
+// kernels, which made LeNet's two-thread step much faster than split kernels did.
 // Read next: cpu_gemm.cpp.
 #include <cstdlib>
 #include <exception>
@@ -87,8 +87,8 @@ int CpuBackend::lanes() const { return kernel_threads(); }
 // same lane gets the same pieces every run, so whatever a lane sums over its pieces is summed
 // in the same order. Contiguous, not dealt round-robin: conv2d's pieces are image groups, and
 // the plane loops of the kernels before and after it give thread t the t-th block of images
-// too, so a thread's images stay in its own cache from op to op (LeNet's step on two threads
-// 1.6-4.6% faster in five runs on this VM, where data moving between the two cores is slow).
+// too, so a thread's images stay in its own cache from op to op (it shows where data moving
+// between two cores is slow, as on a virtual machine).
 // An exception cannot leave an OpenMP region: the first is kept and rethrown after it.
 void CpuBackend::run_pieces(int64_t n, int lanes,
                             const std::function<void(int64_t, int)>& piece) {
