@@ -2,8 +2,9 @@
 # gpu_run.sh: the GPU half of dplab, from a bare GPU machine to a verdict, in one command.
 #   bash scripts/gpu_run.sh OUT [--budget SECONDS] [--only STEPS] [--build DIR]
 # Run it on the GPU machine, in a tree that holds gpu_bundle/ (scripts/gpu_bundle.sh, run on
-# a development machine, made it: Eigen, fmt, CLI11, doctest, zlib and Fashion-MNIST, which
-# such a machine lacks). It finds nvcc, cuBLAS and NCCL where the image has them (a CUDA
+# a development machine, made it: Eigen, fmt, CLI11, doctest, zlib, OpenSSL's headers and
+# Fashion-MNIST, which such a machine lacks); on a GPU machine with the README's packages
+# the system's libraries serve instead. It finds nvcc, cuBLAS and NCCL where the image has them (a CUDA
 # toolkit, or the Python wheels' folders), joins them into one toolkit view that Meson's CUDA
 # dependency understands, builds only what the GPU run needs (MPI off), then runs these
 # steps, each bounded in time, writing a log (and CSV where there are figures) into OUT:
@@ -160,7 +161,7 @@ export CUDA_PATH="$view" CUDA_HOME="$view"
 export LD_LIBRARY_PATH="$view/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ -d /usr/local/nvidia/lib64 ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/nvidia/lib64"
 [ -n "$nvcc" ] && export PATH="$(dirname "$nvcc"):$PATH"
-export DPLAB_DATA="$root/gpu_bundle/data"
+[ -d "$root/gpu_bundle/data" ] && export DPLAB_DATA="$root/gpu_bundle/data"
 
 # ---- env ----
 if wanted env; then
@@ -191,7 +192,11 @@ targets=(tests/backend_cuda/test_gpu_rules tests/backend_cuda/test_cuda_kernels
          benchmarks/compare/dplab-compare tools/doctor/dplab-doctor)
 configure_and_build() {
   if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Ddeps_bundle=enabled -Dmpi=disabled -Dcuda=enabled -Dnccl=auto \
+    # the bundle's libraries where it came with the tree, else the system's (a GPU machine
+    # with the README's packages)
+    local bundle=auto
+    [ -d gpu_bundle ] && bundle=enabled
+    meson setup "$build" -Ddeps_bundle=$bundle -Dmpi=disabled -Dcuda=enabled -Dnccl=auto \
       "-Dgpu_archs=$archs" -Dbuildtype=release || return 1
   fi
   # only targets this build defines (NCCL's suite needs NCCL found)
