@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "coursework/hw1_autograd/hw1.h"
+#include "hw1.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/random.h"
 

@@ -1,7 +1,7 @@
 // tests_hidden.cpp: the hw1 tests kept for grading: more shapes (batch 1, non-square),
 // gloss != 1, convolutions with stride and padding, overlapping pooling windows, and finite
 // differences of the forward as a second opinion besides autograd.
-#include "coursework/hw1_autograd/grading.h"
+#include "grading.h"
 
 using namespace hw1;
 using namespace hw1::grading;

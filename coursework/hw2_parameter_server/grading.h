@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "coursework/hw2_parameter_server/ps.h"
-#include "coursework/one_process_reference.h"
+#include "ps.h"
+#include "one_process_reference.h"
 
 namespace hw2::grading {
 

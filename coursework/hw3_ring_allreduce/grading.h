@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "coursework/hw3_ring_allreduce/ring.h"
-#include "coursework/rank_threads.h"
+#include "ring.h"
+#include "rank_threads.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/transport/thread_transport.h"

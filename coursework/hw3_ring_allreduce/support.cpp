@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "coursework/hw3_ring_allreduce/ring.h"
+#include "ring.h"
 #include "framework/backend/backend.h"
 #include "framework/tensor/device.h"
 

@@ -1,7 +1,7 @@
 // tests_visible.cpp: the hw3 tests you can run yourself (dplab-course test hw3_ring_allreduce
 // DIR). The grader runs these and a hidden set (more rank counts, sizes, dtypes, the bytes
 // each rank sends, and speed). A test's points are in its name.
-#include "coursework/hw3_ring_allreduce/grading.h"
+#include "grading.h"
 
 using namespace hw3;
 using namespace hw3::grading;

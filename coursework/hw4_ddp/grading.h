@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "coursework/hw4_ddp/reducer.h"
-#include "coursework/one_process_reference.h"
+#include "reducer.h"
+#include "one_process_reference.h"
 
 namespace hw4::grading {
 

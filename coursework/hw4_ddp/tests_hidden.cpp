@@ -2,7 +2,7 @@
 // several bucket sizes against one process, one all-reduce per bucket per step, no_sync
 // (nothing sent inside, the accumulated gradient averaged at the next synchronised step),
 // and overlap (buckets launched while backward still runs).
-#include "coursework/hw4_ddp/training.h"
+#include "training.h"
 
 using namespace hw4;
 using namespace hw4::grading;

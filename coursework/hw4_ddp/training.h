@@ -2,7 +2,7 @@
 // hidden tests. Each rank takes its rows of the global batch; every `micro`-th backward is
 // synchronised, the others run inside no_sync (set_require_sync(false)).
 #pragma once
-#include "coursework/hw4_ddp/grading.h"
+#include "grading.h"
 
 namespace hw4::grading {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "coursework/hw5_zero/zero.h"
-#include "coursework/one_process_reference.h"
+#include "zero.h"
+#include "one_process_reference.h"
 
 namespace hw5::grading {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "coursework/rank_threads.h"
+#include "rank_threads.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"

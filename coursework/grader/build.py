@@ -1,0 +1,247 @@
+"""build.py: from a student's files to a test program, without trusting the files.
+
+  1. The student-facing headers (assignment.json's student_headers, and every library
+     header they include) are copied into a folder of their own: the student's files are
+     compiled against that folder only, never the course folder or the library's sources.
+  2. The student's files are copied in (regular files only: a symlink to the hidden tests
+     is refused) and compiled in the sandbox, as its unprivileged user, with a timeout.
+  3. Every file the compiler read (its -MD list) must be one of those headers, the
+     student's own files or the C and C++ standard library's headers.
+  4. symbols.py checks what the objects call and define.
+  5. The given code, the tests and the test main compile as the grader, in a cache kept
+     between grades (an object is reused while its source, flags and headers are the same),
+     and are linked before the student's objects.
+Read next: symbols.py, sandbox.py, runner.py.
+"""
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+
+CXX = os.environ.get("CXX", "c++")
+MAX_SOURCE_BYTES = 1 << 20
+
+
+class BuildFailed(Exception):
+    """The submission does not build: the message is for the student."""
+
+
+def run_quiet(argv, timeout=300, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def dplab_flags(pkg_config_path):
+    env = dict(os.environ)
+    if pkg_config_path:
+        env["PKG_CONFIG_PATH"] = pkg_config_path + os.pathsep + env.get("PKG_CONFIG_PATH", "")
+    r = run_quiet(["pkg-config", "--cflags", "--libs", "dplab"], env=env)
+    if r.returncode != 0:
+        raise SystemExit("dplab-course: error: pkg-config cannot find dplab: install it (meson install "
+                         "-C build) or set DPLAB_COURSE_PKG_CONFIG_PATH to build/meson-uninstalled\n" + r.stderr)
+    words = r.stdout.split()
+    cflags = [w for w in words if w.startswith(("-I", "-D", "-std", "-f", "-pthread"))]
+    libs = [w for w in words if w not in cflags or w in ("-pthread", "-fopenmp")]
+    return cflags, libs
+
+
+def parse_deps(path):
+    """The files of a Make-style dependency list (-MD), with escaped spaces."""
+    with open(path) as f:
+        text = f.read().replace("\\\n", " ")
+    deps = []
+    for rule in text.split("\n"):
+        if ":" not in rule:
+            continue
+        body = rule.split(": ", 1)[1] if ": " in rule else ""
+        word = ""
+        i = 0
+        while i < len(body):
+            c = body[i]
+            if c == "\\" and i + 1 < len(body) and body[i + 1] == " ":
+                word += " "
+                i += 2
+                continue
+            if c.isspace():
+                if word:
+                    deps.append(word)
+                word = ""
+            else:
+                word += c
+            i += 1
+        if word:
+            deps.append(word)
+    return [os.path.realpath(d) for d in deps]
+
+
+def file_state(paths):
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append([p, st.st_mtime_ns, st.st_size])
+    return out
+
+
+def compiler_id():
+    return run_quiet([CXX, "--version"]).stdout.split("\n")[0]
+
+
+class Cache:
+    """Objects (and header lists) of trusted sources, reused while nothing they read changed."""
+
+    def __init__(self, folder):
+        self.dir = folder
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chmod(folder, 0o700)
+        self.compiler = compiler_id()
+
+    def key(self, *parts):
+        h = hashlib.sha256(self.compiler.encode())
+        for p in parts:
+            h.update(b"\0" + (p if isinstance(p, bytes) else str(p).encode()))
+        return h.hexdigest()[:40]
+
+    def valid(self, meta_path):
+        try:
+            with open(meta_path) as f:
+                meta = json.load(f)
+            return meta if file_state([d[0] for d in meta["deps"]]) == meta["deps"] else None
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def compile(self, source, flags, timeout=300):
+        with open(source, "rb") as f:
+            content = f.read()
+        key = self.key(os.path.realpath(source), content, " ".join(flags))
+        obj, meta = os.path.join(self.dir, key + ".o"), os.path.join(self.dir, key + ".json")
+        if os.path.exists(obj) and self.valid(meta):
+            return obj
+        tmp = f"{obj}.{os.getpid()}.tmp"
+        r = run_quiet([CXX, "-c", source, "-o", tmp, "-MD", "-MF", tmp + ".d"] + flags, timeout=timeout)
+        if r.returncode != 0:
+            raise SystemExit(f"dplab-course: error: the course's own {source} does not compile:\n"
+                             + (r.stdout + r.stderr)[-4000:])
+        deps = parse_deps(tmp + ".d")
+        os.unlink(tmp + ".d")
+        with open(meta + ".tmp", "w") as f:
+            json.dump({"deps": file_state(deps)}, f)
+        os.replace(tmp, obj)  # atomic: two graders sharing the cache are safe
+        os.replace(meta + ".tmp", meta)
+        return obj
+
+
+def stage_headers(assignment, cache, include_dirs, out_dir):
+    """Copies the student-facing headers and everything they include from the library into
+    out_dir. Returns the system headers among them (allowed to the student's files too)."""
+    roots = sorted({os.path.realpath(d) for d in include_dirs}, key=len)
+    hw_dir = os.path.realpath(assignment.dir)
+    names = assignment.student_headers
+    key = cache.key("stage", hw_dir, *names, *roots)
+    meta_path = os.path.join(cache.dir, key + ".json")
+    meta = cache.valid(meta_path)
+    if not meta:
+        probe = os.path.join(cache.dir, key + f".{os.getpid()}.cpp")
+        with open(probe, "w") as f:
+            f.write("".join(f'#include "{n}"\n' for n in names))
+        r = run_quiet([CXX, "-std=c++20", "-M", "-MF", probe + ".d", "-I", hw_dir] +
+                      [f"-I{d}" for d in roots] + [probe])
+        if r.returncode != 0:
+            raise SystemExit(f"dplab-course: error: {assignment.name}'s student_headers do not compile:\n"
+                             + r.stderr[-3000:])
+        deps = [d for d in parse_deps(probe + ".d") if d != os.path.realpath(probe)]
+        os.unlink(probe)
+        os.unlink(probe + ".d")
+        staged, system = [], []
+        for d in deps:
+            if d.startswith(hw_dir + "/"):
+                staged.append([d, os.path.relpath(d, hw_dir)])
+                continue
+            root = next((r for r in roots if d.startswith(r + "/")), None)  # the shortest
+            if root:
+                staged.append([d, os.path.relpath(d, root)])
+            else:
+                system.append(d)
+        meta = {"deps": file_state(deps), "staged": staged, "system": system}
+        with open(meta_path + ".tmp", "w") as f:
+            json.dump(meta, f)
+        os.replace(meta_path + ".tmp", meta_path)
+    for src, rel in meta["staged"]:
+        dst = os.path.join(out_dir, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+        os.chmod(dst, 0o644)
+    for folder, dirs, _ in os.walk(out_dir):
+        for d in dirs:
+            os.chmod(os.path.join(folder, d), 0o755)
+    return set(meta["system"])
+
+
+def copy_submission(assignment, student_dir, dest):
+    """The student's files, each a regular file (never a link) of sane size, into dest."""
+    out = []
+    for name in assignment.student_files:
+        path = os.path.join(student_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise BuildFailed(f"{name} is missing: the assignment expects your {name} in {student_dir}")
+        except OSError:
+            raise BuildFailed(f"{name} is not a regular file (a link?): submit the file itself")
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise BuildFailed(f"{name} is not a regular file: submit the file itself")
+            data = f.read(MAX_SOURCE_BYTES + 1)
+        if len(data) > MAX_SOURCE_BYTES:
+            raise BuildFailed(f"{name} is larger than {MAX_SOURCE_BYTES >> 20} MiB")
+        target = os.path.join(dest, name)
+        with open(target, "wb") as f:
+            f.write(data)
+        os.chmod(target, 0o644)
+        out.append(target)
+    return out
+
+
+def standard_library_dirs():
+    """The compiler's own header folders (libstdc++, its builtins, libc): what any C++
+    file may include besides the assignment's headers."""
+    r = run_quiet([CXX, "-std=c++20", "-xc++", "-E", "-v", "/dev/null"])
+    dirs, inside = [], False
+    for line in r.stderr.splitlines():
+        if line.startswith("#include <...> search starts here"):
+            inside = True
+        elif line.startswith("End of search list"):
+            break
+        elif inside:
+            dirs.append(os.path.realpath(line.strip()))
+    return dirs
+
+
+def allowed_include(path, sandbox_dirs, system_files, std_dirs):
+    if any(path.startswith(d + "/") for d in sandbox_dirs) or path in system_files:
+        return True
+    for d in std_dirs:
+        if not path.startswith(d + "/"):
+            continue
+        rel = path[len(d) + 1:]
+        if "/c++/" in d + "/" or "/gcc/" in d:
+            return True  # libstdc++ and the compiler's own headers
+        # libc: /usr/include/stdio.h, sys/..., bits/..., the kernel's types
+        if "/" not in rel or rel.split("/")[0] in ("bits", "sys", "gnu", "asm", "asm-generic", "linux"):
+            return True
+    return False
+
+
+def link(objects, libs, out, timeout=180):
+    r = run_quiet([CXX, "-o", out] + objects + libs + ["-pie"], timeout=timeout)
+    if r.returncode != 0:
+        return (r.stdout + r.stderr)[-6000:]
+    return ""
+
+
+def private_dir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, 0o700)
+    return d
