@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.join(COURSE_DIR, "grader"))
 import grade as grading  # noqa: E402
 import manifest  # noqa: E402
 import results as results_json  # noqa: E402
+from sandbox import SandboxError  # noqa: E402
 
 
 def fail(message):
@@ -69,7 +70,10 @@ def run_grade(args, suites):
                            log=lambda s: print(s, flush=True))
     print(f"== {a.name}: building {os.path.abspath(student_dir)}", flush=True)
     t0 = time.monotonic()
-    results = grading.grade(a, student_dir, suites, opts)
+    try:
+        results = grading.grade(a, student_dir, suites, opts)
+    except SandboxError as e:
+        fail(str(e))
     seconds = time.monotonic() - t0
     print(results_json.closing_line(results, suites))
     if keep and os.path.exists(keep):
@@ -103,6 +107,10 @@ def main():
     p.add_argument("--cache", help="keep compiled tests here between grades (also DPLAB_COURSE_CACHE)")
     p.add_argument("-k", metavar="NAME", help="only the tests whose names hold NAME")
     p.add_argument("--skip-static-checks", action="store_true", help=argparse.SUPPRESS)  # the grader's own tests
+    p = sub.add_parser("warm", help="compile HW's tests into a cache ahead of grading (staff, the build)")
+    p.add_argument("hw")
+    p.add_argument("--cache", required=True)
+    p.add_argument("--stamp", help="a file to write when done (for the build)")
     p = sub.add_parser("package", help="a Gradescope autograder zip for HW (staff)")
     p.add_argument("hw")
     p.add_argument("out")
@@ -118,6 +126,13 @@ def main():
             student.start(manifest.resolve(COURSE_DIR, args.hw), STARTER_DIR, args.dir, PKG_CONFIG_PATH)
         except (manifest.ManifestError, student.StartError) as e:
             fail(str(e))
+        return 0
+    if args.command == "warm":
+        a = manifest.resolve(COURSE_DIR, args.hw)
+        suites = ["visible", "hidden"] if a.hidden_tests_present() else ["visible"]
+        grading.warm(a, suites, grading.Options(pkg_config_path=PKG_CONFIG_PATH, cache_dir=args.cache))
+        if args.stamp:
+            open(args.stamp, "w").close()
         return 0
     if args.command == "package":
         import package

@@ -102,7 +102,7 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     objects, names = [], {}
     for source in sources:
         base = os.path.basename(source)
-        argv = [build.CXX, "-std=c++20", "-O2", "-g", "-pthread", "-fdiagnostics-color=never", "-fmax-errors=10",
+        argv = [build.CXX, "-std=c++20", "-O2", "-g1", "-pthread", "-fdiagnostics-color=never", "-fmax-errors=10",
                 "-MD", "-MF", base + ".d", "-I", inc, "-c", source, "-o", base + ".o"] + defines
         out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid)
         out = out.replace(src + "/", "").replace(inc + "/", "")
@@ -128,8 +128,7 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
             raise build.BuildFailed("your code calls or defines what the assignment does not allow:\n" +
                                     "\n".join(f"  - {p}" for p in problems[:12]))
     # 5: the course's side, from the cache, linked first
-    tflags = ["-std=c++20", "-O2"] + [f"-I{d}" for d in a.test_include_dirs()] + cflags
-    given = [cache.compile(s, tflags) for s in a.given_sources() + a.test_sources(suites)]
+    given = course_objects(a, suites, cache, cflags)
     exe = os.path.join(private, "tests")
     err = build.link(given + objects, libs, exe)
     if err:
@@ -138,6 +137,18 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     shutil.copyfile(exe, os.path.join(bindir, "tests"))
     os.chmod(os.path.join(bindir, "tests"), 0o711)  # the sandbox may run it, not read it
     return os.path.join(bindir, "tests"), feedback.Symbolizer(exe, src), src
+
+
+def course_objects(a, suites, cache, cflags):
+    """The given code, the test main and the tests, compiled as the grader (cached)."""
+    tflags = ["-std=c++20", "-O2"] + [f"-I{d}" for d in a.test_include_dirs()] + cflags
+    return [cache.compile(s, tflags) for s in a.given_sources() + a.test_sources(suites)]
+
+
+def warm(a, suites, opts):
+    """Compiles the course's side of an assignment into opts.cache_dir ahead of grading."""
+    cflags, _ = build.dplab_flags(opts.pkg_config_path)
+    return course_objects(a, suites, build.Cache(opts.cache_dir), cflags)
 
 
 def compile_in_sandbox(argv, cwd, a, sandbox, uid):
