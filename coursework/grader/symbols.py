@@ -2,9 +2,10 @@
 
 Calls: every undefined symbol of the student's objects (nm) must match the assignment's
 allow-list (assignment.json "symbols": "allow", regular expressions over the demangled
-name without its parameters, and groups "@name" from common/symbols.json). A "deny" entry
-names a symbol and says why ("hw3 may not call dplab::parallel::ring_all_reduce: write the
-ring yourself"); it is checked first. Symbols the student's own files define are allowed.
+name without its parameters, and groups "@name" from common/symbols.json). A symbol that is
+not allowed gets the words of the first "deny" entry that matches it ("hw3 may not call
+dplab::parallel::ring_all_reduce: write the ring yourself"), else the assignment's
+"otherwise". Symbols the student's own files define are allowed.
 Definitions: the student's files may define strong symbols only in the assignment's
 namespace (hw3::, not its grading parts), and weak ones (template instances, inline
 functions) of the standard library and the library besides: so they cannot replace a
@@ -117,11 +118,11 @@ class Rules:
                               rf"{ns}::(?!(?:{internal})::)")
 
     def check_call(self, name):
-        for pattern, why in self.deny:
-            if pattern.fullmatch(name) or pattern.match(name):
-                return f"{self.short} may not call {name}: {why}"
         if any(p.fullmatch(name) for p in self.allow_re):
             return ""
+        for pattern, why in self.deny:  # why this one is not allowed, in the assignment's words
+            if pattern.match(name):
+                return f"{self.short} may not call {name}: {why}"
         return f"{self.short} may not call {name}: {self.otherwise}"
 
     def check_definition(self, kind, name):
