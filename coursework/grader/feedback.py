@@ -115,7 +115,7 @@ def exit_words(run, limits):
     except ValueError:
         name = f"signal {-rc}"
     if name == "SIGXCPU":
-        return f"it used more CPU time than its limit ({limits.get('cpu_s', '?')} s)"
+        return f"it used more CPU time than its limit ({run.cpu_s} s)"
     if name == "SIGXFSZ":
         return f"it wrote a file larger than the limit ({limits['file_mib']} MiB)"
     if name == "SIGKILL":
@@ -145,7 +145,7 @@ def result_of(run, assignment, symbolizer):
     parts, hung_at = [], None
     if run.timed_out:
         where, hung_at = hang_words(run, symbolizer)
-        parts.append(f"ran out of time after {run.limit:g} s: a loop that never ends, or ranks waiting on "
+        parts.append(f"ran out of time after {run.limit:.0f} s: a loop that never ends, or ranks waiting on "
                      f"each other" + (" (the shorter limit after an earlier test ran out of time)"
                                       if run.limit < assignment.limits["test_timeout_s"] else ""))
         if where:

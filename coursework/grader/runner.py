@@ -93,8 +93,9 @@ class Runner:
             _nonblocking(fd)
             self.sel.register(fd, selectors.EVENT_READ, run)
         run.started = time.monotonic()
-        run.limit = timeout
         run.ends = min(run.started + timeout, self.deadline)
+        run.limit = max(run.ends - run.started, 0)
+        run.cpu_s = limits["cpu_s"]
 
     def read(self, run, fd):
         try:
