@@ -179,11 +179,28 @@ def stage_headers(assignment, cache, include_dirs, out_dir):
     return set(meta["system"])
 
 
+def find_in_submission(student_dir, name):
+    """name at the top of student_dir, else the one file of that name in its subfolders
+    (Gradescope keeps the folders a student uploads); links are never followed."""
+    top = os.path.join(student_dir, name)
+    if os.path.lexists(top):
+        return top
+    found = []
+    for root, dirs, files in os.walk(student_dir):  # os.walk does not follow links to folders
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__MACOSX"]
+        if name in files:
+            found.append(os.path.join(root, name))
+    if len(found) > 1:
+        rel = ", ".join(os.path.relpath(f, student_dir) for f in found[:5])
+        raise BuildFailed(f"your submission holds {len(found)} files named {name} ({rel}): submit one")
+    return found[0] if found else top
+
+
 def copy_submission(assignment, student_dir, dest):
     """The student's files, each a regular file (never a link) of sane size, into dest."""
     out = []
     for name in assignment.student_files:
-        path = os.path.join(student_dir, name)
+        path = find_in_submission(student_dir, name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
