@@ -44,8 +44,13 @@ def grade(assignment, student_dir, suites, opts):
     cache_dir = opts.cache_dir or os.path.join(private, "cache")
     hide = [assignment.course_dir, private, cache_dir] + \
         [p for p in os.environ.get("DPLAB_COURSE_HIDE", "").split(":") if p]
-    os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-    sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"])
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"])
+    except BaseException:
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     try:
         try:
             exe, symbolizer, src = build_program(assignment, student_dir, suites, opts, sandbox, private, shared,
