@@ -133,46 +133,66 @@ class Cache:
         return obj
 
 
-def stage_headers(assignment, cache, include_dirs, out_dir):
-    """Copies the student-facing headers and everything they include from the library into
-    out_dir. Returns the system headers among them (allowed to the student's files too)."""
+STUDENT_FLAGS = ["-std=c++20", "-O2", "-g1", "-pthread"]  # -g1: lines for crash reports
+PCH = "dplab_student.h"  # every student header, precompiled: half a student compile's time
+
+
+def stage_headers(assignment, cache, include_dirs, defines, out_dir):
+    """Puts the student-facing headers, everything they include from the library, and their
+    precompiled form (PCH, used with -include) into out_dir. Returns the system headers
+    among them (allowed to the student's files too). The staged folder is made once per
+    cache and linked (else copied) into each grade's."""
     roots = sorted({os.path.realpath(d) for d in include_dirs}, key=len)
     hw_dir = os.path.realpath(assignment.dir)
     names = assignment.student_headers
-    key = cache.key("stage", hw_dir, *names, *roots)
-    meta_path = os.path.join(cache.dir, key + ".json")
+    key = cache.key("stage", hw_dir, *names, *roots, *STUDENT_FLAGS, *defines)
+    staged_dir = os.path.join(cache.dir, "stage-" + key)
+    meta_path = staged_dir + ".json"
     meta = cache.valid(meta_path)
-    if not meta:
-        probe = os.path.join(cache.dir, key + f".{os.getpid()}.cpp")
-        with open(probe, "w") as f:
-            f.write("".join(f'#include "{n}"\n' for n in names))
-        r = run_quiet([CXX, "-std=c++20", "-M", "-MF", probe + ".d", "-I", hw_dir] +
-                      [f"-I{d}" for d in roots] + [probe])
+    if not meta or not os.path.isfile(os.path.join(staged_dir, PCH + ".gch")):
+        tmp_dir = f"{staged_dir}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        os.makedirs(tmp_dir)
+        header = os.path.join(tmp_dir, PCH)
+        with open(header, "w") as f:
+            f.write("// every header of the assignment, precompiled (dplab-course)\n" +
+                    "".join(f'#include "{n}"\n' for n in names))
+        r = run_quiet([CXX, "-std=c++20", "-M", "-MF", header + ".d", "-I", hw_dir] +
+                      [f"-I{d}" for d in roots] + ["-x", "c++", header])
         if r.returncode != 0:
             raise SystemExit(f"dplab-course: error: {assignment.name}'s student_headers do not compile:\n"
                              + r.stderr[-3000:])
-        deps = [d for d in parse_deps(probe + ".d") if d != os.path.realpath(probe)]
-        os.unlink(probe)
-        os.unlink(probe + ".d")
+        deps = [d for d in parse_deps(header + ".d") if d != os.path.realpath(header)]
+        os.unlink(header + ".d")
         staged, system = [], []
         for d in deps:
-            if d.startswith(hw_dir + "/"):
-                staged.append([d, os.path.relpath(d, hw_dir)])
-                continue
-            root = next((r for r in roots if d.startswith(r + "/")), None)  # the shortest
-            if root:
-                staged.append([d, os.path.relpath(d, root)])
+            root = hw_dir if d.startswith(hw_dir + "/") else next((r for r in roots if d.startswith(r + "/")), None)
+            if root:  # the shortest root: "framework/tensor/tensor.h", not "tensor/tensor.h"
+                rel = os.path.relpath(d, root)
+                staged.append(rel)
+                os.makedirs(os.path.dirname(os.path.join(tmp_dir, rel)), exist_ok=True)
+                shutil.copyfile(d, os.path.join(tmp_dir, rel))
             else:
                 system.append(d)
-        meta = {"deps": file_state(deps), "staged": staged, "system": system}
+        r = run_quiet([CXX] + STUDENT_FLAGS + defines + ["-I", tmp_dir, "-x", "c++-header", header,
+                                                        "-o", header + ".gch"])
+        if r.returncode != 0:
+            raise SystemExit(f"dplab-course: error: precompiling {assignment.name}'s headers failed:\n"
+                             + r.stderr[-3000:])
+        meta = {"deps": file_state(deps), "staged": staged + [PCH, PCH + ".gch"], "system": system}
+        shutil.rmtree(staged_dir, ignore_errors=True)
+        os.replace(tmp_dir, staged_dir)
         with open(meta_path + ".tmp", "w") as f:
             json.dump(meta, f)
         os.replace(meta_path + ".tmp", meta_path)
-    for src, rel in meta["staged"]:
-        dst = os.path.join(out_dir, rel)
+    for rel in meta["staged"]:
+        src, dst = os.path.join(staged_dir, rel), os.path.join(out_dir, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(src, dst)
-        os.chmod(dst, 0o644)
+        os.chmod(src, 0o644)  # root's, read-only to the sandbox
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copyfile(src, dst)
     for folder, dirs, _ in os.walk(out_dir):
         for d in dirs:
             os.chmod(os.path.join(folder, d), 0o755)

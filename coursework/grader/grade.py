@@ -101,14 +101,15 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     sandbox.give(obj, compile_uid)
 
     # 1-2: the staged headers and the student's files, compiled in the sandbox
-    system_headers = build.stage_headers(a, cache, include_dirs, inc)
-    sources = build.copy_submission(a, student_dir, src)
     defines = [f for f in cflags if f.startswith("-D")]
+    system_headers = build.stage_headers(a, cache, include_dirs, defines, inc)
+    sources = build.copy_submission(a, student_dir, src)
     objects, names = [], {}
     for source in sources:
         base = os.path.basename(source)
-        argv = [build.CXX, "-std=c++20", "-O2", "-g1", "-pthread", "-fdiagnostics-color=never", "-fmax-errors=10",
-                "-MD", "-MF", base + ".d", "-I", inc, "-c", source, "-o", base + ".o"] + defines
+        argv = [build.CXX] + build.STUDENT_FLAGS + defines + [
+            "-fdiagnostics-color=never", "-fmax-errors=10", "-MD", "-MF", base + ".d", "-I", inc,
+            "-include", build.PCH, "-c", source, "-o", base + ".o"]
         out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid)
         out = out.replace(src + "/", "").replace(inc + "/", "")
         if rc != 0:
@@ -151,9 +152,17 @@ def course_objects(a, suites, cache, cflags):
 
 
 def warm(a, suites, opts):
-    """Compiles the course's side of an assignment into opts.cache_dir ahead of grading."""
+    """Compiles the course's side of an assignment (and its precompiled student headers)
+    into opts.cache_dir ahead of grading."""
     cflags, _ = build.dplab_flags(opts.pkg_config_path)
-    return course_objects(a, suites, build.Cache(opts.cache_dir), cflags)
+    cache = build.Cache(opts.cache_dir)
+    scratch = build.private_dir("dplab-warm-")
+    try:
+        build.stage_headers(a, cache, [f[2:] for f in cflags if f.startswith("-I")],
+                            [f for f in cflags if f.startswith("-D")], scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return course_objects(a, suites, cache, cflags)
 
 
 def compile_in_sandbox(argv, cwd, a, sandbox, uid):
