@@ -65,19 +65,30 @@ def describe_frames(frames, most=6):
     return "\n".join(f"    {file}:{line}  in {function}" for function, file, line, _ in frames[:most])
 
 
-def place_of(rec):
+def place_of(rec, verb=""):
+    """"rank 2 of 4 crashed in ring step 3" (verb "crashed"), or "rank 2 of 4: ..."."""
     rank, size, step = rec.get("rank", -1), rec.get("size", 0), rec.get("step", -1)
     words = f"rank {rank} of {size}" if rank >= 0 else "the test's main thread"
+    if verb:
+        words += f" {verb}"
     if step >= 0 and rec.get("step_word"):
-        words += f", in {rec['step_word']} {step}"
+        words += f" in {rec['step_word']} {step}"
     return words
+
+
+def address_words(addr):
+    try:
+        value = int(addr, 16) if addr and addr != "(nil)" else 0
+    except ValueError:
+        return f"at address {addr}"
+    return "at address 0: a null pointer" if value < 4096 else f"at address {hex(value)}"
 
 
 def crash_words(rec, symbolizer):
     sig = rec.get("signal", "?")
-    text = f"{place_of(rec)} crashed: {sig} ({SIGNAL_WORDS.get(sig, 'a fatal signal')}"
+    text = f"{place_of(rec, 'crashed')}: {sig} ({SIGNAL_WORDS.get(sig, 'a fatal signal')}"
     if sig in ("SIGSEGV", "SIGBUS"):
-        text += f" at address {rec.get('addr')}"
+        text += " " + address_words(rec.get("addr"))
     text += ")"
     mine = symbolizer.student_frames(rec) if symbolizer else []
     if mine:

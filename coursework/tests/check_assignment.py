@@ -3,8 +3,9 @@
 
   - the reference solution scores 100, within the assignment's time budget;
   - the untouched starter scores 0, and its feedback says "not implemented yet";
-  - each planted mistake (ci_checks.json "mistakes": the reference with one text replaced)
-    scores below 100 and the feedback names the mistake (its "feedback" words);
+  - each planted mistake (ci_checks.json "mistakes": the reference with texts replaced,
+    graded on the tests whose names hold "tests", else all) scores below 100 and the
+    feedback names the mistake (its "feedback" words);
   - each cheat (cheats.py, and ci_checks.json "cheats") scores no more than the starter,
     with the feedback the cheat expects; the runtime cheats once more with the grader's
     static checks off, so that the channel's token, the sandbox and kill-all hold alone;
@@ -130,12 +131,14 @@ class Check:
             self.problems.append("the starter's feedback never says 'not implemented yet'")
 
     def mistake(self, m):
-        old, new = m["replace"]
+        pairs = m["replace"] if isinstance(m["replace"][0], list) else [m["replace"]]
         files = {}
         for name in self.a.student_files:
             with open(self.a.path(name)) as f:
                 text = f.read()
-            files[name] = text.replace(old, new)
+            for old, new in pairs:
+                text = text.replace(old, new)
+            files[name] = text
         if all(files[n] == open(self.a.path(n)).read() for n in files):
             self.problems.append(f"mistake '{m['name']}': its text is not in the reference")
             return
