@@ -172,7 +172,10 @@ def result_of(run, assignment, symbolizer):
         parts.append("something other than the test harness wrote to the grader's channel (a report "
                      "without the grader's token): only the harness may report a result")
     if verdict and not verdict.get("passed"):
-        messages = [str(m) for m in verdict.get("messages", [])]
+        messages = []
+        for m in (str(m) for m in verdict.get("messages", [])):  # the same words once
+            if m not in messages:
+                messages.append(m)
         parts += messages
         if verdict.get("more"):
             parts.append(f"(and {verdict['more']} more failed checks)")

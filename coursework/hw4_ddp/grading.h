@@ -7,6 +7,7 @@
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <vector>
@@ -19,12 +20,6 @@ namespace hw4::grading {
 using namespace dplab;
 using namespace course;
 using dplab::parallel::ProcessGroup;
-
-inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
-                                  const std::vector<std::vector<float>>& want) {
-  return course::compare_params(rank, n, got, want, "are the gradients averaged (not summed), and every "
-                                "bucket written back?");
-}
 
 // "[[3], [2, 1], [0]]"
 inline std::string buckets_str(const std::vector<std::vector<size_t>>& buckets) {
