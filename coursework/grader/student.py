@@ -51,7 +51,7 @@ def meson_build(a, cases, pkg_config_path):
         "#   meson test -C build                 every visible test (one per test case)",
         "#   gdb --args build/visible_tests -tc=\"NAME\"",
         f"# The grader builds the same files: `dplab-course test {a.short} .` runs them its way.",
-        f"project('{a.name}', 'cpp', default_options: ['cpp_std=c++20', 'buildtype=debugoptimized',",
+        f"project('{a.name}', 'cpp', default_options: ['cpp_std=c++20', 'buildtype=debug',",
         "                                            'warning_level=2'])",
         "dplab = dependency('dplab')",
         "visible_tests = executable('visible_tests',",
