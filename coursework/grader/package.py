@@ -49,6 +49,7 @@ set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SRC="$ROOT/source"
 mkdir -p "$ROOT/results"
+rm -f "$ROOT/results/results.json"
 chmod 700 "$SRC" "$ROOT/results"
 export DPLAB_COURSE_DIR="$SRC/course"
 export DPLAB_COURSE_PKG_CONFIG_PATH="${DPLAB_COURSE_PKG_CONFIG_PATH:-$SRC/dplab/build/meson-uninstalled}"
