@@ -146,6 +146,9 @@ class Check:
         result, console, _ = self.grade(self.folder_with("mistake " + m["name"], files), extra=extra)
         feedback = "\n".join(t["output"] for t in result["tests"])
         print(f"mistake '{m['name']}': {result['score']}", flush=True)
+        for internal in ("(no collective)", "destroyed its ProcessGroup"):  # words the student never met
+            if internal in feedback:
+                self.problems.append(f"mistake '{m['name']}': the feedback says {internal!r}")
         if result["score"] >= 100:
             self.problems.append(f"mistake '{m['name']}' scored {result['score']}")
         elif m["feedback"] not in feedback:
