@@ -76,12 +76,15 @@ def parse_deps(path):
     return [os.path.realpath(d) for d in deps]
 
 
-def file_state(paths):
-    out = []
-    for p in paths:
-        st = os.stat(p)
-        out.append([p, st.st_mtime_ns, st.st_size])
-    return out
+_digests = {}
+
+
+def digest(path):
+    """sha1 of a file's content, once per grader process."""
+    if path not in _digests:
+        with open(path, "rb") as f:
+            _digests[path] = hashlib.sha1(f.read()).hexdigest()
+    return _digests[path]
 
 
 def compiler_id():
@@ -89,26 +92,41 @@ def compiler_id():
 
 
 class Cache:
-    """Objects (and header lists) of trusted sources, reused while nothing they read changed."""
+    """Objects (and header lists) of trusted sources, reused while every file they read has
+    the same content. Paths inside the course folder are kept relative to it, so a copy of
+    the course (a Gradescope package) can use a cache filled from the original."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, course_dir=None):
         self.dir = folder
+        self.course = os.path.realpath(course_dir) if course_dir else None
         os.makedirs(folder, mode=0o700, exist_ok=True)
         if os.geteuid() == 0:
             os.chmod(folder, 0o700)
         self.compiler = compiler_id()
 
+    def portable(self, text):
+        return text.replace(self.course, "@COURSE@") if self.course else text
+
+    def local(self, text):
+        return text.replace("@COURSE@", self.course) if self.course else text
+
     def key(self, *parts):
         h = hashlib.sha256(self.compiler.encode())
         for p in parts:
-            h.update(b"\0" + (p if isinstance(p, bytes) else str(p).encode()))
+            h.update(b"\0" + (p if isinstance(p, bytes) else self.portable(str(p)).encode()))
         return h.hexdigest()[:40]
+
+    def state(self, paths):
+        return [[self.portable(p), digest(p)] for p in paths]
 
     def valid(self, meta_path):
         try:
             with open(meta_path) as f:
                 meta = json.load(f)
-            return meta if file_state([d[0] for d in meta["deps"]]) == meta["deps"] else None
+            for path, sha in meta["deps"]:
+                if digest(self.local(path)) != sha:
+                    return None
+            return meta
         except (OSError, ValueError, KeyError):
             return None
 
@@ -127,7 +145,7 @@ class Cache:
         deps = parse_deps(tmp + ".d")
         os.unlink(tmp + ".d")
         with open(meta + ".tmp", "w") as f:
-            json.dump({"deps": file_state(deps)}, f)
+            json.dump({"deps": self.state(deps)}, f)
         os.replace(tmp, obj)  # atomic: two graders sharing the cache are safe
         os.replace(meta + ".tmp", meta)
         return obj
@@ -179,7 +197,7 @@ def stage_headers(assignment, cache, include_dirs, defines, out_dir):
         if r.returncode != 0:
             raise SystemExit(f"dplab-course: error: precompiling {assignment.name}'s headers failed:\n"
                              + r.stderr[-3000:])
-        meta = {"deps": file_state(deps), "staged": staged + [PCH, PCH + ".gch"], "system": system}
+        meta = {"deps": cache.state(deps), "staged": staged + [PCH, PCH + ".gch"], "system": system}
         shutil.rmtree(staged_dir, ignore_errors=True)
         os.replace(tmp_dir, staged_dir)
         with open(meta_path + ".tmp", "w") as f:

@@ -90,7 +90,7 @@ def grade(assignment, student_dir, suites, opts):
 
 def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_dir):
     cflags, libs = build.dplab_flags(opts.pkg_config_path)
-    cache = build.Cache(cache_dir)
+    cache = build.Cache(cache_dir, a.course_dir)
     include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
     src, inc, obj, bindir = (os.path.join(shared, d) for d in ("src", "include", "obj", "bin"))
     for d in (src, inc, bindir):
@@ -155,7 +155,7 @@ def warm(a, suites, opts):
     """Compiles the course's side of an assignment (and its precompiled student headers)
     into opts.cache_dir ahead of grading."""
     cflags, _ = build.dplab_flags(opts.pkg_config_path)
-    cache = build.Cache(opts.cache_dir)
+    cache = build.Cache(opts.cache_dir, a.course_dir)
     scratch = build.private_dir("dplab-warm-")
     try:
         build.stage_headers(a, cache, [f[2:] for f in cflags if f.startswith("-I")],

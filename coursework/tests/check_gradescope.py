@@ -4,13 +4,16 @@
 `dplab-course package hw3` makes the zip; it is unpacked into ROOT/source of a folder laid
 out like /autograder (ROOT/submission, ROOT/results), and its run_autograder runs as root
 with AUTOGRADER_ROOT=ROOT and this build's dplab (setup.sh, which installs packages and
-builds dplab, is only checked for syntax here). Three submissions:
+builds dplab, is only checked for syntax here; its warm step is a copy of the build's cache of
+the same tests). Four submissions:
   - correct (the reference's code, in a subfolder as an upload keeps it): 100, with
     results.json's fields (execution_time, stdout_visibility, each test's visibility:
     "visible" for the visible tests, "after_due_date" for the hidden ones);
   - wrong (the average never taken): below 100, the cause named;
-  - cheating (a detached child that rewrites results.json, a forged verdict, a read of the
-    hidden tests): 0, no process left, results.json as the grader wrote it, no hidden text.
+  - cheating in plain C++ (PASS lines and a score on stdout, then a crash): 0;
+  - cheating with raw system calls (a detached child that rewrites results.json, a read of
+    the hidden tests), graded with the static checks off: 0, no process left, results.json
+    as the grader wrote it, no hidden text.
 The zip holds no reference solution and no ci_checks.json.
 """
 import json
@@ -68,7 +71,9 @@ def main():
     hidden_marker = open(os.path.join(course, "hw3_ring_allreduce", "tests_hidden.cpp")).readline().strip()
     env = dict(os.environ, AUTOGRADER_ROOT=root, DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
     env.pop("DPLAB_COURSE_DIR")
-    env.pop("DPLAB_COURSE_CACHE", None)
+    build_cache = env.pop("DPLAB_COURSE_CACHE", None)
+    if build_cache and os.path.isdir(build_cache):  # setup.sh's warm step, from the same sources
+        shutil.copytree(build_cache, os.path.join(src, "cache"), copy_function=os.link)
 
     def grade(label, folder_files, args=()):
         sub = os.path.join(root, "submission")
