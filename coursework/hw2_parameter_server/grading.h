@@ -37,6 +37,8 @@ inline Run train(int n, int steps, int64_t rows) {
   optim::SGD opt(replicas[0]->parameters(), {.lr = 0.1, .momentum = 0.9});
   Run run;
   for (int s = 0; s < steps; ++s) {
+    course::harness::place().step = s + 1;  // a crash report names the step
+    course::harness::place().step_word = "training step";
     run.last_step = Traffic{};
     ps_step(replicas, devices, global_x(s, rows), global_y(s, rows), opt, run.last_step);
   }
