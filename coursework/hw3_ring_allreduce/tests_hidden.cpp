@@ -128,10 +128,14 @@ TEST_CASE("speed: bus bandwidth at least half the library's ring (15 points)") {
   const int64_t count = int64_t{16} << 20;  // 64 MiB
   const double bus = 2.0 * (n - 1) / n * 4.0 * static_cast<double>(count);
   std::string wrong;
-  const double student = timed(n, count, false, 3, wrong), library = timed(n, count, true, 3, wrong);
+  double student = 1e30, library = 1e30;
+  for (int turn = 0; turn < 2; ++turn) {  // in turns, so that a burst of load elsewhere hits both
+    student = std::min(student, timed(n, count, false, 2, wrong));
+    library = std::min(library, timed(n, count, true, 2, wrong));
+  }
   REQUIRE_MESSAGE(wrong.empty(), "a timed all-reduce gave a wrong result: " << wrong);
   const double student_gbs = bus / student / 1e9, library_gbs = bus / library / 1e9;
-  course::harness::note(fmt::format("64 MiB over {} ranks, the best of 3 warmed-up calls: your ring {:.2f} GB/s "
+  course::harness::note(fmt::format("64 MiB over {} ranks, the best of 4 warmed-up calls: your ring {:.2f} GB/s "
                                     "bus bandwidth, the library's {:.2f} GB/s", n, student_gbs, library_gbs));
   CHECK_MESSAGE(student_gbs >= 0.5 * library_gbs,
                 fmt::format("your ring reached {:.2f} GB/s, below half of the library's {:.2f} GB/s: is data copied "
