@@ -297,7 +297,7 @@ def link(objects, libs, out, timeout=180):
     return ""
 
 
-def private_dir(prefix):
-    d = tempfile.mkdtemp(prefix=prefix)
+def private_dir(prefix, parent=None):
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
     os.chmod(d, 0o700)
     return d

@@ -17,7 +17,7 @@ import build
 import feedback
 import symbols
 from runner import Runner, test_names
-from sandbox import Sandbox
+from sandbox import Sandbox, sandbox_parent
 
 
 class Options:
@@ -40,7 +40,7 @@ def grade(assignment, student_dir, suites, opts):
     t0 = time.monotonic()
     deadline = t0 + assignment.limits["budget_s"]
     private = build.private_dir("dplab-grade-")
-    shared = build.private_dir("dplab-sandbox-")
+    shared = build.private_dir("dplab-sandbox-", sandbox_parent())
     cache_dir = opts.cache_dir or os.path.join(private, "cache")
     hide = [assignment.course_dir, private, cache_dir] + \
         [p for p in os.environ.get("DPLAB_COURSE_HIDE", "").split(":") if p]

@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import selectors
+import shutil
 import subprocess
 import time
 
@@ -72,7 +73,8 @@ class Runner:
     # ---- starting and finishing one run ----
     def start(self, run, timeout):
         run.dir = os.path.join(self.run_root, f"run-{run.uid}")
-        os.makedirs(run.dir, exist_ok=True)
+        shutil.rmtree(run.dir, ignore_errors=True)  # each test starts in an empty folder
+        os.makedirs(run.dir)
         self.sandbox.give(run.dir, run.uid)
         ch_r, ch_w = os.pipe()
         tok_r, tok_w = os.pipe()

@@ -6,7 +6,8 @@ size, processes, core files off), and, when the grader is root (Gradescope, CI):
     the grader's (no_new_privs: no setuid program gives the privilege back);
   - in a mount namespace where the course folder (reference, hidden tests), the grader's
     private work folder and cache, and any path in DPLAB_COURSE_HIDE are covered by an
-    empty read-only tmpfs, and /dev/shm is a fresh one. Where the kernel refuses namespaces,
+    empty read-only tmpfs, and /tmp, /var/tmp and /dev/shm are fresh ones (its own folders
+    are under /run/dplab-course). Where the kernel refuses namespaces,
     the grader insists instead that those paths be unreadable to other users.
 When a test ends, nothing of it may live on: as root, every process of its user id is
 killed (kill(-1) run as that user: atomic against fork); otherwise its process group is,
@@ -25,6 +26,17 @@ PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 SYS_TGKILL = 234  # x86-64
+# Where the sandbox's folders go when the grader is root: not under /tmp, which each test
+# gets afresh (so a submission cannot leave files there for a later test or grade).
+SANDBOX_ROOT = "/run/dplab-course"
+
+
+def sandbox_parent():
+    if os.geteuid() == 0 and os.path.isdir("/run"):
+        os.makedirs(SANDBOX_ROOT, mode=0o711, exist_ok=True)
+        os.chmod(SANDBOX_ROOT, 0o711)
+        return SANDBOX_ROOT
+    return None
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -150,9 +162,14 @@ class Sandbox:
                                    b"size=4k,mode=000"), f"cover {path}")
             else:  # a file: an empty one in its place
                 _check(_libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None), f"cover {path}")
-        if os.path.isdir("/dev/shm"):
-            _check(_libc.mount(b"none", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"),
-                   "a fresh /dev/shm")
+        for shared in ("/dev/shm", "/tmp", "/var/tmp"):  # fresh ones: nothing left for the next grade
+            if os.path.isdir(shared) and not self.below(SANDBOX_ROOT, shared):
+                _check(_libc.mount(b"none", shared.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"),
+                       f"a fresh {shared}")
+
+    @staticmethod
+    def below(path, folder):
+        return path == folder or path.startswith(folder.rstrip("/") + "/")
 
     def preexec(self, uid, limits):
         """The function to run in the child (Popen's preexec_fn): the grader has no threads."""

@@ -58,7 +58,10 @@ class Check:
             self.checks = json.load(f)
         self.starter_dir = os.path.join(os.environ["DPLAB_COURSE_STARTERS"], self.a.name)
         self.work = tempfile.mkdtemp(prefix=f"dplab-check-{self.a.short}-")  # 0700: no sandbox reaches it
-        self.open_dir = tempfile.mkdtemp(prefix=f"dplab-check-open-{self.a.short}-")
+        # outside /tmp, which a test gets afresh: only kill-all stands between a surviving
+        # process and these results
+        self.open_dir = tempfile.mkdtemp(prefix=f"dplab-check-open-{self.a.short}-",
+                                         dir="/run" if os.geteuid() == 0 and os.path.isdir("/run") else None)
         os.chmod(self.open_dir, 0o777)  # results a surviving process could replace: kill-all must hold
         # the build's cache of compiled tests (meson: course_warm_*), else a fresh one
         self.cache = os.environ.get("DPLAB_COURSE_CACHE") or os.path.join(self.work, "cache")
