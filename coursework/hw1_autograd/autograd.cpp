@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "coursework/hw1_autograd/hw1.h"
+#include "hw1.h"
 
 namespace hw1 {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "coursework/hw1_autograd/hw1.h"
+#include "hw1.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/tensor/random.h"
 
@@ -58,16 +58,21 @@ inline std::string compare(const std::string& name, const std::string& input, co
   if (worst < 0) return "";
   std::string why = fmt::format("{}{} = {:.6g}, but the right value is {:.6g}", name,
                                 index_of(want.shape(), worst), g[worst], w[worst]);
-  // the same factor everywhere? (a missing 1/B, a doubled term)
+  // the same factor everywhere? (a missing 1/B, a doubled term, a flipped sign). A ratio of
+  // 1 is no factor: then only some elements are wrong, and the worst one is named above.
   double ratio = 0;
   bool constant = true;
+  int64_t compared = 0;
   for (size_t i = 0; i < g.size() && constant; ++i) {
     if (std::abs(w[i]) < 1e-3) continue;
     const double r = g[i] / w[i];
     if (ratio == 0) ratio = r;
     constant = std::abs(r - ratio) < 1e-3 * std::abs(ratio);
+    ++compared;
   }
-  if (constant && ratio != 0)
+  if (constant && compared > 1 && std::abs(ratio + 1) < 1e-3)
+    why += " (every element has the wrong sign)";
+  else if (constant && compared > 1 && ratio != 0 && std::abs(ratio - 1) > 1e-3)
     why += fmt::format(" (every element is off by the same factor {:.4g}: a missing or extra scale?)", ratio);
   return why;
 }
@@ -123,7 +128,11 @@ inline void check(const std::string& what, const Forward& forward, const std::ve
   }
   Generator gen(7);
   const Tensor gy = randn(y.shape(), {}, &gen);  // stands for dL/dy
-  const std::vector<Tensor> got = student(gy);
+  std::vector<Tensor> got;
+  {
+    NoGradGuard no_grad;  // the student's backward runs without autograd recording anything
+    got = student(gy);
+  }
   const std::vector<Tensor> want = autograd(forward, inputs, gy);
   for (size_t k = 0; k < got.size(); ++k) {
     const std::string why = compare(names[k], input_names[k], got[k], want[k]);

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "coursework/hw1_autograd/hw1.h"
+#include "hw1.h"
 #include "framework/backend/backend.h"
 
 namespace hw1 {

@@ -1,7 +1,13 @@
 // tests_hidden.cpp: the hw1 tests kept for grading: more shapes (batch 1, non-square),
 // gloss != 1, convolutions with stride and padding, overlapping pooling windows, and finite
 // differences of the forward as a second opinion besides autograd.
-#include "coursework/hw1_autograd/grading.h"
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "grading.h"
 
 using namespace hw1;
 using namespace hw1::grading;
@@ -47,6 +53,67 @@ void check_pool(Shape x_shape, int64_t kernel, int64_t stride) {
         [&](const Tensor& gy) { return std::vector<Tensor>{max_pool2d_backward(x, gy, kernel, stride)}; });
 }
 
+// Whole numbers 0 to 3: most windows hold their maximum more than once.
+Tensor with_ties(const Shape& shape) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7 + i / 3) % 4);
+  return from_vector(v, shape);
+}
+
+// gx when every tied maximum of a window gets the window's gradient (the mistake), and the
+// first window that has a tie, in words.
+Tensor every_tie_gets_it(const Tensor& x, const Tensor& gy, int64_t kernel, int64_t stride, std::string& example) {
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = gy.shape()[2], ow = gy.shape()[3];
+  Tensor gx = zeros(x.shape());
+  const float* xs = x.data<float>();
+  const float* gs = gy.data<float>();
+  float* out = gx.data<float>();
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        float best = -1e30f;
+        for (int64_t di = 0; di < kernel; ++di)
+          for (int64_t dj = 0; dj < kernel; ++dj) best = std::max(best, xs[p * h * w + (i * stride + di) * w + j * stride + dj]);
+        std::vector<std::string> at;
+        for (int64_t di = 0; di < kernel; ++di)
+          for (int64_t dj = 0; dj < kernel; ++dj)
+            if (xs[p * h * w + (i * stride + di) * w + j * stride + dj] == best) {
+              out[p * h * w + (i * stride + di) * w + j * stride + dj] += gs[(p * oh + i) * ow + j];
+              at.push_back(fmt::format("[{}, {}]", i * stride + di, j * stride + dj));
+            }
+        if (at.size() > 1 && example.empty())
+          example = fmt::format("the window of y[{}, {}, {}, {}] holds its maximum {} at {}", p / x.shape()[1],
+                                p % x.shape()[1], i, j, best, fmt::join(at, " and "));
+      }
+  return gx;
+}
+
+void check_pool_ties(Shape x_shape, int64_t kernel, int64_t stride) {
+  const Tensor x = with_ties(x_shape);
+  Generator gen(7);
+  const Tensor gy = randn({x_shape[0], x_shape[1], out_size(x_shape[2], kernel, stride, 0),
+                           out_size(x_shape[3], kernel, stride, 0)}, {}, &gen);
+  const std::string what = fmt::format("max_pool2d of x [{}, {}, {}, {}] of whole numbers (ties) with {}x{} windows, "
+                                       "stride {}", x_shape[0], x_shape[1], x_shape[2], x_shape[3], kernel, kernel,
+                                       stride);
+  Tensor got;
+  {
+    NoGradGuard no_grad;  // the student's backward runs without autograd
+    got = max_pool2d_backward(x, gy, kernel, stride);
+  }
+  const Tensor want = autograd([&](const auto& in) { return max_pool2d(in[0], kernel, stride); }, {x}, gy)[0];
+  std::string why = compare("gx", "x", got, want);
+  if (!why.empty()) {
+    std::string example;
+    const Tensor all = every_tie_gets_it(x, gy, kernel, stride, example);
+    if (compare("gx", "x", got, all).empty())
+      why = fmt::format("on a tie your gradient goes to every maximum of the window ({}): it goes to the first one "
+                        "only, in row-major order, the one the forward's argmax picks", example);
+  }
+  CHECK_MESSAGE(why.empty(), what << ": " << why);
+}
+
 }  // namespace
 
 TEST_SUITE("hidden") {
@@ -89,7 +156,12 @@ TEST_CASE("max_pool2d_backward with 2x2 windows and stride 2 (10 points)") {
   check_pool({1, 1, 6, 10}, 2, 2);
 }
 
-TEST_CASE("max_pool2d_backward with overlapping 3x3 windows and stride 2 on odd sizes (15 points)") {
+TEST_CASE("max_pool2d_backward with ties: the first maximum of a window takes the gradient (5 points)") {
+  check_pool_ties({2, 2, 6, 6}, 2, 2);
+  check_pool_ties({1, 2, 7, 7}, 3, 2);
+}
+
+TEST_CASE("max_pool2d_backward with overlapping 3x3 windows and stride 2 on odd sizes (10 points)") {
   manual_seed(17);
   check_pool({2, 2, 9, 7}, 3, 2);
   check_pool({1, 3, 5, 5}, 3, 1);

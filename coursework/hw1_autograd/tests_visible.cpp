@@ -1,7 +1,7 @@
 // tests_visible.cpp: the hw1 tests you can run yourself (dplab-course test hw1_autograd DIR).
 // The grader also runs a hidden set: other shapes (batch 1, non-square, stride and padding),
 // finite differences, and convolution and pooling. A test's points are in its name.
-#include "coursework/hw1_autograd/grading.h"
+#include "grading.h"
 
 using namespace hw1;
 using namespace hw1::grading;

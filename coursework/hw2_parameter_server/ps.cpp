@@ -3,7 +3,7 @@
 // other device computes on its *chunk* of the batch. Everything flows through the master.
 #include <algorithm>
 
-#include "coursework/hw2_parameter_server/ps.h"
+#include "ps.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 

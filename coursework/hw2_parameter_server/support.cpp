@@ -1,5 +1,5 @@
 // support.cpp: the part of hw2 that is given: copies between devices, counted.
-#include "coursework/hw2_parameter_server/ps.h"
+#include "ps.h"
 #include "framework/ops/ops.h"
 
 namespace hw2 {

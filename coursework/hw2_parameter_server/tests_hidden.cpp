@@ -1,7 +1,7 @@
 // tests_hidden.cpp: the hw2 tests kept for grading: torch.chunk's edge cases, 2 to 4 devices
 // against one device, a batch with fewer rows than devices, and the bytes every device sends
 // and receives in a step against the parameter server's formulas.
-#include "coursework/hw2_parameter_server/grading.h"
+#include "grading.h"
 
 using namespace hw2;
 using namespace hw2::grading;

@@ -1,7 +1,7 @@
 // tests_visible.cpp: the hw2 tests you can run yourself (dplab-course test hw2_parameter_server
 // DIR). The grader also runs a hidden set: more chunk cases, 2 to 4 devices, a batch smaller
 // than the devices, and every device's bytes. A test's points are in its name.
-#include "coursework/hw2_parameter_server/grading.h"
+#include "grading.h"
 
 using namespace hw2;
 using namespace hw2::grading;

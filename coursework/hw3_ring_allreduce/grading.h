@@ -1,33 +1,41 @@
 // grading.h: how hw3 is checked, shared by the visible and the hidden tests. Ranks run as
 // threads over the library's thread transport, each behind a CountingTransport that counts
-// the bytes it really moves; inputs are small integers (exact in every dtype), so a result
-// is right or wrong, and a wrong one is explained in the ring's terms: which rank, which
-// chunk, and whether a rank's contribution is missing or was added twice.
+// the bytes it really moves and notices a rank that sends a whole chunk before receiving;
+// the given exchange() and divide() report what each rank asked of them (observe.h). Inputs
+// are small integers (exact in every dtype), so a result is right or wrong, and a wrong one
+// is explained in the ring's terms (diagnose.h): which rank, which chunk, which step.
+// Read next: diagnose.h, tests_visible.cpp.
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "coursework/hw3_ring_allreduce/ring.h"
-#include "coursework/rank_threads.h"
+#include "diagnose.h"
+#include "observe.h"
+#include "rank_threads.h"
+#include "ring.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "parallel/rendezvous/hash_store.h"
+#include "parallel/transport/mailbox_transport.h"
 #include "parallel/transport/thread_transport.h"
 
 namespace hw3::grading {
 
 using dplab::parallel::Seconds;
 
-// Forwards to the real transport and counts what passes.
+// A wait for a peer ends after this: long enough for 64 MiB on a loaded machine, short
+// enough that a deadlock is named within the test's time.
+inline constexpr Seconds kWait{5.0};
+
+// Forwards to the real transport, counts what passes, and puts a failed wait in hw3's words.
 class CountingTransport : public Transport {
  public:
   explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
@@ -37,65 +45,82 @@ class CountingTransport : public Transport {
   std::size_t segment_bytes() const override { return inner_->segment_bytes(); }
   void set_context(const std::string& c) override { inner_->set_context(c); }
   void send_segment(int peer, const void* src, std::size_t len) override {
-    inner_->send_segment(peer, src, len);
+    ++unanswered_;
+    try {
+      inner_->send_segment(peer, src, len);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(waited("to send to", peer, e.what(), true));
+    }
     sent += static_cast<int64_t>(len);
   }
   void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
-    inner_->recv_segment(peer, [&](const void* d, std::size_t len) {
-      use(d, len);
-      received += static_cast<int64_t>(len);
-    });
+    unanswered_ = 0;
+    try {
+      inner_->recv_segment(peer, [&](const void* d, std::size_t len) {
+        use(d, len);
+        received += static_cast<int64_t>(len);
+      });
+    } catch (const std::exception& e) {
+      throw std::runtime_error(waited("for a segment from", peer, e.what(), false));
+    }
   }
   void mark_failed(const std::string& why) override { inner_->mark_failed(why); }
   void mark_left() override { inner_->mark_left(); }
   int64_t sent = 0, received = 0;
 
  private:
+  // A library error (a peer that failed is its own story: keep it); a timeout in hw3's words.
+  std::string waited(const char* what, int peer, const std::string& library, bool sending) {
+    if (course::is_consequence(library) || library.find("timed out") == std::string::npos) return library;
+    const int r = rank(), n = size();
+    if (sending && unanswered_ > static_cast<int>(dplab::parallel::kSlots))
+      return fmt::format("deadlock: rank {} sent {} segments to rank {} without receiving any, so the link's {} slots "
+                         "of {} are full, and it waits for a free slot that rank {} would free only by receiving; but "
+                         "rank {} is itself blocked sending to its right neighbour: every rank blocks on a full slot. "
+                         "Send and receive segment by segment (exchange() interleaves them)", r, unanswered_ - 1, peer,
+                         dplab::parallel::kSlots, bytes_words(static_cast<int64_t>(segment_bytes())), peer, peer);
+    return fmt::format("rank {} of {} waited {:.0f} s {} rank {}, in vain: the ranks wait on each other (a send without "
+                       "its matching receive, or the other way round?)", r, n, kWait.count(), what, peer);
+  }
   std::unique_ptr<Transport> inner_;
+  int unanswered_ = 0;  // segments sent since the last receive
 };
 
-// Runs body(rank's transport) on n threads; rethrows the first rank's exception, saying which
-// rank threw. A rank that waits for a peer that never sends fails after `timeout`.
-inline std::vector<int64_t> run_ranks(int n, const std::function<void(CountingTransport&)>& body,
-                                      std::vector<int64_t>* received = nullptr,
-                                      Seconds timeout = Seconds(20.0)) {
-  auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
-  std::vector<int64_t> sent(n), got(n);
+// What each rank did in one run: the bytes its transport moved, what it asked of exchange()
+// and divide(), and where its buffer was.
+struct RingRun {
+  std::vector<int64_t> sent, received;
+  std::vector<observe::Log> logs;
+  std::vector<const std::byte*> buffers;
+};
+
+// Runs body(rank's transport) on n threads, each watched (observe.h). A rank's failure
+// fails the test with that rank's message (run_rank_threads picks the rank at fault).
+inline RingRun run_ranks(int n, const std::function<void(CountingTransport&, RingRun&)>& body) {
+  auto store = std::make_shared<dplab::parallel::HashStore>(kWait);
+  RingRun run{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<observe::Log>(n),
+              std::vector<const std::byte*>(n)};
   course::run_rank_threads(n, [&](int r) {
-    CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, timeout));
+    CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, kWait));
+    tr.set_context("your ring_all_reduce");
+    observe::current() = &run.logs[r];
     try {
-      body(tr);
+      body(tr, run);
     } catch (const std::exception& e) {
+      observe::current() = nullptr;
       tr.mark_failed(e.what());  // the other ranks stop waiting for this one
       throw;
     }
-    sent[r] = tr.sent;
-    got[r] = tr.received;
+    observe::current() = nullptr;
+    run.sent[r] = tr.sent;
+    run.received[r] = tr.received;
     tr.mark_left();
   });
-  if (received) *received = got;
-  return sent;
+  return run;
 }
 
 // Rank k's input element i: small, distinct per rank, exact in float16 too.
 inline int64_t input(int k, int64_t i) { return (k + 1) * 16 + (i % 7); }
-
-// The chunk rule of the handout, for explaining mistakes.
-inline int64_t chunk_length(int64_t count, int n, int i) { return count / n + (i < count % n ? 1 : 0); }
-inline int chunk_of(int64_t count, int n, int64_t element) {
-  int64_t first = 0;
-  for (int c = 0; c < n; ++c) {
-    if (element < first + chunk_length(count, n, c)) return c;
-    first += chunk_length(count, n, c);
-  }
-  return n - 1;
-}
-
-template <typename T> std::vector<std::byte> bytes_of(const std::vector<T>& v) {
-  std::vector<std::byte> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 // Rank k's input as bytes of `dtype`.
 inline std::vector<std::byte> make_input(int k, int64_t count, DType dtype) {
@@ -116,49 +141,63 @@ inline double value_at(const std::vector<std::byte>& b, int64_t i, DType dtype) 
   return dplab::half_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
 }
 
-// "" if rank r's result is right; else what went wrong, in the ring's terms.
-inline std::string explain(int r, int n, int64_t count, DType dtype, Op op,
-                           const std::vector<std::byte>& got) {
+// "" if rank r's result is right; else what is wrong with its values, in the ring's terms.
+inline std::string explain(int r, int n, int64_t count, DType dtype, Op op, const std::vector<std::byte>& got) {
   for (int64_t i = 0; i < count; ++i) {
     double sum = 0;
     for (int k = 0; k < n; ++k) sum += static_cast<double>(input(k, i));
     const double want = op == Op::Avg ? sum / n : sum;
     const double have = value_at(got, i, dtype);
-    if (std::abs(have - want) <= 1e-6 * std::abs(want) + 1e-6) continue;
+    auto near = [](double a, double b) { return std::abs(a - b) <= 1e-6 * std::abs(b) + 1e-6; };
+    if (near(have, want)) continue;
     const int c = chunk_of(count, n, i);
     std::string why;
-    if (op == Op::Avg && std::abs(have - sum) < 1e-6 * std::abs(sum) + 1e-6)
+    if (op == Op::Avg && near(have, sum))
       why = fmt::format("it is the sum, not the average (divide by the {} ranks)", n);
-    else if (std::abs(have - static_cast<double>(input(r, i))) < 1e-9)
+    else if (op == Op::Avg && n > 1 && near(have, want / n))
+      why = fmt::format("it is the average divided by {} once more: the average was taken twice", n);
+    else if (near(have, static_cast<double>(input(r, i))))
       why = fmt::format("it is still rank {}'s own input: chunk {} never arrived there", r, c);
     for (int k = 0; k < n && why.empty(); ++k) {
       const double x = static_cast<double>(input(k, i)) / (op == Op::Avg ? n : 1);
-      if (std::abs(have - want - x) < 1e-6) why = fmt::format("rank {}'s contribution was added twice", k);
-      if (std::abs(want - have - x) < 1e-6) why = fmt::format("rank {}'s contribution is missing", k);
+      if (near(have - want, x)) why = fmt::format("rank {}'s contribution was added twice", k);
+      if (near(want - have, x)) why = fmt::format("rank {}'s contribution is missing", k);
     }
     if (why.empty()) why = "it matches no sum of the ranks' inputs";
-    return fmt::format("rank {} of {} ended with element {} (in chunk {}) = {}, but the {} over "
-                       "the ranks is {}: {}", r, n, i, c, have, op == Op::Avg ? "average" : "sum",
-                       want, why);
+    return fmt::format("rank {} of {} ended with element {} (in chunk {}) = {:g}, but the {} over the ranks is {:g}: {}", r,
+                       n, i, c, have, op == Op::Avg ? "average" : "sum", want, why);
   }
   return "";
 }
 
-// All-reduces with the student's ring on n ranks and checks every rank's result.
-inline void check_all_reduce(int n, int64_t count, DType dtype, Op op) {
+// All-reduces with the student's ring on n ranks and checks every rank's result; a wrong
+// one is explained by its values and by how the rank's steps left the schedule. Returns
+// whether it was right (a test stops at its first wrong case: one explanation is enough).
+inline bool check_all_reduce(int n, int64_t count, DType dtype, Op op) {
   std::vector<std::vector<std::byte>> results(n);
-  run_ranks(n, [&](CountingTransport& tr) {
+  const int64_t es = static_cast<int64_t>(dplab::element_size(dtype));
+  RingRun run = run_ranks(n, [&](CountingTransport& tr, RingRun& rr) {
     std::vector<std::byte> data = make_input(tr.rank(), count, dtype);
+    rr.buffers[tr.rank()] = data.data();
     ring_all_reduce(tr, data.data(), count, dtype, op);
     results[tr.rank()] = std::move(data);
   });
   for (int r = 0; r < n; ++r) {
-    const std::string why = explain(r, n, count, dtype, op, results[r]);
-    CHECK_MESSAGE(why.empty(), fmt::format("{} {} of {} elements over {} ranks: {}",
-                                           op == Op::Avg ? "average" : "sum",
-                                           dplab::dtype_name(dtype), count, n, why));
-    if (!why.empty()) return;  // one explanation per case is enough
+    std::string why = explain(r, n, count, dtype, op, results[r]);
+    if (why.empty()) continue;
+    for (int k = 0; k < n; ++k) {  // the first rank whose steps left the schedule says how
+      const std::string steps = schedule_words(k, n, count, es, run.buffers[k], run.logs[k], op == Op::Avg);
+      if (!steps.empty()) {
+        why += ". " + steps;
+        break;
+      }
+    }
+    FAIL_CHECK(fmt::format("{} {} of {} elements over {} ranks: {}", op == Op::Avg ? "average" : "sum",
+                           dplab::dtype_name(dtype), count, n, why));
+    return false;
   }
+  CHECK(true);  // the case was checked
+  return true;
 }
 
 }  // namespace hw3::grading

@@ -10,7 +10,7 @@
 // receives chunk (r - s), overwriting its copy. Afterwards every rank holds every sum.
 #include <algorithm>
 
-#include "coursework/hw3_ring_allreduce/ring.h"
+#include "ring.h"
 
 namespace hw3 {
 

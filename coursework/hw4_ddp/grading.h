@@ -7,24 +7,19 @@
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <vector>
 
-#include "coursework/hw4_ddp/reducer.h"
-#include "coursework/one_process_reference.h"
+#include "reducer.h"
+#include "one_process_reference.h"
 
 namespace hw4::grading {
 
 using namespace dplab;
 using namespace course;
 using dplab::parallel::ProcessGroup;
-
-inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
-                                  const std::vector<std::vector<float>>& want) {
-  return course::compare_params(rank, n, got, want, "are the gradients averaged (not summed), and every "
-                                "bucket written back?");
-}
 
 // "[[3], [2, 1], [0]]"
 inline std::string buckets_str(const std::vector<std::vector<size_t>>& buckets) {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "coursework/hw4_ddp/reducer.h"
+#include "reducer.h"
 #include "framework/autograd/engine.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"

@@ -2,7 +2,7 @@
 // several bucket sizes against one process, one all-reduce per bucket per step, no_sync
 // (nothing sent inside, the accumulated gradient averaged at the next synchronised step),
 // and overlap (buckets launched while backward still runs).
-#include "coursework/hw4_ddp/training.h"
+#include "training.h"
 
 using namespace hw4;
 using namespace hw4::grading;
@@ -40,8 +40,7 @@ TEST_CASE("one all-reduce per bucket per step (15 points)") {
   const int n = 3, steps = 3;
   for (int64_t cap : {int64_t{4}, int64_t{110}, int64_t{1} << 20}) {
     const size_t buckets = assign_buckets(mlp_params(), cap).size();
-    std::vector<RankRun> runs(n);
-    run_ranks(n, [&](std::shared_ptr<ProcessGroup> pg) { runs[pg->rank()] = ddp_train(pg, steps, 12, cap); });
+    const std::vector<RankRun> runs = run_ddp(n, steps, 12, cap);
     for (int r = 0; r < n; ++r) {
       for (int64_t calls : runs[r].all_reduces_per_step)
         CHECK_MESSAGE(calls == static_cast<int64_t>(buckets),
@@ -56,8 +55,7 @@ TEST_CASE("one all-reduce per bucket per step (15 points)") {
 
 TEST_CASE("no_sync: nothing sent inside and the accumulated gradient averaged after (20 points)") {
   const int n = 2, steps = 2, micro = 3;
-  std::vector<RankRun> runs(n);
-  run_ranks(n, [&](std::shared_ptr<ProcessGroup> pg) { runs[pg->rank()] = ddp_train(pg, steps, 8, 110, micro); });
+  const std::vector<RankRun> runs = run_ddp(n, steps, 8, 110, micro);
   const size_t buckets = assign_buckets(mlp_params(), 110).size();
   for (int r = 0; r < n; ++r)
     for (int64_t calls : runs[r].all_reduces_per_step)
@@ -70,14 +68,21 @@ TEST_CASE("no_sync: nothing sent inside and the accumulated gradient averaged af
 
 TEST_CASE("overlap: buckets are launched while backward still runs (15 points)") {
   const int n = 2;
-  std::vector<RankRun> runs(n);
-  run_ranks(n, [&](std::shared_ptr<ProcessGroup> pg) { runs[pg->rank()] = ddp_train(pg, 2, 8, 100); });
-  for (int r = 0; r < n; ++r)
+  // the first all-reduce is held until backward produces its last gradient: a reducer that
+  // waits for it inside a gradient hook keeps backward from getting there
+  const std::vector<RankRun> runs = run_ddp(n, 2, 8, 100, 1, true);
+  for (int r = 0; r < n; ++r) {
+    CHECK_MESSAGE(!runs[r].rec->held_in_vain,
+                  fmt::format("rank {} waited for bucket 0's all-reduce inside a gradient hook (a blocking all-reduce): "
+                              "backward could not go on to its last gradient until the reduction was done. Launch each "
+                              "bucket with all_reduce_async and wait for them all in the callback queued for the end "
+                              "of backward", r));
     CHECK_MESSAGE(runs[r].launched_before_last_gradient >= 3,
                   fmt::format("rank {}: when the last gradient of a backward arrived, {} of the 4 buckets had been "
                               "launched; the 3 buckets already full should be on their way (launch a bucket as "
                               "soon as its last gradient arrives, not at the end of backward)", r,
                               runs[r].launched_before_last_gradient));
+  }
 }
 
 }  // TEST_SUITE

@@ -1,7 +1,7 @@
 // tests_visible.cpp: the hw4 tests you can run yourself (dplab-course test hw4_ddp DIR).
 // The grader also runs a hidden set: more rank counts and bucket sizes, the number of
 // all-reduces per step, no_sync, and overlap. A test's points are in its name.
-#include "coursework/hw4_ddp/training.h"
+#include "training.h"
 
 using namespace hw4;
 using namespace hw4::grading;

@@ -1,5 +1,5 @@
 // support.cpp: the part of hw5 that is given: flattening the parameters and their gradients.
-#include "coursework/hw5_zero/zero.h"
+#include "zero.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 

@@ -1,7 +1,7 @@
 // tests_hidden.cpp: the hw5 tests kept for grading: 1 to 4 ranks with shards that do not
 // divide the parameters, memory per rank, and the collectives' bytes and calls against the
 // textbook (reduce-scatter + all-gather move what one all-reduce moves, 2(N-1)/N of the data).
-#include "coursework/hw5_zero/grading.h"
+#include "grading.h"
 
 using namespace hw5;
 using namespace hw5::grading;

@@ -1,7 +1,7 @@
 // tests_visible.cpp: the hw5 tests you can run yourself (dplab-course test hw5_zero DIR).
 // The grader also runs a hidden set: 1 to 4 ranks, uneven shards, the bytes and the calls
 // of each collective. A test's points are in its name.
-#include "coursework/hw5_zero/grading.h"
+#include "grading.h"
 
 using namespace hw5;
 using namespace hw5::grading;

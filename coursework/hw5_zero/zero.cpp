@@ -1,7 +1,7 @@
 // zero.cpp: hw5, ZeRO stage 1. Your code replaces the // TODO the starter left in step().
 // Words: the parameters, laid end to end, form one flat vector padded to N equal *shards*;
 // rank r owns shard r: it keeps that shard's optimizer state and updates that shard only.
-#include "coursework/hw5_zero/zero.h"
+#include "zero.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 

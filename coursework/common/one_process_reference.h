@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "coursework/rank_threads.h"
+#include "rank_threads.h"
+#include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
@@ -63,7 +64,11 @@ inline std::vector<std::vector<float>> params_of(nn::Module& m) {
 
 // One process, `steps` SGD steps on the whole batch of each step (`micro` micro-batches per
 // step, the loss of each a mean over its rows, gradients summed over the micro-batches).
-inline std::vector<std::vector<float>> single_process(int steps, int64_t rows, int micro = 1) {
+// grad_scale != 1 trains with every step's gradient scaled: what a classic mistake does
+// (summed over N ranks instead of averaged: N; divided by the micro-batches: 1/micro), so a
+// test can recognise it.
+inline std::vector<std::vector<float>> single_process(int steps, int64_t rows, int micro = 1,
+                                                      float grad_scale = 1.0f) {
   auto model = make_model();
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
   for (int s = 0; s < steps; ++s) {
@@ -72,22 +77,30 @@ inline std::vector<std::vector<float>> single_process(int steps, int64_t rows, i
       const int step_id = s * micro + m;
       cross_entropy(model->forward(global_x(step_id, rows)), global_y(step_id, rows)).backward();
     }
+    if (grad_scale != 1.0f) {
+      NoGradGuard no_grad;
+      for (Tensor p : model->parameters()) p.grad().mul_(grad_scale);
+    }
     opt.step();
   }
   return params_of(*model);
 }
 
+inline std::string param_name(size_t p) {
+  const char* names[] = {"the first layer's weight", "the first layer's bias", "the last layer's weight",
+                         "the last layer's bias"};
+  return p < 4 ? fmt::format("parameter {} ({})", p, names[p]) : fmt::format("parameter {}", p);
+}
+
 // "" if a rank's parameters equal one process's; else which parameter differs and by how much.
 inline std::string compare_params(int rank, int n, const std::vector<std::vector<float>>& got,
                                   const std::vector<std::vector<float>>& want, const std::string& hint) {
-  const char* names[] = {"the first layer's weight", "the first layer's bias", "the last layer's weight",
-                         "the last layer's bias"};
   for (size_t p = 0; p < want.size(); ++p)
     for (size_t i = 0; i < want[p].size(); ++i)
       if (std::abs(got[p][i] - want[p][i]) > 1e-5f + 1e-4f * std::abs(want[p][i]))
-        return fmt::format("rank {} of {}: {} (parameter {}) element {} is {:.6f} after training, but one "
-                           "process on the whole batch gets {:.6f}: {}", rank, n, p < 4 ? names[p] : "a parameter", p, i,
-                           got[p][i], want[p][i], hint);
+        return fmt::format("rank {} of {}: {} element {} is {:.6f} after training, but one process on the whole "
+                           "batch gets {:.6f}{}", rank, n, param_name(p), i, got[p][i], want[p][i],
+                           hint.empty() ? "" : ": " + hint);
   return "";
 }
 

@@ -1,0 +1,187 @@
+"""grade.py: one grade, from a folder of student files to a list of test results.
+
+The order: folders (a private one of the grader's, and one the sandbox may use), the
+sandbox (which covers the private folders, the course and the cache), the build
+(build.py: staged headers, the student's files compiled as the sandbox's user, the
+includes and symbols checked, the tests from the cache, the link), then the tests
+(runner.py). Whatever happens, every process of the submission is gone and the folders
+are removed before the results are returned.
+Read next: build.py, runner.py, results.py.
+"""
+import os
+import shutil
+import subprocess
+import time
+
+import build
+import feedback
+import symbols
+from runner import Runner, test_names
+from sandbox import Sandbox, sandbox_parent
+
+
+class Options:
+    def __init__(self, pkg_config_path="", cache_dir=None, keep=None, only=None, static_checks=True,
+                 log=print):
+        self.pkg_config_path = pkg_config_path
+        self.cache_dir = cache_dir      # None: a fresh cache for this grade only
+        self.keep = keep                # a path to copy the test program to
+        self.only = only                # a substring: run only the tests whose names hold it
+        self.static_checks = static_checks  # off only in the grader's own tests of its runtime defences
+        self.log = log
+
+
+def build_failure(message):
+    return [{"name": "build", "max_score": 100, "score": 0, "passed": False, "output": message,
+             "seconds": 0.0, "hung_at": None, "status": "failed", "visible": True}]
+
+
+def grade(assignment, student_dir, suites, opts):
+    t0 = time.monotonic()
+    deadline = t0 + assignment.limits["budget_s"]
+    private = build.private_dir("dplab-grade-")
+    shared = build.private_dir("dplab-sandbox-", sandbox_parent())
+    cache_dir = opts.cache_dir or os.path.join(private, "cache")
+    hide = [assignment.course_dir, private, cache_dir] + \
+        [p for p in os.environ.get("DPLAB_COURSE_HIDE", "").split(":") if p]
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"])
+    except BaseException:
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    try:
+        try:
+            exe, symbolizer, src = build_program(assignment, student_dir, suites, opts, sandbox, private, shared,
+                                                 cache_dir)
+        except build.BuildFailed as e:
+            opts.log(str(e))
+            return build_failure(str(e))
+        visible = set(test_names(assignment.test_sources(["visible"])))
+        names = test_names(assignment.test_sources(suites))
+        if opts.only:
+            names = [n for n in names if opts.only.lower() in n.lower()]
+            if not names:
+                return build_failure(f"no test's name holds '{opts.only}'")
+        runner = Runner(exe, assignment, sandbox, os.path.join(shared, "runs"), symbolizer, deadline)
+        os.makedirs(runner.run_root, mode=0o711)
+
+        def on_result(r):
+            r["visible"] = r["name"] in visible
+            mark = "PASS" if r["passed"] else "FAIL"
+            opts.log(f"{mark} {r['score']:3d}/{r['max_score']:<3d} {r['name']}  ({r['seconds']:.1f} s)")
+            if r["output"]:
+                opts.log("     " + r["output"].replace("\n", "\n     "))
+        results = runner.run_all(names, on_result)
+        if opts.keep:
+            shutil.copyfile(os.path.join(private, "tests"), opts.keep)
+            os.chmod(opts.keep, 0o755)
+        return results
+    finally:
+        for uid in sandbox.uids:
+            if sandbox.root:
+                sandbox.kill_uid(uid)
+        sandbox.reap_orphans(kill=True)
+        sandbox.close()
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_dir):
+    cflags, libs = build.dplab_flags(opts.pkg_config_path)
+    cache = build.Cache(cache_dir, a.course_dir)
+    include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
+    src, inc, obj, bindir = (os.path.join(shared, d) for d in ("src", "include", "obj", "bin"))
+    for d in (src, inc, bindir):
+        os.makedirs(d, mode=0o755)
+    os.makedirs(obj)
+    os.chmod(shared, 0o711)
+    compile_uid = sandbox.uids[-1] if sandbox.root else None
+    sandbox.give(obj, compile_uid)
+
+    # 1-2: the staged headers and the student's files, compiled in the sandbox
+    defines = [f for f in cflags if f.startswith("-D")]
+    system_headers = build.stage_headers(a, cache, include_dirs, defines, inc)
+    sources = build.copy_submission(a, student_dir, src)
+    objects, names = [], {}
+    for source in sources:
+        base = os.path.basename(source)
+        argv = [build.CXX] + build.STUDENT_FLAGS + defines + [
+            "-fdiagnostics-color=never", "-fmax-errors=10", "-MD", "-MF", base + ".d", "-I", inc,
+            "-include", build.PCH, "-c", source, "-o", base + ".o"]
+        out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid)
+        out = out.replace(src + "/", "").replace(inc + "/", "")
+        if rc != 0:
+            raise build.BuildFailed(f"{base} does not compile:\n{out[-6000:]}")
+        # 3: every file the compiler read was allowed (copied out of the sandbox's reach first)
+        o, d = os.path.join(private, base + ".o"), os.path.join(private, base + ".d")
+        copy_regular(os.path.join(obj, base + ".o"), o)
+        copy_regular(os.path.join(obj, base + ".d"), d)
+        std_dirs = build.standard_library_dirs()
+        for dep in build.parse_deps(d):
+            if not build.allowed_include(dep, [os.path.realpath(src), os.path.realpath(inc)], system_headers,
+                                         std_dirs):
+                raise build.BuildFailed(f"{base} includes {dep}: your files may include only the assignment's "
+                                        f"headers ({', '.join(a.student_headers)}) and the C++ standard library")
+        objects.append(o)
+        names[o] = base
+    # 4: what the objects call and define
+    if opts.static_checks:
+        rules = symbols.Rules(a, symbols.load_groups(a.course_dir))
+        problems = symbols.check_objects(rules, objects, names)
+        if problems:
+            raise build.BuildFailed("your code calls or defines what the assignment does not allow:\n" +
+                                    "\n".join(f"  - {p}" for p in problems[:12]))
+    # 5: the course's side, from the cache, linked first
+    given = course_objects(a, suites, cache, cflags)
+    exe = os.path.join(private, "tests")
+    err = build.link(given + objects, libs, exe)
+    if err:
+        raise build.BuildFailed("your files compile, but the program does not link (a function declared but "
+                                "never written, or written twice?):\n" + err.replace(private + "/", ""))
+    shutil.copyfile(exe, os.path.join(bindir, "tests"))
+    os.chmod(os.path.join(bindir, "tests"), 0o711)  # the sandbox may run it, not read it
+    return os.path.join(bindir, "tests"), feedback.Symbolizer(exe, src), src
+
+
+def course_objects(a, suites, cache, cflags):
+    """The given code, the test main and the tests, compiled as the grader (cached)."""
+    tflags = ["-std=c++20", "-O2"] + [f"-I{d}" for d in a.test_include_dirs()] + cflags
+    return [cache.compile(s, tflags) for s in a.given_sources() + a.test_sources(suites)]
+
+
+def warm(a, suites, opts):
+    """Compiles the course's side of an assignment (and its precompiled student headers)
+    into opts.cache_dir ahead of grading."""
+    cflags, _ = build.dplab_flags(opts.pkg_config_path)
+    cache = build.Cache(opts.cache_dir, a.course_dir)
+    scratch = build.private_dir("dplab-warm-")
+    try:
+        build.stage_headers(a, cache, [f[2:] for f in cflags if f.startswith("-I")],
+                            [f for f in cflags if f.startswith("-D")], scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return course_objects(a, suites, cache, cflags)
+
+
+def compile_in_sandbox(argv, cwd, a, sandbox, uid):
+    limits = dict(a.limits, memory_mib=max(a.limits["memory_mib"], 2048), cpu_s=a.limits["compile_timeout_s"],
+                  processes=32, file_mib=256)
+    proc = subprocess.Popen(argv, cwd=cwd, env=sandbox.env(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=sandbox.preexec(uid, limits))
+    sandbox.tracked.add(proc.pid)
+    try:
+        out, _ = proc.communicate(timeout=a.limits["compile_timeout_s"])
+    except subprocess.TimeoutExpired:
+        sandbox.end_run(proc, uid)
+        raise build.BuildFailed(f"compiling took longer than {a.limits['compile_timeout_s']} s (the limit): "
+                                f"an include of something endless, or templates that never finish?")
+    sandbox.end_run(proc, uid)
+    return out.decode("utf-8", "replace")[-20000:], proc.returncode
+
+
+def copy_regular(src, dst):
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f, open(dst, "wb") as g:
+        g.write(f.read(256 << 20))

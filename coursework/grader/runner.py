@@ -1,0 +1,221 @@
+"""runner.py: runs each test case of a built test program and decides its verdict.
+
+Each test case runs in a process of its own, in the sandbox, with a channel only the grader
+opened: a pipe for records, and a random token made for that run, handed over through a
+second pipe that is closed at once (common/channel.h). A test passes only when a record
+with the token says it passed, the process then exited with status 0, and nothing without
+the token came through the channel. stdout is what the student printed: capped, shown as
+such, never read for a verdict.
+Time: each test has test_timeout_s; once one has run out of time the others get
+hang_timeout_s, and once two hung at the same place the rest are not run (the student sees
+where). The whole grade stays within budget_s. Speed tests run last, alone, and only when
+every other test passed: a fast wrong answer earns nothing.
+Read next: feedback.py (how a result becomes words), sandbox.py.
+"""
+import fcntl
+import json
+import os
+import re
+import secrets
+import selectors
+import shutil
+import subprocess
+import time
+
+import feedback
+from manifest import points_of
+
+TEST_CASE = re.compile(r'\bTEST_CASE\s*\(\s*"((?:[^"\\]|\\.)*)"')
+
+
+def test_names(paths):
+    """The test cases of our own test files, in order (read from the source: the program is
+    never asked, as it holds the student's code)."""
+    names = []
+    for p in paths:
+        with open(p) as f:
+            names += [bytes(n, "utf-8").decode("unicode_escape") for n in TEST_CASE.findall(f.read())]
+    lowered = [n.lower() for n in names]
+    for n in names:
+        if any(c in n for c in ",*?[]\\") or lowered.count(n.lower()) > 1:
+            raise SystemExit(f"dplab-course: error: test name '{n}' is not unique or has one of , * ? [ ] \\ "
+                             f"(doctest's filters would not select it alone)")
+    return names
+
+
+class Run:
+    """One test case in flight."""
+
+    def __init__(self, name, uid):
+        self.name, self.uid = name, uid
+        self.token = secrets.token_hex(16)
+        self.records, self.forged = [], 0
+        self.channel, self.stdout = b"", b""
+        self.dropped = 0
+        self.timed_out = False
+        self.sampled_at = None
+        self.proc = None
+
+
+def _nonblocking(fd):
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+
+class Runner:
+    def __init__(self, exe, assignment, sandbox, run_root, symbolizer, deadline):
+        self.exe, self.a, self.sandbox = exe, assignment, sandbox
+        self.run_root, self.symbolizer, self.deadline = run_root, symbolizer, deadline
+        self.limits = assignment.limits
+        self.timeout = self.limits["test_timeout_s"]
+        self.hangs = {}  # where a test hung -> how many did
+        self.sel = selectors.DefaultSelector()
+
+    # ---- starting and finishing one run ----
+    def start(self, run, timeout):
+        run.dir = os.path.join(self.run_root, f"run-{run.uid}")
+        shutil.rmtree(run.dir, ignore_errors=True)  # each test starts in an empty folder
+        os.makedirs(run.dir)
+        self.sandbox.give(run.dir, run.uid)
+        ch_r, ch_w = os.pipe()
+        tok_r, tok_w = os.pipe()
+        limits = dict(self.limits, cpu_s=int(2 * timeout + 5))
+        env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
+        run.proc = subprocess.Popen([self.exe, "--test-case=" + run.name], cwd=run.dir, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    pass_fds=(ch_w, tok_r), start_new_session=True,
+                                    preexec_fn=self.sandbox.preexec(run.uid, limits))
+        self.sandbox.tracked.add(run.proc.pid)
+        os.close(ch_w)
+        os.close(tok_r)
+        os.write(tok_w, (run.token + "\n").encode())
+        os.close(tok_w)
+        run.ch = ch_r
+        run.out = run.proc.stdout.fileno()
+        for fd in (run.ch, run.out):
+            _nonblocking(fd)
+            self.sel.register(fd, selectors.EVENT_READ, run)
+        run.started = time.monotonic()
+        run.ends = min(run.started + timeout, self.deadline)
+        run.limit = max(run.ends - run.started, 0)
+        run.cpu_s = limits["cpu_s"]
+
+    def read(self, run, fd):
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.sel.unregister(fd)
+            return
+        if fd == run.ch:
+            if len(run.channel) < (1 << 20):
+                run.channel += data
+        else:
+            room = self.limits["output_kib"] * 1024 - len(run.stdout)
+            run.stdout += data[:max(room, 0)]
+            run.dropped += max(len(data) - max(room, 0), 0)
+
+    def finish(self, run):
+        self.sandbox.end_run(run.proc, run.uid)  # nothing of the test lives on
+        for fd in (run.ch, run.out):  # what was written before the end
+            while fd in self.sel.get_map():
+                before = len(run.channel) + len(run.stdout) + run.dropped
+                self.read(run, fd)
+                if fd in self.sel.get_map() and len(run.channel) + len(run.stdout) + run.dropped == before:
+                    self.sel.unregister(fd)
+        os.close(run.ch)
+        run.proc.stdout.close()
+        run.seconds = time.monotonic() - run.started
+        for line in run.channel.split(b"\n")[:-1]:  # complete lines only
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                run.forged += 1
+                continue
+            if not isinstance(rec, dict) or rec.get("token") != run.token:
+                run.forged += 1
+            else:
+                run.records.append(rec)
+        return feedback.result_of(run, self.a, self.symbolizer)
+
+    # ---- the schedule ----
+    def run_all(self, names, on_result):
+        speed = [n for n in names if n in self.a.speed_tests]
+        rest = [n for n in names if n not in speed]
+        results = self.run_batch(rest, self.limits["parallel"], on_result)
+        failed = [r for r in results if not r["passed"]]
+        for n in speed:
+            if failed:
+                r = feedback.not_run(n, f"not run: speed points need every correctness test to pass first "
+                                        f"({len(failed)} did not)")
+                on_result(r)
+                results.append(r)
+            else:
+                results += self.run_batch([n], 1, on_result)
+        return results
+
+    def run_batch(self, names, parallel, on_result):
+        waiting, running, results = list(names), [], []
+        free = list(self.sandbox.uids[:parallel]) if self.sandbox.root else list(range(parallel))
+        while waiting or running:
+            while waiting and free:
+                name = waiting.pop(0)
+                skip = self.skip_reason()
+                if skip:
+                    r = feedback.not_run(name, skip)
+                    on_result(r)
+                    results.append(r)
+                    continue
+                run = Run(name, free.pop(0))
+                self.start(run, self.timeout)
+                running.append(run)
+            if not running:
+                continue
+            for key, _ in self.sel.select(timeout=0.02):
+                self.read(key.data, key.fd)
+            now = time.monotonic()
+            for run in list(running):
+                if run.proc.poll() is None and now < run.ends:
+                    continue
+                if run.proc.poll() is None:  # out of time: where is it? then it goes
+                    if run.sampled_at is None:
+                        run.timed_out = True
+                        run.sampled_at = now
+                        self.sandbox.sample_stacks(run.proc.pid)
+                        continue
+                    if now < run.sampled_at + 0.5 and not self.samples_complete(run):
+                        continue
+                running.remove(run)
+                free.append(run.uid)
+                r = self.finish(run)
+                if run.timed_out:
+                    self.timeout = self.limits["hang_timeout_s"]
+                    self.hangs[r["hung_at"]] = self.hangs.get(r["hung_at"], 0) + 1
+                on_result(r)
+                results.append(r)
+        return results
+
+    def samples_complete(self, run):
+        try:
+            threads = len(os.listdir(f"/proc/{run.proc.pid}/task"))
+        except OSError:
+            return True
+        return run.channel.count(b'"kind": "stack"') >= threads
+
+    def skip_reason(self):
+        if time.monotonic() >= self.deadline:
+            return (f"not run: the grade's time budget ({self.limits['budget_s']} s) was spent "
+                    f"(tests that run out of time use it up)")
+        for where, count in self.hangs.items():
+            if count >= 2:
+                return f"not run: two tests already ran out of time {where}; fix that first"
+        return ""
+
+
+def score_of(results):
+    got = sum(r["score"] for r in results)
+    most = sum(r["max_score"] for r in results)
+    return got, most
+
+
+__all__ = ["Runner", "test_names", "score_of", "points_of"]

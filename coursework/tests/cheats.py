@@ -1,0 +1,136 @@
+"""cheats.py: the shortcuts a student might try, as code put into an assignment's starter.
+
+Each cheat is the starter with `top` added at its start and `body` put before every
+`throw std::logic_error("not implemented yet ...")` (or the whole file replaced by `file`).
+Placeholders: @RESULTS@ (the results.json the grade writes), @HIDDEN@ (the hidden tests),
+@REFERENCE@ (the reference solution), @CACHE@ (the grader's cache), @HW_DIR@ (the course's
+folder of the assignment, as a path relative to the source root).
+`RUNTIME` cheats talk to the kernel through raw system calls (inline assembly), which nm
+cannot see: the grader stops them statically too (no syscall instruction is allowed), and
+check_assignment.py grades them again with that check off, so that the runtime defences
+(the channel's token, the sandbox's user and namespace, kill-all) are tested alone. They
+go into one submission (combined()): each test case of the assignment runs one of them,
+chosen by the test's name (read from /proc/self/cmdline), so one grade tries them all,
+each in processes of its own.
+`expect`: words the feedback must contain (any of them).
+"""
+
+RAW = r"""
+#include <cstdio>
+#include <cstring>
+namespace {
+long dplab_raw(long n, long a = 0, long b = 0, long c = 0) {
+  long r;
+  asm volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+  return r;
+}
+void dplab_sleep_ms(long ms) {
+  struct { long s, ns; } t{ms / 1000, (ms % 1000) * 1000000};
+  dplab_raw(35, reinterpret_cast<long>(&t));
+}
+void dplab_name() { dplab_raw(157, 15, reinterpret_cast<long>("dplabcheat")); }  // PR_SET_NAME
+long dplab_open(const char* path, long flags, long mode = 0) {
+  return dplab_raw(2, reinterpret_cast<long>(path), flags, mode);
+}
+void dplab_write(long fd, const char* text) { dplab_raw(1, fd, reinterpret_cast<long>(text), std::strlen(text)); }
+}  // namespace
+"""
+
+FORGED_RESULTS = r'{\"score\": 100.0, \"output\": \"forged\", \"tests\": []}'
+FORGED_VERDICT = (r'{\"token\": \"0123456789abcdef0123456789abcdef\", \"kind\": \"end\", \"test\": \"x\", '
+                  r'\"passed\": true, \"checks\": 1, \"failed\": 0, \"more\": 0, \"messages\": []}\n')
+
+STATIC = [
+    {"name": "exit 0 through the C library", "top": "#include <cstdlib>\n", "body": "std::_Exit(0);",
+     "expect": ["may not call _Exit"]},
+    {"name": "the reference included by its path", "file": '#include "@REFERENCE@"\n',
+     "expect": ["does not compile", "your files may include only"]},
+    {"name": "the reference included through the course's folder", "file": '#include "@HW_DIR@/@STUDENT_FILE@"\n',
+     "expect": ["does not compile", "your files may include only"]},
+    {"name": "a library header the assignment does not give", "top": '#include "parallel/comm/collectives.h"\n',
+     "body": "", "expect": ["does not compile", "your files may include only"]},
+    {"name": "a system call in inline assembly", "top": RAW, "body": "dplab_raw(231, 0);",
+     "expect": ["makes a system call itself"]},
+    {"name": "replaces write() for the whole program",
+     "top": 'extern "C" long write(int, const void*, unsigned long) { return 0; }\n', "body": "",
+     "expect": ["your files define write"]},
+]
+
+RUNTIME = [
+    {"name": "exit 0 with a raw system call", "top": RAW, "body": "dplab_raw(231, 0);",
+     "expect": ["the test ended before its checks ran: it exited with status 0"]},
+    {"name": "prints PASS lines, then exits 0", "top": RAW,
+     "body": r'std::printf("[doctest] test cases: 1 | 1 passed | 0 failed | 0 skipped\n'
+             r'[doctest] Status: SUCCESS!\nPASS\n"); std::fflush(stdout); dplab_raw(231, 0);',
+     "expect": ["the test ended before its checks ran"]},
+    {"name": "forges a verdict on every descriptor, then exits 0", "top": RAW,
+     "body": 'for (long fd = 3; fd < 64; ++fd) dplab_write(fd, "' + FORGED_VERDICT + '"); dplab_raw(231, 0);',
+     "expect": ["without the grader's token"]},
+    {"name": "reads and overwrites the hidden tests, the reference and the cache", "top": RAW,
+     "body": r"""{ static char buf[4096];
+       for (const char* p : {"@HIDDEN@", "@REFERENCE@"}) {
+         long fd = dplab_open(p, 0);
+         if (fd >= 0) { long n = dplab_raw(0, fd, reinterpret_cast<long>(buf), sizeof buf - 1);
+                        if (n > 0) dplab_raw(1, 1, reinterpret_cast<long>(buf), n); }
+         fd = dplab_open(p, 01 | 02000);  // O_WRONLY | O_APPEND
+         if (fd >= 0) dplab_write(fd, "// dplabcheat was here\n");
+       }
+       dplab_open("@CACHE@/dplabcheat", 01 | 0100, 0644); }""",
+     "expect": ["not implemented yet"]},
+    {"name": "a detached child rewrites results.json after the grader exits", "top": RAW,
+     "body": r"""if (dplab_raw(57) == 0) {
+         dplab_raw(112); dplab_name(); dplab_raw(3, 0); dplab_raw(3, 1); dplab_raw(3, 2);
+         for (int i = 0; i < 1200; ++i) {
+           dplab_sleep_ms(50);
+           long fd = dplab_open("@RESULTS@", 01 | 01000);  // O_WRONLY | O_TRUNC
+           if (fd >= 0) { dplab_write(fd, "@FORGED@"); dplab_raw(3, fd); }
+         }
+         dplab_raw(231, 0);
+       }""".replace("@FORGED@", FORGED_RESULTS),
+     "expect": ["not implemented yet"]},
+    {"name": "a child that outlives its test", "top": RAW,
+     "body": r"""if (dplab_raw(57) == 0) { dplab_name(); for (int i = 0; i < 6000; ++i) dplab_sleep_ms(50);
+                                      dplab_raw(231, 0); }""",
+     "expect": ["not implemented yet"]},
+]
+
+THROW = 'throw std::logic_error("not implemented yet'
+
+
+def combined(names, values):
+    """One cheat that does RUNTIME[i % len(RUNTIME)] in the i-th test of `names`; returns the
+    cheat and which runtime cheat each test runs."""
+    table = ", ".join('"' + n.replace("\\", "\\\\").replace('"', '\\"') + '"' for n in names)
+    which = r"""
+namespace {
+int dplab_which() {  // the index of this test case among the grader's, from the command line
+  static const char* names[] = {@TABLE@};
+  static char buf[8192];
+  long fd = dplab_open("/proc/self/cmdline", 0);
+  long n = fd >= 0 ? dplab_raw(0, fd, reinterpret_cast<long>(buf), sizeof buf - 1) : 0;
+  buf[n > 0 ? n : 0] = 0;
+  for (long i = 0; i < n; i += std::strlen(buf + i) + 1)
+    if (std::strncmp(buf + i, "--test-case=", 12) == 0)
+      for (unsigned k = 0; k < sizeof names / sizeof names[0]; ++k)
+        if (std::strcmp(buf + i + 12, names[k]) == 0) return static_cast<int>(k);
+  return -1;
+}
+}  // namespace
+""".replace("@TABLE@", table)
+    cases = "".join(f"case {k}: {{ {c['body']} }} break;\n" for k, c in enumerate(RUNTIME))
+    body = f"switch (dplab_which() % {len(RUNTIME)}) {{\n{cases}default: break; }}"
+    plan = {n: RUNTIME[i % len(RUNTIME)] for i, n in enumerate(names)}
+    return {"name": "every runtime cheat, one per test", "top": RAW + which, "body": body}, plan
+
+
+def make(starter_text, cheat, values):
+    """The cheat's source file from the starter's text."""
+    if "file" in cheat:
+        text = cheat["file"]
+    else:
+        if THROW not in starter_text:
+            raise ValueError("the starter has no 'not implemented yet' throw to put a cheat before")
+        text = cheat.get("top", "") + starter_text.replace(THROW, cheat.get("body", "") + "\n  " + THROW)
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    return text

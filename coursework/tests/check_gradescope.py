@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""check_gradescope.py DPLAB_COURSE: a Gradescope package grades as Gradescope runs it.
+
+`dplab-course package hw3` makes the zip; it is unpacked into ROOT/source of a folder laid
+out like /autograder (ROOT/submission, ROOT/results), and its run_autograder runs as root
+with AUTOGRADER_ROOT=ROOT and this build's dplab (setup.sh, which installs packages and
+builds dplab, is only checked for syntax here; its warm step is a copy of the build's cache of
+the same tests). Four submissions:
+  - correct (the reference's code, in a subfolder as an upload keeps it): 100, with
+    results.json's fields (execution_time, stdout_visibility, each test's visibility:
+    "visible" for the visible tests, "after_due_date" for the hidden ones);
+  - wrong (the average never taken): below 100, the cause named;
+  - cheating in plain C++ (PASS lines and a score on stdout, then a crash): 0;
+  - cheating with raw system calls (a detached child that rewrites results.json, a read of
+    the hidden tests), graded with the static checks off: 0, no process left, results.json
+    as the grader wrote it, no hidden text.
+The zip holds no reference solution and no ci_checks.json.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cheats  # noqa: E402
+
+
+def comm_pids(name):
+    found = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/comm") as f:
+                if f.read().strip() == name:
+                    found.append(int(p))
+        except OSError:
+            pass
+    return found
+
+
+def main():
+    if os.geteuid() != 0:
+        print("SKIP: run_autograder runs as root (as on Gradescope); this check needs root")
+        return 77
+    tool = os.path.abspath(sys.argv[1])
+    course = os.environ["DPLAB_COURSE_DIR"]
+    build_pc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(tool))), "meson-uninstalled")
+    problems = []
+    root = tempfile.mkdtemp(prefix="dplab-autograder-")
+    zip_path = os.path.join(root, "hw3.zip")
+    r = subprocess.run([sys.executable, tool, "package", "hw3", zip_path], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        return 1
+    with zipfile.ZipFile(zip_path) as z:
+        names = z.namelist()
+        for n in names:
+            if n.endswith(("hw3_ring_allreduce/ring_allreduce.cpp", "ci_checks.json")):
+                problems.append(f"the zip holds {n}")
+        for n in ("setup.sh", "run_autograder", "course/hw3_ring_allreduce/tests_hidden.cpp"):
+            if n not in names:
+                problems.append(f"the zip has no {n}")
+        z.extractall(os.path.join(root, "source"))
+    src = os.path.join(root, "source")
+    for script in ("setup.sh", "run_autograder"):
+        os.chmod(os.path.join(src, script), 0o755)
+        if subprocess.run(["bash", "-n", os.path.join(src, script)]).returncode != 0:
+            problems.append(f"{script} is not valid bash")
+    hidden_marker = open(os.path.join(course, "hw3_ring_allreduce", "tests_hidden.cpp")).readline().strip()
+    env = dict(os.environ, AUTOGRADER_ROOT=root, DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
+    env.pop("DPLAB_COURSE_DIR")
+    build_cache = env.pop("DPLAB_COURSE_CACHE", None)
+    if build_cache and os.path.isdir(build_cache):  # setup.sh's warm step, from the same sources
+        shutil.copytree(build_cache, os.path.join(src, "cache"), copy_function=os.link)
+
+    def grade(label, folder_files, args=()):
+        sub = os.path.join(root, "submission")
+        shutil.rmtree(sub, ignore_errors=True)
+        for rel, text in folder_files.items():
+            os.makedirs(os.path.dirname(os.path.join(sub, rel)), exist_ok=True)
+            with open(os.path.join(sub, rel), "w") as f:
+                f.write(text)
+        r = subprocess.run(["bash", os.path.join(src, "run_autograder"), *args], env=env, capture_output=True, text=True,
+                           timeout=600)
+        with open(os.path.join(root, "results", "results.json")) as f:
+            results = json.load(f)
+        print(f"{label}: {results.get('score')} in {results.get('execution_time')} s", flush=True)
+        if r.returncode != 0:
+            problems.append(f"{label}: run_autograder exited with {r.returncode}:\n{r.stderr[-2000:]}")
+        return results
+
+    reference = open(os.path.join(course, "hw3_ring_allreduce", "ring_allreduce.cpp")).read()
+    results = grade("correct", {"hw3/ring_allreduce.cpp": reference})
+    if results.get("score") != 100:
+        problems.append(f"the correct submission scored {results.get('score')}: {json.dumps(results)[:3000]}")
+    for field in ("score", "execution_time", "output", "stdout_visibility", "tests"):
+        if field not in results:
+            problems.append(f"results.json has no '{field}'")
+    visible = {"sum of float32 over 2 and 3 ranks (10 points)",
+               "a count that N does not divide: 10 elements over 4 ranks (10 points)"}
+    for t in results.get("tests", []):
+        want = "visible" if t["name"] in visible else "after_due_date"
+        if t.get("visibility") != want:
+            problems.append(f"test {t['name']!r} has visibility {t.get('visibility')}, not {want}")
+        if set(t) < {"name", "score", "max_score", "output", "visibility", "status"}:
+            problems.append(f"test {t['name']!r} lacks fields: {sorted(t)}")
+
+    wrong = reference.replace("if (op == Op::Avg) divide(data, count, dtype, n);", "")
+    results = grade("wrong", {"ring_allreduce.cpp": wrong})
+    feedback = "\n".join(t["output"] for t in results.get("tests", []))
+    if not results.get("score", 100) < 100 or "it is the sum, not the average" not in feedback:
+        problems.append(f"the wrong submission scored {results.get('score')}:\n{feedback[:2000]}")
+
+    starter = open(os.path.join(os.environ["DPLAB_COURSE_STARTERS"], "hw3_ring_allreduce",
+                                "ring_allreduce.cpp")).read()
+    results_path = os.path.join(root, "results", "results.json")
+    # a cheat in plain C++ that passes the static checks: PASS lines and a score on stdout,
+    # then a crash
+    plain = {"top": "#include <cstdio>\n",
+             "body": 'std::printf("PASS 100/100\\n[doctest] Status: SUCCESS!\\nscore: 100 / 100\\n"); '
+                     'std::fflush(stdout); *static_cast<volatile int*>(nullptr) = 1;'}
+    results = grade("cheating in plain C++", {"ring_allreduce.cpp": cheats.make(starter, plain, {})})
+    if results.get("score") != 0 or "crashed: SIGSEGV" not in json.dumps(results):
+        problems.append(f"the plain cheat scored {results.get('score')}: {json.dumps(results)[:2000]}")
+    # raw system calls, graded with the static checks off (run_autograder passes on its
+    # arguments): a detached child that rewrites results.json, a read of the hidden tests
+    runtime = [c for c in cheats.RUNTIME if c["name"].startswith(("a detached child", "reads"))]
+    cheat = {"top": cheats.RAW, "body": " ".join("{ " + c["body"] + " }" for c in runtime)}
+    values = {"RESULTS": results_path, "HIDDEN": os.path.join(src, "course/hw3_ring_allreduce/tests_hidden.cpp"),
+              "REFERENCE": os.path.join(course, "hw3_ring_allreduce", "ring_allreduce.cpp"),
+              "CACHE": os.path.join(src, "cache")}
+    text = cheats.make(starter, cheat, values).replace("dplabcheat", "dcgradescope")
+    results = grade("cheating with raw system calls", {"ring_allreduce.cpp": text}, ["--skip-static-checks"])
+    survivors = comm_pids("dcgradescope")
+    for pid in survivors:
+        os.kill(pid, 9)
+    if survivors:
+        problems.append(f"{len(survivors)} process(es) of the cheating submission outlived run_autograder")
+    if results.get("score") != 0:
+        problems.append(f"the cheating submission scored {results.get('score')}")
+    with open(results_path) as f:
+        if json.load(f) != results:
+            problems.append("results.json changed after run_autograder returned")
+    if hidden_marker in json.dumps(results):
+        problems.append("the cheating submission's results show the hidden tests")
+
+    shutil.rmtree(root, ignore_errors=True)
+    for p in problems:
+        print("PROBLEM:", p)
+    print(f"gradescope: {'ok' if not problems else str(len(problems)) + ' problem(s)'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

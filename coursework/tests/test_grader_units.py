@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""test_grader_units.py: the grader's parts, one by one, without compiling anything.
+
+symbols.py's names and rules, build.py's dependency lists, sandbox.py's covered paths,
+runner.py's test names, feedback.py's verdicts (a pass needs the verdict, status 0, no
+forged record, one verdict), results.py's results.json, and every assignment's manifest:
+its headers exist, its points add up to 100, its speed tests are tests, and its time limits
+keep the worst grade (every test hanging) under Gradescope's 10 minutes.
+"""
+import json
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+COURSE = os.environ.get("DPLAB_COURSE_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(COURSE, "grader"))
+
+import build  # noqa: E402
+import feedback  # noqa: E402
+import manifest  # noqa: E402
+import results  # noqa: E402
+import runner  # noqa: E402
+import sandbox  # noqa: E402
+import symbols  # noqa: E402
+
+
+class Names(unittest.TestCase):
+    def test_name_of(self):
+        cases = {
+            "dplab::Tensor::backward(dplab::Tensor const&, bool) const": "dplab::Tensor::backward",
+            "operator new(unsigned long)": "operator new",
+            "std::vector<float, std::allocator<float> > dplab::Tensor::to_vector<float>() const":
+                "dplab::Tensor::to_vector<float>",
+            "std::basic_ostream<char, std::char_traits<char> >& std::operator<< <std::char_traits<char> >"
+            "(std::basic_ostream<char, std::char_traits<char> >&, char const*)": "std::operator<< <std::char_traits<char> >",
+            "fmt::v9::vformat[abi:cxx11](fmt::v9::basic_string_view<char>)": "fmt::v9::vformat",
+            "typeinfo for std::logic_error": "typeinfo for std::logic_error",
+            "non-virtual thunk to hw4::X::~X()": "hw4::X::~X",
+            "memmove": "memmove",
+        }
+        for demangled, name in cases.items():
+            self.assertEqual(symbols.name_of(demangled), name)
+
+
+class Rules(unittest.TestCase):
+    def rules(self):
+        a = types.SimpleNamespace(short="hw3", namespace="hw3", name="hw3_x", symbols={
+            "allow": ["@runtime", "hw3::exchange", "dplab::parallel::ProcessGroup::all_reduce"],
+            "deny": [{"match": "dplab::parallel::.*", "why": "write the ring yourself"}],
+            "otherwise": "not given"})
+        return symbols.Rules(a, symbols.load_groups(COURSE))
+
+    def test_calls(self):
+        r = self.rules()
+        self.assertEqual(r.check_call("hw3::exchange"), "")
+        self.assertEqual(r.check_call("operator new"), "")
+        self.assertEqual(r.check_call("dplab::parallel::ProcessGroup::all_reduce"), "")  # allowed first
+        self.assertEqual(r.check_call("dplab::parallel::ring_all_reduce"),
+                         "hw3 may not call dplab::parallel::ring_all_reduce: write the ring yourself")
+        self.assertEqual(r.check_call("fork"), "hw3 may not call fork: not given")
+
+    def test_definitions(self):
+        r = self.rules()
+        self.assertEqual(r.check_definition("T", "hw3::ring_all_reduce"), "")
+        self.assertEqual(r.check_definition("W", "std::vector<int, std::allocator<int> >::~vector"), "")
+        self.assertIn("define write", r.check_definition("T", "write"))
+        self.assertIn("define hw3::grading::explain", r.check_definition("W", "hw3::grading::explain"))
+        self.assertIn("define dplab::Tensor::to_vector<float>",  # an explicit specialisation is strong
+                      r.check_definition("T", "dplab::Tensor::to_vector<float>"))
+
+
+class Files(unittest.TestCase):
+    def test_parse_deps(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".d", delete=False) as f:
+            f.write("x.o: /a/b.cpp /a/with\\ space.h \\\n /usr/include/stdio.h\n")
+        self.assertEqual(build.parse_deps(f.name), ["/a/b.cpp", "/a/with space.h", "/usr/include/stdio.h"])
+        os.unlink(f.name)
+
+    def test_outermost(self):
+        self.assertEqual(sandbox.outermost(["/a/b/c", "/a/b", "/ab", "/a/b"]), ["/ab", "/a/b"])
+
+    def test_allowed_include(self):
+        std = ["/usr/include/c++/12", "/usr/include"]
+        self.assertTrue(build.allowed_include("/s/inc/ring.h", ["/s/inc"], set(), std))
+        self.assertTrue(build.allowed_include("/usr/include/c++/12/vector", [], set(), std))
+        self.assertTrue(build.allowed_include("/usr/include/stdio.h", [], set(), std))
+        self.assertFalse(build.allowed_include("/usr/include/dplab/parallel/comm/ring.h", [], set(), std))
+        self.assertFalse(build.allowed_include("/etc/passwd", [], set(), std))
+
+    def test_test_names(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
+            f.write('TEST_CASE("a (10 points)") {}\nTEST_CASE( "b: it\'s \\"q\\" (5 points)" ) {}\n')
+        self.assertEqual(runner.test_names([f.name]), ["a (10 points)", 'b: it\'s "q" (5 points)'])
+        with open(f.name, "w") as g:
+            g.write('TEST_CASE("a, b (10 points)") {}\n')
+        with self.assertRaises(SystemExit):
+            runner.test_names([f.name])
+        os.unlink(f.name)
+
+
+class Verdicts(unittest.TestCase):
+    def run_with(self, records, returncode=0, forged=0, timed_out=False):
+        a = types.SimpleNamespace(limits=dict(manifest.LIMITS))
+        run = types.SimpleNamespace(name="t (10 points)", records=records, forged=forged, timed_out=timed_out,
+                                    proc=types.SimpleNamespace(returncode=returncode), stdout=b"", dropped=0,
+                                    seconds=0.1, limit=30, cpu_s=65)
+        return feedback.result_of(run, a, None)
+
+    def end(self, passed=True, name="t (10 points)"):
+        return {"kind": "end", "test": name, "passed": passed, "checks": 3, "messages": [] if passed else ["m"]}
+
+    def test_pass_needs_everything(self):
+        self.assertTrue(self.run_with([self.end()])["passed"])
+        self.assertEqual(self.run_with([self.end()])["score"], 10)
+        self.assertFalse(self.run_with([self.end()], returncode=1)["passed"])
+        self.assertFalse(self.run_with([self.end()], forged=1)["passed"])
+        self.assertFalse(self.run_with([self.end(), self.end()])["passed"])
+        self.assertFalse(self.run_with([self.end(name="other (10 points)")])["passed"])
+        self.assertFalse(self.run_with([self.end(passed=False)])["passed"])
+
+    def test_words(self):
+        r = self.run_with([], returncode=0)
+        self.assertIn("the test ended before its checks ran: it exited with status 0", r["output"])
+        r = self.run_with([self.end()], forged=2)
+        self.assertIn("without the grader's token", r["output"])
+        r = self.run_with([], returncode=-24)
+        self.assertIn("more CPU time than its limit (65 s)", r["output"])
+
+
+class ResultsJson(unittest.TestCase):
+    def test_fields(self):
+        a = types.SimpleNamespace(hidden_visibility="after_due_date")
+        rs = [{"name": "v (20 points)", "score": 20, "max_score": 20, "output": "", "status": "passed", "visible": True},
+              {"name": "h (80 points)", "score": 0, "max_score": 80, "output": "x" * 9000, "status": "failed",
+               "visible": False}]
+        data = results.gradescope(rs, a, 12.4)
+        self.assertEqual((data["score"], data["execution_time"], data["stdout_visibility"]), (20.0, 12, "hidden"))
+        self.assertEqual([t["visibility"] for t in data["tests"]], ["visible", "after_due_date"])
+        self.assertLess(len(data["tests"][1]["output"]), 6100)
+        self.assertEqual(results.closing_line(rs[:1], ["visible"]),
+                         "visible tests: 20 of 20 points; the hidden tests run when graded (this is not your score)")
+
+
+class Manifests(unittest.TestCase):
+    def test_every_assignment(self):
+        for a in manifest.list_assignments(COURSE):
+            with self.subTest(a.name):
+                names = runner.test_names(a.test_sources(["visible", "hidden"]) if a.hidden_tests_present()
+                                          else a.test_sources(["visible"]))
+                if a.hidden_tests_present():
+                    self.assertEqual(sum(manifest.points_of(n) for n in names), 100)
+                for s in a.speed_tests:
+                    self.assertIn(s, names)
+                for h in a.student_headers:
+                    self.assertTrue(os.path.isfile(a.path(h)) or "/" in h, h)
+                symbols.Rules(a, symbols.load_groups(COURSE))  # every group it names exists
+                lim = a.limits
+                worst = lim["compile_timeout_s"] * len(a.student_files) + lim["budget_s"] + 30  # + link
+                self.assertLess(worst, 600, "a grade could pass Gradescope's 10 minutes")
+                self.assertLessEqual(lim["test_timeout_s"], lim["budget_s"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
