@@ -224,7 +224,8 @@ class Check:
         for path, digest in self.protected.items() if os.geteuid() == 0 else []:
             if sha(path) != digest:
                 self.problems.append(f"{path} changed during the grades")
-        if any(n.startswith("dc") for n in os.listdir(self.cache)):
+        # the cheats' file is named by grade()'s tag (dc + 5 digits); cache entries are hex hashes
+        if any(re.fullmatch(r"dc\d{5}", n) for n in os.listdir(self.cache)):
             self.problems.append("a submission wrote into the grader's cache")
         shutil.rmtree(self.work, ignore_errors=True)
         shutil.rmtree(self.open_dir, ignore_errors=True)
