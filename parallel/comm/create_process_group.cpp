@@ -7,7 +7,7 @@
 #include "parallel/comm/process_group.h"
 
 #include "framework/error.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "parallel/engines/collective_engine.h"

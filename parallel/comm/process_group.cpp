@@ -16,38 +16,10 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
-
-std::string reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-std::string algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Star: return "star";
-    case Algorithm::RecursiveDoubling: return "recursive_doubling";
-    case Algorithm::HalvingDoubling: return "halving_doubling";
-    case Algorithm::OneShot: return "one_shot";
-    case Algorithm::Auto: return "auto";
-  }
-  return "?";
-}
-
-Algorithm algorithm_from_name(const std::string& name) {
-  for (Algorithm a : kAlgorithms)
-    if (algorithm_name(a) == name) return a;
-  DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling, "
-             "one_shot or auto, got \"{}\"", name);
-}
 
 namespace {
 

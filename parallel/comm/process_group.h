@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {

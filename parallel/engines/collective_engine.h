@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/store.h"
 

@@ -13,8 +13,8 @@
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/collectives.h"
+#include "parallel/algorithms/cost.h"
 
 namespace dplab::parallel {
 

@@ -22,18 +22,9 @@
 #include <algorithm>
 
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
-
-int64_t chunk_elems(int64_t n, int parts, int index) {
-  return n / parts + (index < n % parts ? 1 : 0);
-}
-int64_t chunk_offset(int64_t n, int parts, int index) {
-  // the first n % parts chunks are one longer, so they end at index * (base + 1)
-  int64_t base = n / parts, extra = n % parts;
-  return index * base + std::min<int64_t>(index, extra);
-}
 
 namespace {
 

@@ -22,7 +22,7 @@
 
 #include "framework/backend/backend.h"
 #include "framework/tensor/dtype.h"
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/transport/transport.h"
 
 namespace dplab::parallel {

@@ -1,14 +1,14 @@
 // cost.cpp: the per-rank byte formulas of cost.h, derived step by step below; then the
 // alpha-beta time of each all-reduce, and the choice `auto` makes with it.
 // Read next: ring.cpp (the algorithm these count), recursive_doubling.cpp.
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
 

@@ -26,7 +26,7 @@
  * Read next: halving_doubling.cpp, the same steps with halves of the buffer.
  */
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
 

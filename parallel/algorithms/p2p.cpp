@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
 

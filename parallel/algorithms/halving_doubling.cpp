@@ -26,7 +26,7 @@
  * moves, and which one `auto` picks).
  */
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
 

@@ -8,7 +8,7 @@
 #pragma once
 #include <cstdint>
 
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/transport/mailbox_transport.h"  // cpu_cores, kSegmentBytes
 
 namespace dplab::parallel {

@@ -8,7 +8,7 @@
 // move by p2p.cpp. The formulas: cost.cpp.
 // Read next: engines/dplab_engine.cpp.
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
+#include "parallel/algorithms/collectives.h"
 
 namespace dplab::parallel {
 
