@@ -36,7 +36,7 @@
 #include "benchmarks/plot_runner.h"
 #include "framework/tensor/tensor.h"
 #include "parallel/rendezvous/file_store.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
 
 using namespace dplab;

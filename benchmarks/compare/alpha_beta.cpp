@@ -16,7 +16,7 @@
 #include "benchmarks/compare/training.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
 #include "parallel/launch/spawn.h"
 

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "tests/program_run.h"
 
 namespace fs = std::filesystem;

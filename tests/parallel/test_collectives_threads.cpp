@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/transport/mailbox_transport.h"
