@@ -10,7 +10,7 @@
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
 // S·(beta + gamma)), and the wake-up of the one-shot rows at 4 KiB where ranks outnumber
-// cores (a wait on each peer, each for the scheduler), beside the numbers comm/cost.cpp's
+// cores (a wait on each peer, each for the scheduler), beside the numbers algorithms/cost.cpp's
 // shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
 // against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
 // Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
@@ -18,7 +18,7 @@
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
-// Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
+// Read next: ../parallel/algorithms/ring.cpp, ../tutorials/05_collectives.md.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +35,10 @@
 
 #include "benchmarks/plot_runner.h"
 #include "framework/tensor/tensor.h"
-#include "parallel/rendezvous/file_store.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/rendezvous/file_store.h"
+#include "parallel/transport/mailbox_transport.h"  // cpu_cores
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -360,18 +361,19 @@ int main(int argc, char** argv) {
     }
   std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N * bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
+  const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine
   std::vector<std::pair<double, double>> rd2;
   for (const Row& r : rows)
     if (r.n == 2 && r.algo == "recursive_doubling") rd2.push_back({double(r.bytes), r.seconds});
   if (auto [alpha, beta] = fit_alpha_beta(rd2); beta > 0)
     std::printf("alpha-beta fit of recursive doubling at N = 2 (one exchange of S, reduced: t = alpha + "
                 "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
-                "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
-                shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
+                "(algorithms/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
+                model.alpha * 1e6, 1e-9 / (model.beta + model.gamma));
   // wake: a one-shot of 4 KiB is one slot, a wait on each of N-1 peers; where ranks outnumber
   // cores, what it takes beyond the model's time without wake-ups is the scheduler bringing
   // ranks back, that many times (the model's count: its time with wake = 1 s, less without)
-  LinkCost no_wake = shm_link_cost(), unit_wake = shm_link_cost();
+  LinkCost no_wake = model, unit_wake = model;
   no_wake.wake = 0;
   unit_wake.wake = 1;
   for (int n : ranks)
@@ -380,7 +382,7 @@ int main(int argc, char** argv) {
       const double wakes = all_reduce_seconds(Algorithm::OneShot, n, 4096, unit_wake) - base;
       std::printf("wake-up at N = %d (one-shot of 4 KiB, less its modelled time, over its %.0f waits): "
                   "%.1f us; the model auto uses: %.1f us\n", n, wakes, (r->seconds - base) / wakes * 1e6,
-                  shm_link_cost().wake * 1e6);
+                  model.wake * 1e6);
     }
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");

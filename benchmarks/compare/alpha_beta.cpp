@@ -19,6 +19,7 @@
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
 #include "parallel/launch/spawn.h"
+#include "parallel/transport/mailbox_transport.h"  // shm_segment_bytes
 
 namespace dplab::compare {
 
@@ -97,10 +98,9 @@ double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, in
   const parallel::Algorithm algo = p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
   // the model auto uses (the reduction's gamma, the wake-ups past `cores`, the shm slots for
   // n ranks), with alpha and beta of the ping-pong over this run's links
-  parallel::LinkCost link = parallel::shm_link_cost();
+  parallel::LinkCost link = parallel::shm_link_cost(cores);
   link.alpha = ab.alpha;
   link.beta = ab.beta;
-  link.cores = cores;
   link.segment = double(parallel::shm_segment_bytes(n, cores));
   return parallel::all_reduce_seconds(algo, n, bytes, link);
 }

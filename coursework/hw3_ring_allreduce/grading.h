@@ -62,7 +62,7 @@ inline std::vector<int64_t> run_ranks(int n, const std::function<void(CountingTr
   auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
   std::vector<int64_t> sent(n), got(n);
   course::run_rank_threads(n, [&](int r) {
-    CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, timeout));
+    CountingTransport tr(dplab::parallel::make_thread_transport(*store, r, n, timeout));
     try {
       body(tr);
     } catch (const std::exception& e) {

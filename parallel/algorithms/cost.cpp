@@ -115,8 +115,8 @@ Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
 
 // ---- time ----
 
-LinkCost shm_link_cost() {
-  return {.alpha = 1.2e-6, .beta = 1.0 / 30e9, .gamma = 1.0 / 30e9, .cores = cpu_cores(), .wake = 30e-6};
+LinkCost shm_link_cost(int cores) {
+  return {.alpha = 1.2e-6, .beta = 1.0 / 30e9, .gamma = 1.0 / 30e9, .cores = cores, .wake = 30e-6};
 }
 
 namespace {

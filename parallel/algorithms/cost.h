@@ -1,15 +1,15 @@
 // cost.h: what each collective moves per rank, as formulas: the one place they are written.
-// ring.cpp, star.cpp and p2p.cpp count the same bytes as they move them (Ctx::traffic), and
+// ring.cpp, star.cpp and p2p.cpp count the same bytes as they move them (Exchange::traffic), and
 // tests/parallel/test_collectives_threads.cpp checks that every count equals its formula
 // here, for N = 1..4 and sizes N does not divide. Engines that cannot see their wire (MPI,
-// NCCL) report these formulas as their counters (ProcessGroup, process_group.cpp).
+// NCCL) report these formulas as their traffic (engines/mpi_engine.cpp, nccl_engine.cpp).
 // S is the tensor's bytes (for all_gather / reduce_scatter: one rank's block).
 // Read next: cost.cpp, then ring.cpp.
 #pragma once
 #include <cstdint>
 
 #include "parallel/algorithms/collective_types.h"
-#include "parallel/transport/mailbox_transport.h"  // cpu_cores, kSegmentBytes
+#include "parallel/transport/transport.h"  // kSegmentBytes
 
 namespace dplab::parallel {
 
@@ -51,7 +51,7 @@ struct LinkCost {
   double alpha = 0;  // seconds per step
   double beta = 0;   // seconds per byte sent
   double gamma = 0;  // seconds per byte reduced
-  int cores = 1;     // CPUs the ranks share (cpu_cores(): this process's affinity mask)
+  int cores = 1;     // CPUs the ranks share (transport/mailbox_transport.h's cpu_cores())
   double wake = 0;   // seconds a hand-off takes when the rank it waits for has no core
   double segment = kSegmentBytes;  // bytes per hand-off: the transport's slot
 };
@@ -61,7 +61,7 @@ struct LinkCost {
 // 30 us for a rank to be woken and get a core back (it estimates wake from the one-shot rows
 // where ranks outnumber cores: 2-40 us; the ring's lockstep steps at N = 3 lose about 90 us
 // a segment). Only their ratios decide the choice, and only near the crossover sizes.
-LinkCost shm_link_cost();
+LinkCost shm_link_cost(int cores);
 
 // Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto): the larger of
 // two bounds, plus the wake-ups:

@@ -33,32 +33,32 @@ namespace dplab::parallel {
 namespace {
 
 // Chunks [lo, hi) of `buffer` cut into `parts` chunks: one contiguous block.
-Block chunk_range(const Ctx& c, const Block& buffer, int parts, int lo, int hi) {
+Block chunk_range(const Exchange& ex, const Block& buffer, int parts, int lo, int hi) {
   const int64_t first = chunk_offset(buffer.elems, parts, lo);
-  return {buffer.data + first * c.elem(), chunk_offset(buffer.elems, parts, hi) - first};
+  return {buffer.data + first * ex.elem(), chunk_offset(buffer.elems, parts, hi) - first};
 }
 
 }  // namespace
 
-void halving_doubling_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size();
+void halving_doubling_all_reduce(Exchange& ex, Block buffer) {
+  const int n = ex.tr.size();
   if (n == 1 || buffer.elems == 0) return;
-  with_fold(c, buffer, [&](int v, int p) {
+  with_fold(ex, buffer, [&](int v, int p) {
     // reduce-scatter: halve my range each step, keeping the half my bit d points to
     for (int d = p / 2; d >= 1; d /= 2) {
       const int partner = unfolded_rank(v ^ d, n);
       const int lo = v & ~(2 * d - 1), mid = lo + d, hi = lo + 2 * d;  // the range we share
       const bool keep_lower = (v & d) == 0;
-      Block keep = keep_lower ? chunk_range(c, buffer, p, lo, mid) : chunk_range(c, buffer, p, mid, hi);
-      Block give = keep_lower ? chunk_range(c, buffer, p, mid, hi) : chunk_range(c, buffer, p, lo, mid);
-      send_recv(c, partner, give, partner, keep, Into::Reduce);
+      Block keep = keep_lower ? chunk_range(ex, buffer, p, lo, mid) : chunk_range(ex, buffer, p, mid, hi);
+      Block give = keep_lower ? chunk_range(ex, buffer, p, mid, hi) : chunk_range(ex, buffer, p, lo, mid);
+      send_recv(ex, partner, give, partner, keep, Into::Reduce);
     }
     // all-gather: my range (d chunks, starting at v's multiple of d) to the partner, theirs in
     for (int d = 1; d < p; d *= 2) {
       const int pv = v ^ d, partner = unfolded_rank(pv, n);
       const int mine = v & ~(d - 1), theirs = pv & ~(d - 1);
-      send_recv(c, partner, chunk_range(c, buffer, p, mine, mine + d), partner,
-                chunk_range(c, buffer, p, theirs, theirs + d), Into::Copy);
+      send_recv(ex, partner, chunk_range(ex, buffer, p, mine, mine + d), partner,
+                chunk_range(ex, buffer, p, theirs, theirs + d), Into::Copy);
     }
   });
 }

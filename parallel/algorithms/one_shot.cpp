@@ -30,43 +30,43 @@ namespace dplab::parallel {
 
 namespace {
 
-// One segment of scratch memory on the Ctx's device (host or GPU), freed at scope end.
+// One segment of scratch memory on the exchange's device (host or GPU), freed at scope end.
 class Scratch {
  public:
-  Scratch(const Ctx& c, std::size_t bytes)
-      : c_(c), bytes_(bytes), data_(static_cast<std::byte*>(c.backend().allocate(c.device, bytes))) {}
-  ~Scratch() { c_.backend().deallocate(c_.device, data_, bytes_); }
+  Scratch(const Exchange& ex, std::size_t bytes)
+      : ex_(ex), bytes_(bytes), data_(static_cast<std::byte*>(ex.backend().allocate(ex.device, bytes))) {}
+  ~Scratch() { ex_.backend().deallocate(ex_.device, data_, bytes_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   std::byte* data() const { return data_; }
 
  private:
-  const Ctx& c_;
+  const Exchange& ex_;
   std::size_t bytes_;
   std::byte* data_;
 };
 
 }  // namespace
 
-void one_shot_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void one_shot_all_reduce(Exchange& ex, Block buffer) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   if (n == 1 || buffer.elems == 0) return;
-  const int64_t segments = segment_count(c, buffer), seg = c.segment_elems();
-  Scratch sum(c, static_cast<std::size_t>(std::min(seg, buffer.elems)) * c.elem());
+  const int64_t segments = segment_count(ex, buffer), seg = ex.segment_elems();
+  Scratch sum(ex, static_cast<std::size_t>(std::min(seg, buffer.elems)) * ex.elem());
   for (int64_t k = 0; k < segments; ++k) {
     // segment k of my buffer out to every peer
-    for (int p = 1; p < n; ++p) send_segment_of(c, (r + p) % n, buffer, k);
+    for (int p = 1; p < n; ++p) send_segment_of(ex, (r + p) % n, buffer, k);
     // sum = x0 + x1 + ... + x(N-1), segment k, in rank order (mine from my own buffer)
     const int64_t len = std::min(seg, buffer.elems - k * seg);
-    const std::size_t bytes = static_cast<std::size_t>(len) * c.elem();
-    Block mine{buffer.data + k * seg * c.elem(), len};
+    const std::size_t bytes = static_cast<std::size_t>(len) * ex.elem();
+    Block mine{buffer.data + k * seg * ex.elem(), len};
     Block one_segment{sum.data(), len};  // a peer's segment k is segment 0 of this block
     for (int q = 0; q < n; ++q) {
-      if (q == r && q == 0) c.copy(sum.data(), mine.data, bytes);
-      else if (q == r) c.reduce(sum.data(), mine.data, bytes);
-      else recv_segment_of(c, q, one_segment, 0, q == 0 ? Into::Copy : Into::Reduce);
+      if (q == r && q == 0) ex.copy(sum.data(), mine.data, bytes);
+      else if (q == r) ex.reduce(sum.data(), mine.data, bytes);
+      else recv_segment_of(ex, q, one_segment, 0, q == 0 ? Into::Copy : Into::Reduce);
     }
-    c.copy(mine.data, sum.data(), bytes);  // the result of segment k, the same on every rank
+    ex.copy(mine.data, sum.data(), bytes);  // the result of segment k, the same on every rank
   }
 }
 

@@ -47,29 +47,29 @@ int unfolded_rank(int v, int n) {
   return v < extra ? 2 * v + 1 : v + extra;
 }
 
-void with_fold(Ctx& c, Block buffer, const std::function<void(int v, int p)>& core) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void with_fold(Exchange& ex, Block buffer, const std::function<void(int v, int p)>& core) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   const int p = power_of_two_below(n), v = folded_rank(r, n);
   if (v < 0) {
     // an even rank of a pair: hand my buffer to r+1, take the result back from it
-    send_block(c, r + 1, buffer);
-    recv_copy(c, r + 1, buffer);
+    send_block(ex, r + 1, buffer);
+    recv_copy(ex, r + 1, buffer);
     return;
   }
   const bool paired = r < 2 * (n - p);
-  if (paired) recv_reduce(c, r - 1, buffer);  // fold: my pair's buffer into mine
+  if (paired) recv_reduce(ex, r - 1, buffer);  // fold: my pair's buffer into mine
   core(v, p);
-  if (paired) send_block(c, r - 1, buffer);  // unfold: the result to my pair
+  if (paired) send_block(ex, r - 1, buffer);  // unfold: the result to my pair
 }
 
-void recursive_doubling_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size();
+void recursive_doubling_all_reduce(Exchange& ex, Block buffer) {
+  const int n = ex.tr.size();
   if (n == 1 || buffer.elems == 0) return;
-  with_fold(c, buffer, [&](int v, int p) {
+  with_fold(ex, buffer, [&](int v, int p) {
     for (int d = 1; d < p; d *= 2) {
       // step log2 d: swap whole buffers with virtual rank v XOR d, add theirs into mine
       const int partner = unfolded_rank(v ^ d, n);
-      send_recv(c, partner, buffer, partner, buffer, Into::Reduce);
+      send_recv(ex, partner, buffer, partner, buffer, Into::Reduce);
     }
   });
 }

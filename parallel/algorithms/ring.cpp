@@ -33,51 +33,51 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 // One ring step: stream `out` to the right while `in` streams in from the left, segment by
 // segment, interleaved so neither side waits for a whole chunk (p2p.cpp's send_recv).
 // reduce: add into `in` (reduce-scatter) instead of overwriting it (all-gather).
-void ring_step(Ctx& c, const Block& out, const Block& in, bool reduce) {
-  const int n = c.tr.size(), r = c.tr.rank();
-  send_recv(c, mod(r + 1, n), out, mod(r - 1, n), in, reduce ? Into::Reduce : Into::Copy);
+void ring_step(Exchange& ex, const Block& out, const Block& in, bool reduce) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
+  send_recv(ex, mod(r + 1, n), out, mod(r - 1, n), in, reduce ? Into::Reduce : Into::Copy);
 }
 
 }  // namespace
 
-void ring_reduce_scatter(Ctx& c, std::vector<Block>& blocks, int shift) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void ring_reduce_scatter(Exchange& ex, std::vector<Block>& blocks, int shift) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   for (int s = 0; s < n - 1; ++s) {
     // step s: send chunk r-s (+shift) right, reduce chunk r-s-1 (+shift) from the left
-    ring_step(c, blocks[mod(r - s + shift, n)], blocks[mod(r - s - 1 + shift, n)], true);
+    ring_step(ex, blocks[mod(r - s + shift, n)], blocks[mod(r - s - 1 + shift, n)], true);
   }
 }
 
-void ring_all_gather(Ctx& c, std::vector<Block>& blocks, int shift) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void ring_all_gather(Exchange& ex, std::vector<Block>& blocks, int shift) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   const int owned = r + 1 + shift;
   for (int s = 0; s < n - 1; ++s) {
     // step s: pass on the chunk received last step (my own at s = 0), take the next one
-    ring_step(c, blocks[mod(owned - s, n)], blocks[mod(owned - s - 1, n)], false);
+    ring_step(ex, blocks[mod(owned - s, n)], blocks[mod(owned - s - 1, n)], false);
   }
 }
 
-void ring_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size();
+void ring_all_reduce(Exchange& ex, Block buffer) {
+  const int n = ex.tr.size();
   if (n == 1 || buffer.elems == 0) return;
   std::vector<Block> chunks(n);
   for (int i = 0; i < n; ++i)
-    chunks[i] = {buffer.data + chunk_offset(buffer.elems, n, i) * c.elem(),
+    chunks[i] = {buffer.data + chunk_offset(buffer.elems, n, i) * ex.elem(),
                  chunk_elems(buffer.elems, n, i)};
-  ring_reduce_scatter(c, chunks, 0);  // rank r now holds reduced chunk r+1
-  ring_all_gather(c, chunks, 0);      // ... and now every reduced chunk
+  ring_reduce_scatter(ex, chunks, 0);  // rank r now holds reduced chunk r+1
+  ring_all_gather(ex, chunks, 0);      // ... and now every reduced chunk
 }
 
 // Broadcast as a pipelined chain root -> root+1 -> ... -> root-1: each rank forwards
 // segment k while its right neighbour is still receiving segment k-1. Every rank but the
 // last of the chain sends S bytes; every rank but the root receives S.
-void chain_broadcast(Ctx& c, Block buffer, int root) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void chain_broadcast(Exchange& ex, Block buffer, int root) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   const int pos = mod(r - root, n);  // my place in the chain
   const int left = mod(r - 1, n), right = mod(r + 1, n);
-  for (int64_t k = 0; k < segment_count(c, buffer) && n > 1; ++k) {
-    if (pos > 0) recv_segment_of(c, left, buffer, k, Into::Copy);  // from the previous in the chain
-    if (pos < n - 1) send_segment_of(c, right, buffer, k);
+  for (int64_t k = 0; k < segment_count(ex, buffer) && n > 1; ++k) {
+    if (pos > 0) recv_segment_of(ex, left, buffer, k, Into::Copy);  // from the previous in the chain
+    if (pos < n - 1) send_segment_of(ex, right, buffer, k);
   }
 }
 

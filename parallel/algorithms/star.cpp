@@ -12,68 +12,68 @@
 
 namespace dplab::parallel {
 
-void star_reduce(Ctx& c, Block buffer, int root) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void star_reduce(Exchange& ex, Block buffer, int root) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   if (r != root) {
-    send_block(c, root, buffer);  // leaf: my whole buffer to the root
+    send_block(ex, root, buffer);  // leaf: my whole buffer to the root
     return;
   }
   // root: segment by segment, reduce each leaf's copy into mine (leaves stream in parallel)
-  const int64_t seg = c.segment_elems();
+  const int64_t seg = ex.segment_elems();
   for (int64_t off = 0; off < buffer.elems; off += seg) {
-    Block part{buffer.data + off * c.elem(), std::min(seg, buffer.elems - off)};
+    Block part{buffer.data + off * ex.elem(), std::min(seg, buffer.elems - off)};
     for (int p = 0; p < n; ++p)
-      if (p != root) recv_reduce(c, p, part);
+      if (p != root) recv_reduce(ex, p, part);
   }
 }
 
-void star_all_reduce(Ctx& c, Block buffer) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void star_all_reduce(Exchange& ex, Block buffer) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   if (n == 1 || buffer.elems == 0) return;
-  star_reduce(c, buffer, 0);  // phase 1: everything to rank 0, reduced there
+  star_reduce(ex, buffer, 0);  // phase 1: everything to rank 0, reduced there
   if (r != 0) {
-    recv_copy(c, 0, buffer);  // phase 2: the result back from rank 0
+    recv_copy(ex, 0, buffer);  // phase 2: the result back from rank 0
     return;
   }
-  const int64_t seg = c.segment_elems();
+  const int64_t seg = ex.segment_elems();
   for (int64_t off = 0; off < buffer.elems; off += seg) {
-    Block part{buffer.data + off * c.elem(), std::min(seg, buffer.elems - off)};
-    for (int p = 1; p < n; ++p) send_block(c, p, part);
+    Block part{buffer.data + off * ex.elem(), std::min(seg, buffer.elems - off)};
+    for (int p = 1; p < n; ++p) send_block(ex, p, part);
   }
 }
 
-void star_gather(Ctx& c, std::vector<Block>& outputs, int root) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void star_gather(Exchange& ex, std::vector<Block>& outputs, int root) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   if (r != root) {
-    send_block(c, root, outputs[r]);
+    send_block(ex, root, outputs[r]);
     return;
   }
   for (int p = 0; p < n; ++p)
-    if (p != root) recv_copy(c, p, outputs[p]);
+    if (p != root) recv_copy(ex, p, outputs[p]);
 }
 
-void star_scatter(Ctx& c, std::vector<Block>& inputs, Block output, int root) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void star_scatter(Exchange& ex, std::vector<Block>& inputs, Block output, int root) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   if (r != root) {
-    recv_copy(c, root, output);
+    recv_copy(ex, root, output);
     return;
   }
   for (int p = 0; p < n; ++p)
-    if (p != root) send_block(c, p, inputs[p]);
-  c.copy(output.data, inputs[root].data, output.elems * c.elem());
+    if (p != root) send_block(ex, p, inputs[p]);
+  ex.copy(output.data, inputs[root].data, output.elems * ex.elem());
 }
 
 // Every rank sends an empty token to rank 0; rank 0 answers each once all have arrived.
-void star_barrier(Ctx& c) {
-  const int n = c.tr.size(), r = c.tr.rank();
+void star_barrier(Exchange& ex) {
+  const int n = ex.tr.size(), r = ex.tr.rank();
   auto ignore = [](const void*, std::size_t) {};
   if (r != 0) {
-    c.tr.send_segment(0, nullptr, 0);
-    c.tr.recv_segment(0, ignore);
+    ex.tr.send_segment(0, nullptr, 0);
+    ex.tr.recv_segment(0, ignore);
     return;
   }
-  for (int p = 1; p < n; ++p) c.tr.recv_segment(p, ignore);
-  for (int p = 1; p < n; ++p) c.tr.send_segment(p, nullptr, 0);
+  for (int p = 1; p < n; ++p) ex.tr.recv_segment(p, ignore);
+  for (int p = 1; p < n; ++p) ex.tr.send_segment(p, nullptr, 0);
 }
 
 }  // namespace dplab::parallel

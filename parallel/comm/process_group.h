@@ -3,9 +3,9 @@
 // things itself: checks arguments (ranks in range, list lengths, sizes, dtypes), runs async
 // calls on one worker thread in call order, and counts the bytes each collective moved.
 // The bytes are moved by one CollectiveEngine (engines/collective_engine.h), called once per
-// collective: dplab's own ring or star over a transport, or MPI, or NCCL.
-// create_process_group (below) is where an engine and a transport are picked by name.
-// Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and comm/ring.cpp.
+// collective: dplab's own ring or star over a transport, or MPI, or NCCL; it reports what it
+// moved. create_process_group (below) is where an engine and a transport are picked by name.
+// Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and algorithms/ring.cpp.
 #pragma once
 #include <functional>
 #include <map>
@@ -57,6 +57,7 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 class CollectiveEngine;
+struct CollectiveCall;
 
 class ProcessGroup {
  public:
@@ -69,7 +70,7 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const std::string& backend() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
+  const std::string& engine() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
   // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
   // "recursive_doubling", "halving_doubling", "one_shot"; "auto:<the one picked>" for auto; the engine's
   // name on mpi and nccl.
@@ -115,11 +116,12 @@ class ProcessGroup {
   void reset_comm_stats();
 
  private:
-  // Every collective, after its checks: drain the async queue, refuse if broken, call fn
-  // (the engine, once), record its traffic (measured, or `model` when the engine cannot
-  // measure) and time; on a throw, mark the group broken and tell the engine.
-  void run(const char* name, const std::string& context, Traffic model,
-           const std::function<void()>& fn);
+  // Every collective, after its checks: drain the async queue, refuse if broken, call the
+  // engine once (call_engine) with a call named `name`, record under `collective` the
+  // traffic the engine reports and the time; on a throw, mark the group broken and tell the
+  // engine.
+  void run(const char* collective, std::string name,
+           const std::function<void(CollectiveCall&)>& call_engine);
   struct Impl;  // the async queue and the counters (process_group.cpp)
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<CollectiveEngine> engine_;
@@ -137,7 +139,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The backends create_process_group knows: the five above, "mpi", "nccl".
+// The backends create_process_group knows: the six above, "mpi", "nccl".
 bool is_known_backend(const std::string& backend);
 bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
 

@@ -1,6 +1,6 @@
 /*
  * zero_redundancy_optimizer.cpp: one ZeRO step, written out over the ProcessGroup's
- * reduce_scatter and all_gather (which run the ring of comm/ring.cpp).
+ * reduce_scatter and all_gather (which run the ring of algorithms/ring.cpp).
  *
  * Words. N ranks; parameter i has P_i elements, flattened. Its *shards* are the ring's
  * chunks: shard j is [chunk_offset(P_i, N, j), + chunk_elems(P_i, N, j)), so the first

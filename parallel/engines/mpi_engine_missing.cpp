@@ -16,8 +16,7 @@ namespace {
 bool mpi_built() { return false; }
 MpiWorld mpi_world() { no_mpi(); }
 std::string mpi_broadcast_string(const std::string&, int) { no_mpi(); }
-std::unique_ptr<CollectiveEngine> make_mpi_engine(int, int, Seconds, CollectiveWatchdog::Connect,
-                                                  const std::string&) {
+std::unique_ptr<CollectiveEngine> make_mpi_engine(int, int, Seconds, CollectiveWatchdog::Connect) {
   no_mpi();
 }
 

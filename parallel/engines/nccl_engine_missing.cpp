@@ -9,7 +9,7 @@ namespace dplab::parallel {
 bool nccl_built() { return false; }
 std::string nccl_version() { return ""; }
 
-std::unique_ptr<CollectiveEngine> make_nccl_engine(Store&, const std::string&, int, int, Seconds) {
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store&, int, int, Seconds) {
   DPLAB_FAIL("the nccl backend is not built: dplab was configured without CUDA or NCCL (needs "
              "nvcc on PATH and NCCL from the CUDA toolkit, then `meson setup --reconfigure "
              "-Dnccl=enabled build`); on CPUs use the mpi or ring backend");

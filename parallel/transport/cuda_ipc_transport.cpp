@@ -3,7 +3,7 @@
 // mailbox_transport.cpp's, untouched: this file only overrides slot_fill / slot_view /
 // slot_read_done and sets up and tears down the shared GPU buffers. The comment above
 // CudaIpcTransport says how CUDA's IPC rules are met.
-// Read next: ../comm/process_group.cpp (transport_for), ../comm/ring.cpp.
+// Read next: ../engines/dplab_engine.cpp (transport_for), ../algorithms/ring.cpp.
 #include "parallel/transport/cuda_ipc_transport.h"
 
 #include <cuda_runtime.h>
@@ -171,7 +171,7 @@ class CudaIpcTransport final : public MailboxTransport {
   }
 
   // Publishes our buffer and opens every peer's. Collective.
-  void connect(Store& store, const std::string& key_prefix);
+  void connect(Store& store);
 
  protected:
   // Copies into the peer's slot on the comm stream, and waits for that copy only: the bytes
@@ -228,7 +228,7 @@ Published CudaIpcTransport::read_published(Store& store, const std::string& key,
   return p;
 }
 
-void CudaIpcTransport::connect(Store& store, const std::string& key_prefix) {
+void CudaIpcTransport::connect(Store& store) {
   const int me = rank(), n = size();
   if (n == 1) return;
   // A handle names a whole cudaMalloc block: export its base, tell peers where we are in it.
@@ -237,12 +237,12 @@ void CudaIpcTransport::connect(Store& store, const std::string& key_prefix) {
   cuda::bind(device_);
   cudaIpcMemHandle_t handle;
   CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
-  store.set(fmt::format("{}/buffer/{}", key_prefix, me),
+  store.set(fmt::format("buffer/{}", me),
             fmt::format("{} {} {} {}", static_cast<long>(getpid()), offset,
                         reinterpret_cast<std::uintptr_t>(mine_), to_hex(&handle, sizeof(handle))));
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    Published pub = read_published(store, fmt::format("{}/buffer/{}", key_prefix, p), p);
+    Published pub = read_published(store, fmt::format("buffer/{}", p), p);
     std::byte* theirs = nullptr;
     if (pub.pid == static_cast<long>(getpid())) {
       // same process (thread ranks): CUDA refuses to open our own handle; the pointer works
@@ -323,9 +323,9 @@ CudaIpcTransport::~CudaIpcTransport() {
 
 bool cuda_ipc_compiled() { return true; }
 
-std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, const std::string& key_prefix,
-                                                   int rank, int size, int cuda_device,
-                                                   bool threads, Seconds timeout) {
+std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, int rank, int size,
+                                                   int cuda_device, bool threads,
+                                                   Seconds timeout) {
   DPLAB_CHECK(size <= kMaxIpcRanks, "cuda_ipc: at most {} ranks share GPU buffers, got {}",
               kMaxIpcRanks, size);
   MakeMailbox make = [&](std::shared_ptr<void> owner, void* memory) {
@@ -334,9 +334,9 @@ std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, const std::stri
   };
   const std::size_t bytes = block_bytes(size);
   std::unique_ptr<MailboxTransport> t =
-      threads ? make_heap_mailbox(store, key_prefix, rank, size, bytes, make)
-              : make_shm_mailbox(store, key_prefix, rank, size, bytes, make);
-  static_cast<CudaIpcTransport&>(*t).connect(store, key_prefix);
+      threads ? make_heap_mailbox(store, rank, size, bytes, make)
+              : make_shm_mailbox(store, rank, size, bytes, make);
+  static_cast<CudaIpcTransport&>(*t).connect(store);
   return t;
 }
 

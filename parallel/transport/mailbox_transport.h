@@ -28,7 +28,6 @@
 
 namespace dplab::parallel {
 
-inline constexpr std::size_t kSegmentBytes = 128 * 1024;  // one slot; a multiple of 8
 inline constexpr uint32_t kSlots = 4;                      // slots per link: the pipeline depth
 
 struct alignas(64) RankStatus {

@@ -150,12 +150,11 @@ int open_block(const BlockId& b, std::size_t bytes, int rank) {
 
 }  // namespace
 
-std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::string& key_prefix,
-                                                   int rank, int size, std::size_t bytes,
-                                                   const MakeMailbox& make) {
+std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, int rank, int size,
+                                                   std::size_t bytes, const MakeMailbox& make) {
   auto mapping = std::make_shared<ShmMapping>();
   mapping->bytes = bytes;
-  const std::string block_key = key_prefix + "/shm_block";
+  const std::string block_key = "shm_block";
   BlockId id;
   if (rank == 0) {
     mapping->fd = create_block(bytes);
@@ -174,23 +173,22 @@ std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::stri
   if (rank == 0) {
     store.set(block_key, encode(id));
     std::vector<std::string> keys;
-    for (int r = 1; r < size; ++r) keys.push_back(fmt::format("{}/mapped/{}", key_prefix, r));
+    for (int r = 1; r < size; ++r) keys.push_back(fmt::format("mapped/{}", r));
     store.wait(keys);
     // every rank maps it now: the descriptor is no longer needed
     close(mapping->fd);
     mapping->fd = -1;
-    store.set(key_prefix + "/shm_ready", "1");
+    store.set("shm_ready", "1");
   } else {
-    store.set(fmt::format("{}/mapped/{}", key_prefix, rank), "1");
-    store.get(key_prefix + "/shm_ready");  // all pids are in the block from here on
+    store.set(fmt::format("mapped/{}", rank), "1");
+    store.get("shm_ready");  // all pids are in the block from here on
   }
   return transport;
 }
 
-std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
-                                              int rank, int size, Seconds timeout,
+std::unique_ptr<Transport> make_shm_transport(Store& store, int rank, int size, Seconds timeout,
                                               std::size_t slot_bytes) {
-  return make_shm_mailbox(store, key_prefix, rank, size, mailbox_bytes(size, slot_bytes),
+  return make_shm_mailbox(store, rank, size, mailbox_bytes(size, slot_bytes),
                           [&](std::shared_ptr<void> owner, void* memory) {
                             return std::make_unique<MailboxTransport>(owner, memory, rank, size,
                                                                       timeout, "shm", slot_bytes);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "parallel/algorithms/cost.h"
+#include "parallel/transport/mailbox_transport.h"  // cpu_cores, shm_segment_bytes
 #include "tests/program_run.h"
 
 namespace fs = std::filesystem;
@@ -53,7 +54,7 @@ TEST_CASE("a small run: every row, auto's choices, bus bandwidth, the plot") {
     CHECK(std::stod(row.at("busbw_gbs")) == doctest::Approx(2.0 * (n - 1) / n * bytes / secs / 1e9).epsilon(1e-3));
     if (algo == "auto") {
       // what the engine's model picks for this size (both sizes fit one slot of any default size)
-      LinkCost link = shm_link_cost();
+      LinkCost link = shm_link_cost(cpu_cores());
       link.segment = double(shm_segment_bytes(n));
       CHECK(ran == algorithm_name(choose_all_reduce(n, bytes, link)));
     } else {

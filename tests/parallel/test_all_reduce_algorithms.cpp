@@ -160,7 +160,7 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
         auto_ran[pg.rank()] = pg.all_reduce_algorithm(S, Algorithm::Auto);
       });
       const int p = power_of_two_below(n), steps = int(std::lround(std::log2(p)));
-      const Algorithm picked = choose_all_reduce(n, double(S), shm_link_cost());
+      const Algorithm picked = choose_all_reduce(n, double(S), shm_link_cost(cpu_cores()));
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         const Traffic rd = got[r].at("recursive_doubling"), hd = got[r].at("halving_doubling");
@@ -256,8 +256,7 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   // or 4 ranks recursive doubling for small sizes (fewer crowded waits than the one-shot's
   // N-1); at N = 3 halving-doubling for large ones, whose core steps run 2 ranks on 2 cores
   // where the ring's 3 wait for a core 4 times a segment
-  LinkCost shm = shm_link_cost();
-  shm.cores = 2;
+  LinkCost shm = shm_link_cost(2);  // 2 cores
   CHECK(choose_all_reduce(2, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(2, 64 << 20, shm) == Algorithm::Ring);
   CHECK(choose_all_reduce(3, 4096, shm) == Algorithm::RecursiveDoubling);
@@ -275,7 +274,7 @@ TEST_CASE("algorithms by name: backends and per-call names; a bad name lists the
     std::vector<std::vector<float>> got(3);
     std::vector<std::string> ran(3);
     run_threads(3, [&](ProcessGroup& pg) {
-      CHECK(pg.backend() == backend);
+      CHECK(pg.engine() == backend);
       Tensor t = make<float>(pg.rank(), 77);
       pg.all_reduce(t);  // the group's algorithm
       got[pg.rank()] = t.to_vector<float>();

@@ -236,7 +236,7 @@ TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
     }
 }
 
-TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h") {
+TEST_CASE("counters: every collective counts exactly the formula of algorithms/cost.h") {
   // ring.cpp, star.cpp and p2p.cpp count bytes as they move them; cost.h writes the same as
   // formulas, which the mpi and nccl backends report. They must agree, call by call.
   for (int n = 1; n <= 4; ++n)
@@ -292,7 +292,8 @@ TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h"
 }
 
 namespace {
-// An engine that moves nothing and writes down what ProcessGroup asked of it.
+// An engine that moves nothing, writes down each call ProcessGroup makes of it, and reports
+// a traffic of its own (as mpi and nccl report cost.h's formulas).
 struct RecordingEngine final : CollectiveEngine {
   std::vector<std::string>* log;
   std::string name_ = "recording";
@@ -300,30 +301,44 @@ struct RecordingEngine final : CollectiveEngine {
   const std::string& name() const override { return name_; }
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  void set_context(const std::string& c) override { log->push_back("context " + c); }
-  void all_reduce(Tensor&, ReduceOp, std::optional<Algorithm>) override { log->push_back("all_reduce"); }
-  void broadcast(Tensor&, int) override { log->push_back("broadcast"); }
-  void reduce(Tensor&, int, ReduceOp) override { log->push_back("reduce"); }
-  void all_gather(std::vector<Tensor>&, const Tensor&) override { log->push_back("all_gather"); }
-  void reduce_scatter(Tensor&, const std::vector<Tensor>&, ReduceOp) override {
-    log->push_back("reduce_scatter");
+  void note(CollectiveCall& call, const char* what, Traffic traffic) {
+    log->push_back(std::string(what) + " " + call.name);
+    call.traffic = traffic;
   }
-  void gather(std::vector<Tensor>&, const Tensor&, int) override { log->push_back("gather"); }
-  void scatter(Tensor&, const std::vector<Tensor>&, int) override { log->push_back("scatter"); }
-  void barrier() override { throw CommError("the wire broke"); }
-  void send(const Tensor&, int) override { log->push_back("send"); }
-  void recv(Tensor&, int) override { log->push_back("recv"); }
+  void all_reduce(CollectiveCall& c, Tensor& t, ReduceOp op, std::optional<Algorithm>) override {
+    c.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));  // names what ran
+    note(c, "all_reduce", {t.nbytes(), 1});
+  }
+  void broadcast(CollectiveCall& c, Tensor&, int) override { note(c, "broadcast", {0, 24}); }
+  void reduce(CollectiveCall& c, Tensor&, int, ReduceOp) override { note(c, "reduce", {}); }
+  void all_gather(CollectiveCall& c, std::vector<Tensor>&, const Tensor&) override {
+    note(c, "all_gather", {7, 7});
+  }
+  void reduce_scatter(CollectiveCall& c, Tensor&, const std::vector<Tensor>&, ReduceOp) override {
+    note(c, "reduce_scatter", {});
+  }
+  void gather(CollectiveCall& c, std::vector<Tensor>&, const Tensor&, int) override {
+    note(c, "gather", {});
+  }
+  void scatter(CollectiveCall& c, Tensor&, const std::vector<Tensor>&, int) override {
+    note(c, "scatter", {});
+  }
+  void barrier(CollectiveCall&) override { throw CommError("the wire broke"); }
+  void send(CollectiveCall& c, const Tensor&, int) override { note(c, "send", {5, 0}); }
+  void recv(CollectiveCall& c, Tensor&, int) override { note(c, "recv", {}); }
   void mark_failed(const std::string& why) override { log->push_back("failed " + why); }
   void leave() override { log->push_back("leave"); }
   void abort(const std::string& why) override { log->push_back("abort " + why); }
 };
 }  // namespace
 
-TEST_CASE("ProcessGroup checks, names the collective, calls its engine once, counts the model") {
+TEST_CASE("ProcessGroup checks, calls its engine once per collective, counts what it reports") {
   std::vector<std::string> log;
   {
     ProcessGroup pg(std::make_unique<RecordingEngine>(&log));
     // an engine without a dplab transport: both names are the engine's, for any device
+    CHECK(pg.engine() == "recording");
+    CHECK(pg.all_reduce_algorithm(1024) == "recording");
     CHECK(pg.transport_name() == "recording");
     CHECK(pg.transport_name(Device(DeviceKind::CPU)) == "recording");
     CHECK(pg.transport_name(Device("cuda:0")) == "recording");
@@ -336,22 +351,23 @@ TEST_CASE("ProcessGroup checks, names the collective, calls its engine once, cou
     pg.broadcast(t, 1);
     pg.all_gather(two, t);
     pg.send(t, 1);
-    CHECK(log == std::vector<std::string>{"context all_reduce(recording, avg)", "all_reduce",
-                                          "context broadcast(root 1)", "broadcast",
-                                          "context all_gather", "all_gather",
-                                          "context send(to 1)", "send"});
-    // the engine cannot see its wire, so the counters hold the formulas of cost.h
+    CHECK(log == std::vector<std::string>{"all_reduce all_reduce(recording, avg)",
+                                          "broadcast broadcast(root 1)", "all_gather all_gather",
+                                          "send send(to 1)"});
+    // the counters hold what the engine reported, per collective and in total
     CommStats s = pg.comm_stats();
-    CHECK(s.per_collective.at("all_reduce").bytes_sent == ring_all_reduce_cost(24, 4, 0, 2).sent);
-    CHECK(s.per_collective.at("all_reduce").bytes_sent == 24);  // 2(N-1)/N * S
-    CHECK(s.per_collective.at("broadcast").bytes_received == 24);  // root 1 -> rank 0
-    CHECK(s.per_collective.at("all_gather").bytes_sent == 24);
+    CHECK(s.per_collective.at("all_reduce").bytes_sent == 24);
+    CHECK(s.per_collective.at("all_reduce").bytes_received == 1);
+    CHECK(s.per_collective.at("broadcast").bytes_received == 24);
+    CHECK(s.per_collective.at("all_gather").bytes_sent == 7);
+    CHECK(s.per_collective.at("send").bytes_sent == 5);
+    CHECK(s.total.bytes_sent == 24 + 7 + 5);
     CHECK(s.total.calls == 4);
     log.clear();
     CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("the wire broke"), CommError);
-    CHECK(log == std::vector<std::string>{"context barrier", "failed the wire broke"});
+    CHECK(log == std::vector<std::string>{"failed barrier on rank 0: the wire broke"});
     CHECK_THROWS_WITH_AS(pg.all_reduce(t), doctest::Contains("failed earlier (barrier on the "
-                                                             "recording backend: the wire broke)"),
+                                                             "recording engine: the wire broke)"),
                          CommError);
     log.clear();
   }

@@ -14,6 +14,7 @@
 #include "framework/tensor/tensor.h"
 #include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/transport/hang_report.h"
@@ -130,10 +131,12 @@ struct Watchdogs {
   std::mutex mu;
   std::vector<std::unique_ptr<CollectiveWatchdog>> dogs;
   Watchdogs(int n, CollectiveWatchdog::Connect connect = nullptr) : messages(n) {
-    if (!connect) connect = [s = store](Seconds) -> std::shared_ptr<Store> { return s; };
+    // the watchdogs' own view of the store, as create_process_group gives them
+    auto view = std::make_shared<PrefixStore>("pg0/watchdog", store);
+    if (!connect) connect = [view](Seconds) -> std::shared_ptr<Store> { return view; };
     for (int r = 0; r < n; ++r)
       dogs.push_back(std::make_unique<CollectiveWatchdog>(
-          connect, "pg0/watchdog", r, n, Seconds(0.3), [this, r](const std::string& why) {
+          connect, r, n, Seconds(0.3), [this, r](const std::string& why) {
             std::lock_guard<std::mutex> lock(mu);
             messages[r] = why;
           }));
@@ -168,6 +171,8 @@ TEST_CASE("watchdog (mpi engine): the rank that never reports being stuck is the
     CHECK(has(w.message(r), "rank 0 stopped making progress: it did not report"));
   }
   CHECK(w.message(0).empty());  // never in a collective long enough
+  // the reports went under the watchdogs' own keys: the view's prefix, then the rank
+  CHECK(w.store->check({"pg0/watchdog/1", "pg0/watchdog/2"}));
 }
 
 TEST_CASE("watchdog: ranks in different collectives are reported out of step") {

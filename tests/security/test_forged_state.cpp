@@ -24,6 +24,7 @@
 #include "framework/io/safetensors.h"
 #include "framework/optim/sgd.h"
 #include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/transport/shm_transport.h"
 
 using namespace dplab;
@@ -43,10 +44,11 @@ const std::size_t kBlock = par::mailbox_bytes(2, par::kSegmentBytes);
 
 // Rank 1 of 2 meets a store whose shared-block record is `record`; its error ("" if none).
 std::string rank1_with_record(const std::string& record) {
-  par::HashStore store(par::Seconds(1.0));
-  store.set("pg/shm_block", record);
+  auto store = std::make_shared<par::HashStore>(par::Seconds(1.0));
+  store->set("pg/shm_block", record);
+  par::PrefixStore group("pg", store);  // the group's view, as create_process_group makes it
   try {
-    par::make_shm_transport(store, "pg", 1, 2, par::Seconds(1.0), par::kSegmentBytes);
+    par::make_shm_transport(group, 1, 2, par::Seconds(1.0), par::kSegmentBytes);
   } catch (const Error& e) {
     return e.what();
   }
