@@ -16,7 +16,7 @@
 
 #include "datasets/fashion_mnist.h"
 #include "framework/backend/cpu/cpu_half.h"
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/amp/master_weights.h"
 #include "framework/amp/precision.h"
 #include "framework/data/dataloader.h"

@@ -1,7 +1,7 @@
 // precision.cpp: see precision.h.
 #include "framework/amp/precision.h"
 
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 

@@ -3,7 +3,7 @@
 //   fp32: plain float32, no scaler
 //   fp16: autocast(float16) forward + GradScaler (dynamic loss scaling)
 //   bf16: autocast(bfloat16) forward, no scaler (bfloat16 has float32's range)
-// Read next: autocast.h, grad_scaler.h.
+// Read next: ops/autocast.h, grad_scaler.h.
 #pragma once
 #include <optional>
 #include <string>

@@ -3,7 +3,7 @@
 // layout with stride 0 along broadcast dims. Backward sums the gradient back down to each
 // input's shape (sum_to), the adjoint of broadcasting.
 // Read next: reduce.cpp.
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -99,7 +99,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a
 Tensor pow(const Tensor& a, const Tensor& b) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return pow(amp::to_float32(a), amp::to_float32(b));
   }
@@ -137,7 +137,7 @@ Tensor mul_scalar(const Tensor& a, float s) {
 
 // d x^p = p x^(p-1)
 Tensor pow(const Tensor& a, float p) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return pow(amp::to_float32(a), p);
   }
@@ -154,7 +154,7 @@ Tensor neg(const Tensor& a) {
 
 // d exp(x) = exp(x)
 Tensor exp(const Tensor& a) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return exp(amp::to_float32(a));
   }
@@ -164,7 +164,7 @@ Tensor exp(const Tensor& a) {
 
 // d log(x) = 1/x
 Tensor log(const Tensor& a) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return log(amp::to_float32(a));
   }

@@ -4,7 +4,7 @@
 // float16 / bfloat16 operands run Backend::gemm_lowp (float32 accumulation, C rounded once);
 // inside autocast both ops cast their float32 inputs to the autocast dtype first.
 // Read next: shape.cpp.
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -40,7 +40,7 @@ std::vector<Tensor> common_dtype(const std::vector<Tensor>& in) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  if (amp::autocast_dtype()) {  // autocast's low-precision list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's low-precision list (autocast.h)
     Tensor a = amp::to_autocast_dtype(a_in), b = amp::to_autocast_dtype(b_in);
     amp::AutocastSuspend inside;
     return matmul(a, b);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -148,7 +148,7 @@ void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 // threads), each lane with its own columns.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
               int64_t padding) {
-  if (amp::autocast_dtype()) {  // autocast's low-precision list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's low-precision list (autocast.h)
     Tensor xc = amp::to_autocast_dtype(x), wc = amp::to_autocast_dtype(weight),
            bc = amp::to_autocast_dtype(bias);
     amp::AutocastSuspend inside;

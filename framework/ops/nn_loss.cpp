@@ -4,7 +4,7 @@
 // and autograd composes the three. Reductions (mean / sum) are the ordinary ops of
 // reduce.cpp applied to the per-row losses, so their backward comes for free.
 // Read next: nn_conv.cpp (conv and pooling), nn_norm.cpp (batch norm, dropout).
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -75,7 +75,7 @@ void check_scores_and_target(const char* op, const char* what, const Tensor& sco
 
 // Every op of this file computes in float32 (autocast's float32 list): 16-bit inputs are
 // cast up, and the result cast back to the input's dtype outside autocast, or kept float32
-// inside it (amp/autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
+// inside it (autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
 DType float32_op_result(const std::vector<Tensor>& inputs) {
   if (amp::autocast_dtype()) return DType::Float32;
   return lowp_result_dtype(inputs).value_or(DType::Float32);

@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "framework/ops/batch_norm_common.h"
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"

@@ -5,7 +5,7 @@
 // Read next: matmul.cpp.
 #include <algorithm>
 
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"

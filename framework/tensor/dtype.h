@@ -5,7 +5,7 @@
 // element is stored as its bit pattern in a uint16_t; ops compute on it in float32 and round
 // the result back (tensor/half.h has the scalar conversions, backend/cpu/cpu_half.cpp the
 // vectorised ones). float16 is also the wire format of the DDP compression hook.
-// Read next: tensor/half.h, amp/autocast.h.
+// Read next: tensor/half.h, ops/autocast.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>

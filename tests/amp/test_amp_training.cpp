@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/amp/grad_scaler.h"
 #include "framework/amp/master_weights.h"
 #include "framework/amp/precision.h"

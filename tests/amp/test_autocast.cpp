@@ -1,5 +1,5 @@
 // Autocast: the table of output dtypes of every op inside AutocastGuard (PyTorch's lists,
-// amp/autocast.h), for float32 and 16-bit inputs; nothing changes outside the guard;
+// ops/autocast.h), for float32 and 16-bit inputs; nothing changes outside the guard;
 // gradients come back in the leaves' dtypes; guards nest and restore.
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/dplab.h"
 
 using namespace dplab;

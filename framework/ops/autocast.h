@@ -1,4 +1,5 @@
-// autocast.h: torch.autocast for dplab. Inside an AutocastGuard(dtype), the ops that gain
+// autocast.h: torch.autocast for dplab (amp::AutocastGuard), kept with the ops it steers: each
+// op reads the state at its entry. Inside an AutocastGuard(dtype), the ops that gain
 // from 16-bit math run in `dtype` and the ones that lose accuracy run in float32, whatever
 // dtype their inputs have; outside it nothing changes. The lists are PyTorch's:
 //   low precision (cast float32 inputs to dtype): matmul, linear, conv2d
@@ -11,7 +12,7 @@
 // the losses are where 10 mantissa bits lose real information (exp(11) overflows float16).
 // The casts are ordinary differentiable ops, so gradients come back in each input's dtype.
 // The state is thread-local, like grad mode. Backward is not affected by autocast.
-// Read next: grad_scaler.h (why float16 needs loss scaling), ops/lowp.h.
+// Read next: amp/grad_scaler.h (why float16 needs loss scaling), lowp.h.
 #pragma once
 #include <optional>
 
@@ -35,7 +36,7 @@ class AutocastGuard {
   std::optional<DType> prev_;
 };
 
-// ---- what ops call at their entry (framework/ops/) ----
+// ---- what ops call at their entry ----
 // Inside an op that autocast has already cast for, nested ops must not cast again.
 class AutocastSuspend {
  public:

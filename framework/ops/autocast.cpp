@@ -1,5 +1,5 @@
 // autocast.cpp: the thread-local autocast state and the casts ops ask for (autocast.h).
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 
 #include "framework/error.h"
 #include "framework/ops/ops.h"
