@@ -1,8 +1,8 @@
 // lowp.cpp: the cast op and the 16-bit helpers ops share (lowp.h).
 #include "framework/ops/lowp.h"
 
+#include "framework/autograd/checkpoint.h"
 #include "framework/ops/autocast.h"
-#include "framework/nn/grad_checkpoint.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
