@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"

@@ -10,7 +10,7 @@
 #include <random>
 #include <string>
 
-#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <random>
 
-#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct.h"
 #include "framework/autograd/node.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/ops/ops.h"

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/ops/ops.h"
 #include "parallel/engines/collective_engine.h"

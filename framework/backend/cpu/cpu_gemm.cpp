@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_conv_images.h"  // transpose (8 x 8 tiles)
-#include "framework/backend/cpu/cpu_gemm_direct_kernel.h"
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
+#include "framework/backend/cpu/fast/cpu_conv_images.h"  // transpose (8 x 8 tiles)
+#include "framework/backend/cpu/fast/cpu_gemm_direct_kernel.h"
+#include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"

@@ -13,7 +13,7 @@
 #endif
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
+#include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
 

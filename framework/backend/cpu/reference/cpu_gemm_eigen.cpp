@@ -17,7 +17,7 @@
 
 #include <Eigen/Core>
 
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
+#include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 
 namespace dplab::gemm_kernel {
 namespace {

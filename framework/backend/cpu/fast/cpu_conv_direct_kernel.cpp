@@ -15,8 +15,8 @@
 #define KERNEL_NAME(name) name##_baseline
 #endif
 
-#include "framework/backend/cpu/cpu_conv_direct_kernel.h"
-#include "framework/backend/cpu/cpu_register_block.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct_kernel.h"
+#include "framework/backend/cpu/fast/cpu_register_block.h"
 
 namespace dplab::conv_kernel {
 namespace {

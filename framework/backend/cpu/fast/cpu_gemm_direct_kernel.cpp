@@ -16,8 +16,8 @@
 #define KERNEL_NAME(name) name##_baseline
 #endif
 
-#include "framework/backend/cpu/cpu_gemm_direct_kernel.h"
-#include "framework/backend/cpu/cpu_register_block.h"
+#include "framework/backend/cpu/fast/cpu_gemm_direct_kernel.h"
+#include "framework/backend/cpu/fast/cpu_register_block.h"
 
 namespace dplab::gemm_direct {
 namespace {

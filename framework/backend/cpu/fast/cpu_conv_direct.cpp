@@ -14,15 +14,15 @@
 // with gy_pad = gy padded by kh-1-p (i' = kh-1-i). Flops are im2col + GEMM's; the memory
 // traffic is the image and its gradient, not their columns.
 // Read next: cpu_conv_direct_kernel.h; the reference is ops/nn_conv.cpp over cpu_conv_pool.cpp.
-#include "framework/backend/cpu/cpu_conv_direct.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_conv_direct_kernel.h"
-#include "framework/backend/cpu/cpu_conv_images.h"
+#include "framework/backend/cpu/fast/cpu_conv_direct_kernel.h"
+#include "framework/backend/cpu/fast/cpu_conv_images.h"
 #include "framework/backend/cpu/cpu_isa.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_conv_images.h"
+#include "framework/backend/cpu/fast/cpu_conv_images.h"
 
 namespace dplab {
 namespace {
