@@ -24,7 +24,7 @@
 #include "benchmarks/ops_eigen_direct.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/ops/ops.h"
 
@@ -201,10 +201,10 @@ int main(int argc, char** argv) {
     const double theory = 2.0 * 8 * 2 * mhz * 1e-3;  // 2 FMA units x 8 floats x 2 flops x GHz
     const double measured = measured_fma_peak_gflops();  // one thread: on its CPU clock
     g_use_thread_clock = nthreads == 1;
-    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s; dplab's GEMM "
-                "kernel: %s\n", nthreads, dplab::bench::eigen_threads(),
+    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s\nkernels: %s\n",
+                nthreads, dplab::bench::eigen_threads(),
                 g_use_thread_clock ? "thread's CPU clock" : "wall clock",
-                dplab::gemm_isa_name(dplab::gemm_isa()));
+                dplab::kernels_summary().c_str());
     std::printf("single-thread peak context: AVX2 FMA loop measures %.1f GFLOP/s; theory "
                 "2 FMA x 8 floats x 2 flops x %.2f GHz (/proc/cpuinfo) = %.1f GFLOP/s\n"
                 "  (cpuinfo shows the nominal clock; turbo runs above it, so the loop can beat "

@@ -11,8 +11,8 @@
 // --gpu-only leaves the CPU rows out (train_throughput_torch_gpu.py's paired rounds).
 // train_throughput_torch.py is PyTorch's side (and runs both in paired rounds).
 // --gemm-isa baseline runs the AVX2 GEMM and convolution kernels on a CPU with AVX-512
-// (cpu_isa.h); DPLAB_GEMM=eigen runs every GEMM on Eigen (cpu_isa.h); DPLAB_CONV=im2col runs
-// the reference convolution (cpu_conv_direct.h).
+// (cpu_dispatch.h); DPLAB_GEMM=eigen runs every GEMM on Eigen; DPLAB_CONV=im2col runs
+// the reference convolution (cpu_dispatch.h).
 // Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--data synthetic] [--csv out.csv]
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -26,8 +26,7 @@
 #include <thread>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/fast/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
@@ -219,15 +218,16 @@ int main(int argc, char** argv) {
     if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
     const CpuInfo cpu = cpu_info();
     auto lr_of = [&](const std::string& model) { return lr > 0 ? lr : recipe_lr(model); };
-    // the convolution, and whether LeNet's conv + ReLU + pool run as one op (DPLAB_FUSE)
+    // the CSV's conv column: the convolution, and whether LeNet's conv + ReLU + pool run as one
+    // kernel (DPLAB_FUSE)
     const std::string conv = fmt::format("{}{}", conv_algorithm_name(conv_algorithm()),
-                                         fused_ops() ? "+fused" : "");
+                                         fused_conv() ? "+fused" : "");
     fmt::print("dplab training throughput: batch {}, SGD momentum {}, lr {}, data: {}\n"
-               "CPU: {} ({}); GEMM and conv kernels: {}, GEMM: {}, convolution: {}\n", batch, momentum,
+               "CPU: {} ({})\nkernels: {}\n", batch, momentum,
                lr > 0 ? fmt::format("{}", lr) : "0.1 MLP / 0.05 CNN (the tutorials')",
                data_kind == "synthetic" ? std::string("8 synthetic batches")
                                         : fmt::format("Fashion-MNIST, the first {} images", limit),
-               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv);
+               cpu.model, cpu.vector_extensions, kernels_summary());
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;

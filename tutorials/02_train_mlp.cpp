@@ -139,9 +139,10 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<models::MLP>();
     model->to(dev);  // then hand the (rebound) parameters to the optimizer
     optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
-    fmt::print("{}\n{} parameters on {}; SGD lr {} momentum {}, batch {}, {} thread(s)\n\n",
+    fmt::print("{}\n{} parameters on {}; SGD lr {} momentum {}, batch {}, {} thread(s)\n",
                nn::describe(*model), bytes_of(model->parameters()) / 4, dev, lr, momentum,
                batch_size, threads);
+    fmt::print("kernels: {}\n\n", kernels_summary());
 
     // Cosine annealing: lr = base * (1 + cos(pi * epoch / epochs)) / 2, set once per epoch.
     // The large early steps make fast progress; the small late ones settle into a minimum

@@ -61,7 +61,7 @@ void show_shapes(models::LeNet& net, const Tensor& x) {
   row("fc 1568->10", h, count_params(*net.fc), m3);
   const bool same = net.forward(x).to_vector<float>() == h.to_vector<float>();
   fmt::print("  LeNet::forward (conv + ReLU + pool fused{}): {}\n",
-             fused_ops() ? "" : ", switched off by DPLAB_FUSE=0",
+             fused_conv() ? "" : ", switched off by DPLAB_FUSE=0",
              same ? "the same floats as the steps above" : "DIFFERENT from the steps above");
   const int64_t mlp_macs = 784 * 256 + 256 * 128 + 128 * 10;
   fmt::print("  total: {} parameters, {:.2f} M multiply-adds per image forward\n",
@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
     optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
     fmt::print("SGD lr {} momentum {}, batch {}, {} epoch(s) on {}, {} thread(s)\n", lr, momentum,
                batch_size, epochs, dev, threads);
+    fmt::print("kernels: {}\n", kernels_summary());
 
     // Cosine annealing: lr = base * (1 + cos(pi * epoch / epochs)) / 2, set once per epoch.
     // The large early steps make fast progress; the small late ones settle into a minimum

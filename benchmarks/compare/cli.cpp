@@ -21,6 +21,7 @@
 #include "benchmarks/compare/report.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
 
@@ -43,6 +44,7 @@ std::vector<std::pair<std::string, double>> projection_models(const Config& cfg,
 
 int run_all(const Config& cfg, const std::vector<std::string>& worker_args, const std::string& plot_script) {
   std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
+  std::cout << fmt::format("device: {}; kernels: {}\n", cfg.device, kernels_summary());
   if (cfg.device == "cuda") {
     int max_n = 1;
     for (int n : cfg.ns) max_n = std::max(max_n, n);

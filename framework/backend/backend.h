@@ -182,6 +182,9 @@ class Backend {
   // output in `route`, [N, out_h/2 * out_w/2, O] (channels last): the window's winner, 0-3 in
   // row-major order, or 4 where the ReLU stopped the gradient (y not > 0). Returns false,
   // having written nothing, where it has no such path, or where the backward would have none.
+  // fuses_conv_relu_pool(): whether it may run at all (its settings are the backend's: the
+  // CPU's DPLAB_FUSE), so that conv2d_relu_max_pool2d allocates its outputs only then.
+  virtual bool fuses_conv_relu_pool() const { return false; }
   virtual bool conv2d_relu_pool_direct(const float* /*x*/, const float* /*weight*/,
                                        const float* /*bias*/, const Window2d& /*w*/,
                                        int64_t /*O*/, float* /*y*/, uint8_t* /*route*/) {

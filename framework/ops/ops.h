@@ -101,12 +101,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, in
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 // max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2) as one op, with the same
 // numbers: LeNet's stages. Fused where the backend can (the CPU's direct convolution), without
-// the full-size convolution output; elsewhere the three ops. DPLAB_FUSE=0 or
-// set_fused_ops(false) runs the three ops everywhere (process-wide; change it between steps).
+// the full-size convolution output; elsewhere the three ops. The CPU's DPLAB_FUSE=0 or
+// set_fused_conv(false) (backend/cpu/cpu_dispatch.h) runs the three ops.
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
                               int64_t stride = 1, int64_t padding = 0);
-bool fused_ops();
-void set_fused_ops(bool on);
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 // x: [N, C] or [N, C, H, W]. In training, normalises with the batch statistics and, when
 // running_mean/var are given, updates them in place: r = (1-momentum)*r + momentum*batch

@@ -1,5 +1,6 @@
-// test_cpu_conv_direct.cpp: the CPU's direct convolution (cpu_conv_direct.cpp) against the
-// reference, im2col + GEMM (the same conv2d op with DPLAB_CONV's setting at im2col): the
+// test_cpu_conv_direct.cpp: the CPU's direct convolution (backend/cpu/fast/cpu_conv_direct.cpp)
+// against the reference, im2col + GEMM (ops/conv2d_im2col.cpp: the same conv2d op with
+// DPLAB_CONV's setting at im2col): the
 // output and all three gradients, on random shapes (odd channel counts, non-square kernels,
 // stride and padding, batch 1), once per build of the kernel (baseline AVX2 and AVX-512: the
 // latter skipped on a CPU without it) and on 1 and 2 threads. Then the cases where the direct
@@ -10,8 +11,7 @@
 #include <random>
 #include <string>
 
-#include "framework/backend/cpu/fast/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"

@@ -1,4 +1,4 @@
-// test_cpu_conv_fused.cpp: conv2d_relu_max_pool2d (ops/nn_conv.cpp, cpu_conv_fused.cpp)
+// test_cpu_conv_fused.cpp: conv2d_relu_max_pool2d (ops/nn_conv.cpp, backend/cpu/fast/cpu_conv_fused.cpp)
 // against the three ops it fuses, max_pool2d(relu(conv2d(...)), 2): the output and all three
 // gradients must be the same floats, bit for bit, on random shapes (odd output sizes whose
 // last row and column no window covers, channel counts past the kernel's blocks, no bias,
@@ -14,9 +14,8 @@
 #include <cmath>
 #include <random>
 
-#include "framework/backend/cpu/fast/cpu_conv_direct.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/autograd/node.h"
-#include "framework/backend/cpu/cpu_isa.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
@@ -27,16 +26,16 @@ using namespace dplab;
 namespace {
 
 struct FusedScope {  // the settings for one block, put back afterwards
-  bool fused_before = fused_ops();
+  bool fused_before = fused_conv();
   ConvAlgorithm algo_before = conv_algorithm();
   GemmIsa isa_before = gemm_isa();
   FusedScope(bool fused, ConvAlgorithm a = ConvAlgorithm::Direct, GemmIsa isa = gemm_isa()) {
-    set_fused_ops(fused);
+    set_fused_conv(fused);
     set_conv_algorithm(a);
     set_gemm_isa(isa);
   }
   ~FusedScope() {
-    set_fused_ops(fused_before);
+    set_fused_conv(fused_before);
     set_conv_algorithm(algo_before);
     set_gemm_isa(isa_before);
   }

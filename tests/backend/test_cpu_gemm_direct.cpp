@@ -1,4 +1,4 @@
-// test_cpu_gemm_direct.cpp: the direct GEMM kernel (cpu_gemm_direct_kernel.h), through
+// test_cpu_gemm_direct.cpp: the direct GEMM kernel (backend/cpu/fast/cpu_gemm_direct_kernel.h), through
 // CpuBackend::gemm, for the shapes cpu_gemm.cpp sends it: every transpose combination, beta 0
 // (C full of NaN) and 1, batches with a shared B, row counts that leave partial blocks and
 // widths that leave partial column blocks, on 1, 2 and 3 threads and in both builds.
@@ -13,7 +13,7 @@
 #include <limits>
 #include <thread>
 
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
 #include "tests/backend/cpu_test_util.h"
 #include "tests/thread_count_scope.h"

@@ -9,6 +9,7 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/nn/layers.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
@@ -92,8 +93,8 @@ TEST_CASE("LeNet's fused stages give the modules' numbers: output and every grad
   // LeNet::forward calls conv2d_relu_max_pool2d per stage; DPLAB_FUSE's setting off, the
   // same op runs conv2d, relu and max_pool2d (test_cpu_conv_fused.cpp compares the ops).
   auto run = [](bool fused) {
-    const bool before = fused_ops();
-    set_fused_ops(fused);
+    const bool before = fused_conv();
+    set_fused_conv(fused);
     manual_seed(5);
     models::LeNet net;
     Tensor x = randn({3, 1, 28, 28});
@@ -101,7 +102,7 @@ TEST_CASE("LeNet's fused stages give the modules' numbers: output and every grad
     (y * y).sum().backward();
     std::vector<std::vector<float>> out{y.to_vector<float>()};
     for (const Tensor& p : net.parameters()) out.push_back(p.grad().to_vector<float>());
-    set_fused_ops(before);
+    set_fused_conv(before);
     return out;
   };
   const auto fused = run(true), unfused = run(false);

@@ -207,7 +207,7 @@ TEST_CASE("conv2d with no input channels or no output channels") {
 
 TEST_CASE("conv2d over several image groups equals conv2d image by image") {
   // 4 channels, a 5x5 kernel, 14x14 padded by 2: 19,600 column floats per image. A batch of
-  // 2*G + 1 is cut into three groups of about G images (nn_conv.cpp, ImageGroups).
+  // 2*G + 1 is cut into three groups of about G images (conv2d_im2col.h, ImageGroups).
   const int64_t per_image = 4 * 5 * 5 * 14 * 14;
   const int64_t G = backend_for(Device("cpu")).im2col_group_floats() / per_image, N = 2 * G + 1;
   REQUIRE(G >= 2);  // groups of several images, or the side-by-side layout goes untested

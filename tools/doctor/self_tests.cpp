@@ -20,8 +20,7 @@
 #include <functional>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/fast/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
 #include "framework/io/checkpoint.h"
 #include "framework/ops/ops.h"

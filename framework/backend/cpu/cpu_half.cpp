@@ -1,7 +1,7 @@
 // cpu_half.cpp: float <-> half conversions: the scalar reference in portable C++ (bit
 // manipulation), and the array conversions every 16-bit kernel goes through, on the CPU's
 // conversion instructions where it has them (F16C: 8 at a time; AVX-512F: 16 at a time),
-// chosen at run time, so one build runs everywhere. bfloat16 needs no instruction: it is a
+// chosen at run time (cpu_dispatch.cpp), so one build runs everywhere. bfloat16 needs no instruction: it is a
 // float32 with 16 bits rounded off, a loop of integer ops the compiler vectorises.
 // Then the 16-bit forms of cast / reduce_into / fill (see cpu_half.h).
 // Layout of binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits; it holds
@@ -108,34 +108,7 @@ __attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uin
 #pragma GCC diagnostic pop
 #endif
 
-HalfPath detect_path() {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return HalfPath::Avx512;
-  if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) return HalfPath::F16c;
-#endif
-  return HalfPath::Scalar;
-}
-
-HalfPath& current_path() {
-  static HalfPath path = detect_path();
-  return path;
-}
-
 }  // namespace
-
-HalfPath half_path() { return current_path(); }
-bool half_path_available(HalfPath p) {
-  const HalfPath best = detect_path();
-  return p == HalfPath::Scalar || (p == HalfPath::F16c && best != HalfPath::Scalar) || p == best;
-}
-void set_half_path(HalfPath p) {
-  DPLAB_CHECK(half_path_available(p), "set_half_path: {} is not supported by this CPU (best: {})",
-              half_path_name(p), half_path_name(detect_path()));
-  current_path() = p;
-}
-const char* half_path_name(HalfPath p) {
-  return p == HalfPath::Avx512 ? "avx512" : p == HalfPath::F16c ? "f16c" : "scalar";
-}
 
 void to_float(DType t, const uint16_t* src, float* dst, int64_t n) {
   if (t == DType::BFloat16) {
@@ -143,8 +116,9 @@ void to_float(DType t, const uint16_t* src, float* dst, int64_t n) {
     return;
   }
 #if defined(__x86_64__)
-  if (current_path() == HalfPath::Avx512) return half_to_float_avx512(src, dst, n);
-  if (current_path() == HalfPath::F16c) return half_to_float_f16c(src, dst, n);
+  const HalfPath path = half_path();  // cpu_dispatch.cpp's choice
+  if (path == HalfPath::Avx512) return half_to_float_avx512(src, dst, n);
+  if (path == HalfPath::F16c) return half_to_float_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
@@ -155,8 +129,9 @@ void from_float(DType t, const float* src, uint16_t* dst, int64_t n) {
     return;
   }
 #if defined(__x86_64__)
-  if (current_path() == HalfPath::Avx512) return float_to_half_avx512(src, dst, n);
-  if (current_path() == HalfPath::F16c) return float_to_half_f16c(src, dst, n);
+  const HalfPath path = half_path();
+  if (path == HalfPath::Avx512) return float_to_half_avx512(src, dst, n);
+  if (path == HalfPath::F16c) return float_to_half_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
 }

@@ -13,39 +13,31 @@
 //               = sum_{o,i',j'} gy_pad[h + i', w + j', o] W[o, c, kh-1-i', kw-1-j']
 // with gy_pad = gy padded by kh-1-p (i' = kh-1-i). Flops are im2col + GEMM's; the memory
 // traffic is the image and its gradient, not their columns.
-// Read next: cpu_conv_direct_kernel.h; the reference is ops/nn_conv.cpp over cpu_conv_pool.cpp.
-#include "framework/backend/cpu/fast/cpu_conv_direct.h"
-
+// Whether it runs is cpu_dispatch.h's DPLAB_CONV; where it declines (the input gradient of a
+// strided convolution, padding wider than the kernel, empty tensors) the reference runs.
+// Read next: cpu_conv_direct_kernel.h; the reference is ops/conv2d_im2col.cpp over
+// reference/cpu_conv_pool.cpp.
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
+#include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/cpu/cpu_vector.h"
 #include "framework/backend/cpu/fast/cpu_conv_direct_kernel.h"
 #include "framework/backend/cpu/fast/cpu_conv_images.h"
-#include "framework/backend/cpu/cpu_isa.h"
-#include "framework/backend/cpu/cpu_threads.h"
-#include "framework/error.h"
 
 namespace dplab {
 namespace {
 
 using conv_kernel::kOutBlock;
 
-ConvAlgorithm& algorithm_setting() {
-  static ConvAlgorithm a = [] {
-    const char* env = std::getenv("DPLAB_CONV");
-    return env == nullptr || *env == '\0' ? ConvAlgorithm::Direct : parse_conv_algorithm(env);
-  }();
-  return a;
-}
-
 struct Kernels {
   void (*forward)(const conv_kernel::Forward&);
   void (*weight_grad)(const conv_kernel::WeightGrad&);
 };
 
-// The build the GEMM runs (cpu_isa.h), so one setting picks both.
+// The build the GEMM runs (cpu_dispatch.h's DPLAB_GEMM_ISA), so one setting picks both.
 Kernels kernels() {
 #if defined(DPLAB_HAVE_AVX512_GEMM)
   if (gemm_isa() == GemmIsa::Avx512) return {conv_kernel::forward_avx512, conv_kernel::weight_grad_avx512};
@@ -57,37 +49,6 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 bool empty(const Window2d& w, int64_t O) {
   return w.N == 0 || w.C == 0 || O == 0 || w.out_h == 0 || w.out_w == 0;
-}
-
-// The layout changes (channels first <-> channels last) are transposes: of each image row's
-// [C, W] into [W, C], and of the output's [L, O] into [O, L]. Done element by element they
-// cost 15% of LeNet's step (a strided read or write per float); in 8 x 8 tiles, each 8 loads,
-// 24 shuffles and 8 stores, far less. GCC vector extensions: SSE where AVX is not built.
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef float Floats8Any __attribute__((vector_size(32), aligned(4), may_alias));
-typedef int Ints8 __attribute__((vector_size(32)));
-inline Floats8 load8(const float* p) { return *reinterpret_cast<const Floats8Any*>(p); }
-inline void store8(float* p, Floats8 v) { *reinterpret_cast<Floats8Any*>(p) = v; }
-inline Floats8 pick(Floats8 a, Floats8 b, Ints8 lanes) { return __builtin_shuffle(a, b, lanes); }
-
-// dst[c][r] = src[r][c] for an 8 x 8 tile: pairs of rows interleaved, then pairs of pairs,
-// then the 128-bit halves swapped (the classic AVX unpack / shuffle / permute sequence).
-void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
-  Floats8 r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = load8(src + i * src_stride);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = pick(r[i], r[i + 1], Ints8{0, 8, 1, 9, 4, 12, 5, 13});
-    t[i + 1] = pick(r[i], r[i + 1], Ints8{2, 10, 3, 11, 6, 14, 7, 15});
-  }
-  for (int i = 0; i < 8; i += 4)
-    for (int k = 0; k < 2; ++k) {
-      u[i + 2 * k] = pick(t[i + k], t[i + k + 2], Ints8{0, 1, 8, 9, 4, 5, 12, 13});
-      u[i + 2 * k + 1] = pick(t[i + k], t[i + k + 2], Ints8{2, 3, 10, 11, 6, 7, 14, 15});
-    }
-  for (int k = 0; k < 4; ++k) {
-    store8(dst + k * dst_stride, pick(u[k], u[k + 4], Ints8{0, 1, 2, 3, 8, 9, 10, 11}));
-    store8(dst + (k + 4) * dst_stride, pick(u[k], u[k + 4], Ints8{4, 5, 6, 7, 12, 13, 14, 15}));
-  }
 }
 
 // weight [O, C, kh, kw] -> packed [kh, kw, C, O_pad] (forward), zeros for o >= O.
@@ -130,37 +91,11 @@ struct Scratch {
 
 }  // namespace
 
-ConvAlgorithm conv_algorithm() { return algorithm_setting(); }
-void set_conv_algorithm(ConvAlgorithm a) { algorithm_setting() = a; }
-const char* conv_algorithm_name(ConvAlgorithm a) {
-  return a == ConvAlgorithm::Direct ? "direct" : "im2col";
-}
-ConvAlgorithm parse_conv_algorithm(const std::string& name) {
-  if (name == "direct") return ConvAlgorithm::Direct;
-  if (name == "im2col") return ConvAlgorithm::Im2col;
-  DPLAB_FAIL("convolution algorithm (DPLAB_CONV): expected 'direct' or 'im2col', got '{}'", name);
-}
-
 namespace conv_images {
-
-// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
-void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
-               int64_t dst_stride) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= rows; r0 += 8) {
-    int64_t c0 = 0;
-    for (; c0 + 8 <= cols; c0 += 8)
-      transpose8x8(src + r0 * src_stride + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride);
-    for (; c0 < cols; ++c0)
-      for (int64_t r = r0; r < r0 + 8; ++r) dst[c0 * dst_stride + r] = src[r * src_stride + c0];
-  }
-  for (; r0 < rows; ++r0)
-    for (int64_t c = 0; c < cols; ++c) dst[c * dst_stride + r0] = src[r0 * src_stride + c];
-}
 
 // dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
 void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst) {
-  transpose(src, Cs, L, C, dst, L);
+  transpose_floats(src, Cs, L, C, dst, L);
   if (bias == nullptr) return;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t p = 0; p < L; ++p) dst[c * L + p] += bias[c];
@@ -177,7 +112,7 @@ void PaddedImage::load(const float* src, int64_t C_, int64_t H, int64_t W, int64
     if (C == 1) {  // the images themselves (LeNet's first layer): a row copy
       std::copy_n(src + h * W, W, out);
     } else {  // row h of every channel, [C, W] with rows H*W apart -> [W, Cs]
-      transpose(src + h * W, H * W, C, W, out, Cs);
+      transpose_floats(src + h * W, H * W, C, W, out, Cs);
     }
   }
 }

@@ -1,6 +1,6 @@
 // cpu_conv_direct_kernel.h: the register-blocked inner loops of the direct convolution, on one
 // image in a channels-last layout, built twice (AVX2 + FMA, and AVX-512) like the GEMM kernel
-// (cpu_gemm_kernel.h says why a second build must share no inline code with the first).
+// (reference/cpu_gemm_eigen.h says why a second build must share no inline code with the first).
 // cpu_conv_direct.cpp lays the data out, picks a build and shares images between threads.
 // Layouts (all row-major, channels innermost, O_pad a multiple of kOutBlock):
 //   in:     [rows, cols, C]              the input image, already zero-padded

@@ -11,13 +11,15 @@
 // pool's backward writes a full-size gradient, the ReLU's backward another, and the
 // convolution transposes that into the same buffer.
 // The numbers are the unfused ops', to the bit: the same sums, the same tie rule as
-// max_pool2x2 (cpu_conv_pool.cpp), the bias gradient summed as sum_of sums a full plane.
+// max_pool2x2 (reference/cpu_conv_pool.cpp), the bias gradient summed as sum_of sums a full plane.
 // tests/backend/test_cpu_conv_fused.cpp compares the two. Read next: ops/nn_conv.cpp.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
+#include "framework/backend/cpu/cpu_vector.h"
 #include "framework/backend/cpu/fast/cpu_conv_images.h"
 
 namespace dplab {
@@ -25,10 +27,12 @@ namespace {
 
 using conv_images::PaddedImage;
 
-// The fused path needs the direct forward and the direct input gradient (its backward has no
-// other way to the input gradient), and a window to pool.
+// The fused path needs the setting (DPLAB_FUSE, cpu_dispatch.h), the direct forward and the
+// direct input gradient (its backward has no other way to the input gradient), and a window
+// to pool.
 bool fusable(const Window2d& w, int64_t O) {
-  return conv_images::direct_runs(w, O, /*with_input_grad=*/true) && w.out_h >= 2 && w.out_w >= 2;
+  return fused_conv() && conv_images::direct_runs(w, O, /*with_input_grad=*/true) &&
+         w.out_h >= 2 && w.out_w >= 2;
 }
 
 // ReLU as the unfused op computes it (Eigen's max(x, 0): x unless x < 0, so NaN stays NaN).
@@ -98,7 +102,7 @@ void route_gradient(const float* g, const uint8_t* route, int64_t O, int64_t out
   const int64_t pooled_h = out_h / 2, pooled_w = out_w / 2, PL = pooled_h * pooled_w;
   std::vector<float>& gt = Tiles::mine().pooled;
   gt.resize(static_cast<std::size_t>(PL * O));
-  conv_images::transpose(g, PL, O, PL, gt.data(), O);  // [O, PL] -> [PL, O]
+  transpose_floats(g, PL, O, PL, gt.data(), O);  // [O, PL] -> [PL, O]
   auto pixel = [&](int64_t row, int64_t col) {  // grad's channels at a plane position
     return grad.data.data() + ((row + ph) * grad.cols + col + pw) * O_pad;
   };
@@ -128,6 +132,8 @@ void route_gradient(const float* g, const uint8_t* route, int64_t O, int64_t out
 }
 
 }  // namespace
+
+bool CpuBackend::fuses_conv_relu_pool() const { return fused_conv(); }
 
 bool CpuBackend::conv2d_relu_pool_direct(const float* x, const float* weight, const float* bias,
                                          const Window2d& w, int64_t O, float* y, uint8_t* route) {

@@ -31,9 +31,6 @@ struct PaddedImage {
   void prepare_windows(int64_t rows_, int64_t cols_, int64_t Cs_);
 };
 
-// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols (8 x 8 tiles).
-void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
-               int64_t dst_stride);
 // dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
 void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst);
 

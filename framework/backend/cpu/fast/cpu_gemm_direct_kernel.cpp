@@ -24,7 +24,7 @@ namespace {
 
 // Blocks of V = 4 vectors (64 columns) x 6 rows with AVX-512; 2 vectors x 6 rows with AVX2
 // (whose 12 accumulators lost to Eigen's packed kernel, so Auto leaves that build to Eigen:
-// cpu_isa.h). Wider blocks read A fewer times; 4 x 6 ran the weight gradient 5% faster
+// cpu_dispatch.h). Wider blocks read A fewer times; 4 x 6 ran the weight gradient 5% faster
 // than 2 x 14.
 constexpr int kMaxV = VECTOR_REGISTERS == 32 ? 4 : 2;
 static_assert(kColumnBlock % kLanes == 0);

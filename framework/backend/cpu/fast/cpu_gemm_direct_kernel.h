@@ -1,5 +1,5 @@
 // cpu_gemm_direct_kernel.h: a GEMM that reads both operands where they lie, built twice
-// (AVX2 + FMA, and AVX-512) like the Eigen kernel (cpu_gemm_kernel.h says why). Eigen copies
+// (AVX2 + FMA, and AVX-512) like the Eigen kernel (reference/cpu_gemm_eigen.h says why). Eigen copies
 // ("packs") both operands into cache-sized panels before multiplying; for the GEMMs of a
 // training step at batch 64, whose operands are read once or twice, that copy cost more than
 // it saved (a tenth of the MLP's step). cpu_gemm.cpp decides which GEMMs come here.

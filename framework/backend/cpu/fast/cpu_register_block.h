@@ -8,7 +8,7 @@
 // Written with GCC's vector extensions; the compiler emits FMAs (a*b + c, contracted).
 //
 // Included only by those two kernel files, which are compiled twice (AVX2 + FMA, and
-// AVX-512; cpu_gemm_kernel.h says why a second build must share no inline code with the first):
+// AVX-512; reference/cpu_gemm_eigen.h says why a second build must share no inline code with the first):
 // everything here is in an anonymous namespace and uses nothing from the standard library.
 #pragma once
 #include <cstdint>

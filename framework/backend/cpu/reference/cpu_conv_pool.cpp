@@ -3,7 +3,7 @@
 // cols: [C*kh*kw, N*out_h*out_w], row (c*kh + i)*kw + j, column n*out_h*out_w + oh*out_w + ow,
 // holding x[n, c, oh*stride - pad + i, ow*stride - pad + j] (0 outside the image: zero
 // padding). The images sit side by side, so conv = W[O, C*kh*kw] @ cols is one GEMM for the
-// N images passed in (ops/nn_conv.cpp passes a group at a time), and col2im is its adjoint
+// N images passed in (ops/conv2d_im2col.cpp passes a group at a time), and col2im is its adjoint
 // (scatter-add back), which is the input gradient. Pooling argmax is the flat index
 // ih*W + iw in the (n, c) input plane. Loops over the N*C planes share them between threads.
 // Cost: im2col writes C*kh*kw*out_h*out_w floats per image, kh*kw times the input.
@@ -14,6 +14,7 @@
 
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/cpu/cpu_vector.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -31,15 +32,8 @@ int plane_threads(const Window2d& w, int64_t work_per_plane) {
   return threads_for(w.N * w.C * work_per_plane);
 }
 
-// An unaligned vector of 8 floats (GCC and Clang vector extensions) for copying the short rows
-// of im2col (an image row: 14 or 28 floats in the LeNet). memcpy of 32 bytes came out as 16-byte
-// moves spilled through the stack. may_alias: it reads and writes float arrays. (Plain
-// functions: as a template argument the type would lose its alignment of 4.)
-typedef float Floats8 __attribute__((vector_size(32), aligned(4), may_alias));
-inline Floats8 load8(const float* p) { return *reinterpret_cast<const Floats8*>(p); }
-inline void store8(float* p, Floats8 v) { *reinterpret_cast<Floats8*>(p) = v; }
-
-// dst[0, n) = src[0, n) for a short row: whole 8-float vectors, the last one overlapping the
+// dst[0, n) = src[0, n) for a short row of im2col (an image row: 14 or 28 floats in the
+// LeNet), in 8-float vectors (cpu_vector.h): whole vectors, the last one overlapping the
 // one before, instead of a vector loop with a scalar tail, whose bookkeeping cost more than the
 // copying. (col2im's += cannot overlap, and its plain loop measured fastest.)
 inline void copy_row(const float* src, float* dst, int64_t n) {

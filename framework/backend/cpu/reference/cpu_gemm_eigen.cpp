@@ -1,4 +1,5 @@
-// cpu_gemm_kernel.cpp: C = alpha * op(A) @ op(B) + beta * C on one tile, through Eigen.
+// cpu_gemm_eigen.cpp: C = alpha * op(A) @ op(B) + beta * C on one tile, through Eigen: the
+// reference GEMM (fast/cpu_gemm_direct_kernel.cpp is tested against it).
 // The buffers are wrapped in Eigen::Map (no copy) as row-major matrices; a transposed operand
 // is the Map of its stored shape with .transpose(), which Eigen folds into its packing step,
 // so no transposed copy is ever made. noalias() tells Eigen C does not overlap A or B.
@@ -19,7 +20,7 @@
 
 #include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 
-namespace dplab::gemm_kernel {
+namespace dplab::gemm_eigen {
 namespace {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -72,4 +73,4 @@ void KERNEL_NAME(set_threads)(int n) {
 #endif
 }
 
-}  // namespace dplab::gemm_kernel
+}  // namespace dplab::gemm_eigen

@@ -1,12 +1,14 @@
-// cpu_gemm_kernel.h: one Eigen GEMM on a tile of C, built twice for two instruction sets.
-// cpu_gemm_kernel.cpp is compiled once with the build's flags (x86-64-v3: AVX2 + FMA) and,
-// on x86-64, once more with -march=x86-64-v4 (AVX-512), which runs Eigen's GEMM twice as fast
-// where the CPU has it; cpu_gemm.cpp picks one at run time (cpu_isa.h). This header includes
-// nothing that has inline code, so the AVX-512 copy cannot leak into the rest (see the .cpp).
+// cpu_gemm_eigen.h: the reference GEMM, Eigen's, on a tile of C, built twice for two
+// instruction sets. cpu_gemm_eigen.cpp is compiled once with the build's flags (x86-64-v3:
+// AVX2 + FMA) and, on x86-64, once more with -march=x86-64-v4 (AVX-512), which runs Eigen's
+// GEMM about twice as fast where the CPU has it; ../cpu_gemm.cpp picks one at run time
+// (../cpu_dispatch.h). This header includes nothing that has inline code, so the AVX-512
+// copy cannot leak into the rest (see the .cpp). fast/'s kernels are built the same way.
+// Read next: cpu_gemm_eigen.cpp.
 #pragma once
 #include <cstdint>
 
-namespace dplab::gemm_kernel {
+namespace dplab::gemm_eigen {
 
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major with leading dimensions lda, ldb, ldc.
 // A is stored [M, K] (or [K, M] when trans_a), B [K, N] (or [N, K] when trans_b).
@@ -26,4 +28,4 @@ void run_avx512(const Tile& t);
 void set_threads_avx512(int n);
 #endif
 
-}  // namespace dplab::gemm_kernel
+}  // namespace dplab::gemm_eigen
