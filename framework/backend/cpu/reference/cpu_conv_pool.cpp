@@ -45,6 +45,26 @@ inline void copy_row(const float* src, float* dst, int64_t n) {
   store8(dst + n - 8, load8(src + n - 8));
 }
 
+// The in-image part of output (oh, ow)'s window: rows [h0, h1), columns [w0, w1). Padding
+// lies outside it (a max reads it as -inf, an average as 0), so it is never visited.
+struct WindowSpan {
+  int64_t h0, h1, w0, w1;
+};
+// visit(k, span) for every output k = oh * out_w + ow of one plane, in row-major order: the
+// window loop of the padded max-pool, the average pool and its backward.
+template <typename Visit>
+inline void each_window(const Window2d& w, Visit visit) {
+  for (int64_t oh = 0; oh < w.out_h; ++oh) {
+    const int64_t h0 = std::max<int64_t>(oh * w.stride - w.pad, 0);
+    const int64_t h1 = std::min(oh * w.stride - w.pad + w.kh, w.H);
+    for (int64_t ow = 0; ow < w.out_w; ++ow) {
+      const int64_t w0 = std::max<int64_t>(ow * w.stride - w.pad, 0);
+      const int64_t w1 = std::min(ow * w.stride - w.pad + w.kw, w.W);
+      visit(oh * w.out_w + ow, WindowSpan{h0, h1, w0, w1});
+    }
+  }
+}
+
 // One input plane with a border of `pad` zeros: [H + 2*pad, W + 2*pad]. Windows read from it
 // need no bounds checks, so im2col's and col2im's inner loops are plain vectorisable copies.
 // Each thread keeps its own (a plane is small: 18x18 floats for the LeNet's second conv).
@@ -196,29 +216,23 @@ void CpuBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y, 
 #pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
-    for (int64_t oh = 0; oh < w.out_h; ++oh) {
-      const int64_t h0 = std::max<int64_t>(oh * w.stride - w.pad, 0);
-      const int64_t h1 = std::min(oh * w.stride - w.pad + w.kh, w.H);
-      for (int64_t ow = 0; ow < w.out_w; ++ow) {
-        const int64_t w0 = std::max<int64_t>(ow * w.stride - w.pad, 0);
-        const int64_t w1 = std::min(ow * w.stride - w.pad + w.kw, w.W);
-        // Only in-image positions are visited, so padding (an implicit -inf) never wins;
-        // strict > keeps the first maximum in row-major order.
-        float best = -std::numeric_limits<float>::infinity();
-        int64_t best_i = -1;
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) {
-            const float v = img[ih * w.W + iw];
-            if (best_i < 0 || v > best) {
-              best = v;
-              best_i = ih * w.W + iw;
-            }
+    each_window(w, [&](int64_t k, const WindowSpan& s) {
+      // Only in-image positions are visited, so padding (an implicit -inf) never wins;
+      // strict > keeps the first maximum in row-major order.
+      float best = -std::numeric_limits<float>::infinity();
+      int64_t best_i = -1;
+      for (int64_t ih = s.h0; ih < s.h1; ++ih) {
+        for (int64_t iw = s.w0; iw < s.w1; ++iw) {
+          const float v = img[ih * w.W + iw];
+          if (best_i < 0 || v > best) {
+            best = v;
+            best_i = ih * w.W + iw;
           }
         }
-        y[nc * L + oh * w.out_w + ow] = best_i < 0 ? 0.0f : best;
-        argmax[nc * L + oh * w.out_w + ow] = best_i;
       }
-    }
+      y[nc * L + k] = best_i < 0 ? 0.0f : best;
+      argmax[nc * L + k] = best_i;
+    });
   }
 }
 
@@ -252,19 +266,13 @@ void CpuBackend::avg_pool2d_kernel(const float* x, const Window2d& w, float* y) 
 #pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
-    for (int64_t oh = 0; oh < w.out_h; ++oh) {
-      const int64_t h0 = std::max<int64_t>(oh * w.stride - w.pad, 0);
-      const int64_t h1 = std::min(oh * w.stride - w.pad + w.kh, w.H);
-      for (int64_t ow = 0; ow < w.out_w; ++ow) {
-        const int64_t w0 = std::max<int64_t>(ow * w.stride - w.pad, 0);
-        const int64_t w1 = std::min(ow * w.stride - w.pad + w.kw, w.W);
-        float s = 0.0f;
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) s += img[ih * w.W + iw];
-        }
-        y[nc * L + oh * w.out_w + ow] = s * scale;
+    each_window(w, [&](int64_t k, const WindowSpan& s) {
+      float sum = 0.0f;
+      for (int64_t ih = s.h0; ih < s.h1; ++ih) {
+        for (int64_t iw = s.w0; iw < s.w1; ++iw) sum += img[ih * w.W + iw];
       }
-    }
+      y[nc * L + k] = sum * scale;
+    });
   }
 }
 
@@ -276,18 +284,12 @@ void CpuBackend::avg_pool2d_backward_kernel(const float* gy, const Window2d& w, 
 #pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     float* img = gx + nc * plane;
-    for (int64_t oh = 0; oh < w.out_h; ++oh) {
-      const int64_t h0 = std::max<int64_t>(oh * w.stride - w.pad, 0);
-      const int64_t h1 = std::min(oh * w.stride - w.pad + w.kh, w.H);
-      for (int64_t ow = 0; ow < w.out_w; ++ow) {
-        const int64_t w0 = std::max<int64_t>(ow * w.stride - w.pad, 0);
-        const int64_t w1 = std::min(ow * w.stride - w.pad + w.kw, w.W);
-        const float g = gy[nc * L + oh * w.out_w + ow] * scale;
-        for (int64_t ih = h0; ih < h1; ++ih) {
-          for (int64_t iw = w0; iw < w1; ++iw) img[ih * w.W + iw] += g;
-        }
+    each_window(w, [&](int64_t k, const WindowSpan& s) {
+      const float g = gy[nc * L + k] * scale;
+      for (int64_t ih = s.h0; ih < s.h1; ++ih) {
+        for (int64_t iw = s.w0; iw < s.w1; ++iw) img[ih * w.W + iw] += g;
       }
-    }
+    });
   }
 }
 
