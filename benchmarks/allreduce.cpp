@@ -13,7 +13,7 @@
 // cores (a wait on each peer, each for the scheduler), beside the numbers algorithms/cost.cpp's
 // shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
 // against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
-// Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
+// Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
 //                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
@@ -238,7 +238,7 @@ std::vector<std::string> split(const std::string& list) {
 
 int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 3, 4};
-  std::vector<std::string> backends = {"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto",
+  std::vector<std::string> engines = {"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto",
                                        "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
   int trials = 5;
@@ -252,16 +252,16 @@ int main(int argc, char** argv) {
     else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
-    else if (a == "--no-mpi") std::erase(backends, "mpi");
+    else if (a == "--no-mpi") std::erase(engines, "mpi");
     else if (a == "--no-plot") plot = false;
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
     else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
-    else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
+    else if ((a == "--engine" || a == "--backend") && i + 1 < argc) engines = split(argv[++i]);  // --backend: the old name
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
       for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
+      std::fprintf(stderr, "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
                    "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
                    "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
       return 2;
@@ -273,16 +273,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Algorithm> ours;
-  for (const std::string& b : backends) {
+  for (const std::string& b : engines) {
     if (b == "mpi") continue;
     try {
       ours.push_back(algorithm_from_name(b));
     } catch (const Error& e) {
-      std::fprintf(stderr, "bench_allreduce: --backend takes those and mpi: %s\n", e.what());
+      std::fprintf(stderr, "bench_allreduce: --engine takes those and mpi: %s\n", e.what());
       return 2;
     }
   }
-  const bool mpi = std::find(backends.begin(), backends.end(), "mpi") != backends.end();
+  const bool mpi = std::find(engines.begin(), engines.end(), "mpi") != engines.end();
   if (btl != "vader" && btl != "tcp") {
     std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
     return 2;
@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
   };
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
   std::printf("all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over its shm "
-              "transport, mpi = dplab's mpi backend over OpenMPI's %s; time = slowest rank, best of %d "
+              "transport, mpi = dplab's mpi engine over OpenMPI's %s; time = slowest rank, best of %d "
               "(GB/s = 1e9 bytes/s)\n", cpu_cores(), btl.c_str(), trials);
   if (link_gbps > 0)
     std::printf("dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
@@ -337,14 +337,14 @@ int main(int argc, char** argv) {
   const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
   const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  for (const std::string& b : backends) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
+  for (const std::string& b : engines) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
   std::printf("\n");
   for (int n : ranks)
     for (int64_t b : sizes) {
       std::printf("%2d %8s", n, human(b).c_str());
-      for (const std::string& name : backends) {
+      for (const std::string& name : engines) {
         if (const Row* r = find(n, name, b)) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
       }

@@ -52,10 +52,10 @@ std::vector<int64_t> sizes_up_to(int64_t max_bytes) {
 // One rank of one job: times each algorithm on cuda:rank for every size (the algorithms take
 // turns within a size, so a slow stretch of the machine costs each one a row, not one all);
 // rank 0 appends "name n bytes secs" lines to the file named by DPLAB_BENCH_GPU_OUT. Times
-// are the slowest rank's. backend "nccl" runs NCCL's all-reduce (names = {"nccl"}).
-void rank_main(int rank, int n, const std::string& backend, const std::vector<std::string>& names,
+// are the slowest rank's. engine "nccl" runs NCCL's all-reduce (names = {"nccl"}).
+void rank_main(int rank, int n, const std::string& engine, const std::vector<std::string>& names,
                const std::vector<int64_t>& sizes) {
-  init_process_group({.backend = backend, .timeout = Seconds(120.0)});
+  init_process_group({.engine = engine, .timeout = Seconds(120.0)});
   ProcessGroup& pg = default_process_group();
   const Device gpu(DeviceKind::CUDA, rank);
   std::string lines;
@@ -64,7 +64,7 @@ void rank_main(int rank, int n, const std::string& backend, const std::vector<st
     t.fill_(1.0);
     for (const std::string& name : names) {
       const std::optional<Algorithm> algorithm =
-          backend == "nccl" ? std::nullopt : std::optional(algorithm_from_name(name));
+          engine == "nccl" ? std::nullopt : std::optional(algorithm_from_name(name));
       pg.all_reduce(t, ReduceOp::Sum, algorithm);  // warm-up: opens the peers' buffers,
       pg.all_reduce(t, ReduceOp::Sum, algorithm);  // fills the caches and the clocks
       const int iters = iterations_for(bytes);

@@ -1,4 +1,4 @@
-// allreduce_mpi.cpp: the mpi rows of bench_allreduce: all_reduce through dplab's mpi backend
+// allreduce_mpi.cpp: the mpi rows of bench_allreduce: all_reduce through dplab's mpi engine
 // (a ProcessGroup whose engine calls MPI_Allreduce; OpenMPI's tuned algorithms over its
 // shared-memory btl "vader", or over TCP with --mca btl self,tcp) on the same sizes and with
 // the same timing rule as the ring and star rows, so the three compare like for like.
@@ -21,7 +21,7 @@ using namespace dplab::parallel;
 
 int main(int argc, char** argv) {
   try {
-    auto pg = init_process_group({.backend = "mpi"});
+    auto pg = init_process_group({.engine = "mpi"});
     int trials = 1;
     std::vector<long long> sizes;
     for (int a = 1; a < argc; ++a) {

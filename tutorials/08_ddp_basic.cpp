@@ -39,7 +39,7 @@ float max_param_spread(nn::Module& m, par::ProcessGroup& pg) {
 }
 
 void demo_basic(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   const Device dev(DeviceKind::CPU, rank);  // on a GPU box: Device(DeviceKind::CUDA, rank)
 

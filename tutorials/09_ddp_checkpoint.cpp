@@ -61,7 +61,7 @@ void train_step(par::DistributedDataParallel& ddp, optim::SGD& opt, Device dev) 
 }
 
 void demo_checkpoint(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   std::shared_ptr<par::ProcessGroup> pg_ptr(&pg, [](par::ProcessGroup*) {});
   const Device dev(DeviceKind::CPU, rank);

@@ -83,7 +83,7 @@ Predictions predict(nn::Module& model, data::DataLoader& loader, int64_t real, p
 }
 
 void evaluate(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = g_limit});
   const int64_t n = test->size();

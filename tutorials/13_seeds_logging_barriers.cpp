@@ -56,7 +56,7 @@ std::string crops_str(const std::vector<int64_t>& c) {
 }
 
 void worker(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   const int world = pg.size();
 

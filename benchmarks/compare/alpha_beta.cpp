@@ -45,7 +45,7 @@ AlphaBeta fit_alpha_beta(const std::vector<PingPongSample>& samples) {
 void pingpong_worker_main(const Config& cfg) {
   parallel::spawn(
       [&](int rank) {
-        auto pg = parallel::init_process_group({.backend = "ring", .link_gbps = link_gbps(cfg, "ring", 2)});
+        auto pg = parallel::init_process_group({.engine = "ring", .link_gbps = link_gbps(cfg, "ring", 2)});
         std::vector<PingPongSample> out;
         for (int64_t bytes = 256; bytes <= (16 << 20); bytes *= 4) {
           Tensor buf = zeros({bytes / 4});

@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
   app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,zero1,zero2,mpi,nccl (zero1/zero2: "
-                 "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi backend, ranks started by mpirun; "
+                 "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started by mpirun; "
                  "nccl: with --device cuda, one GPU per rank)")
       ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl"}));
   app.add_option("--optimizer", cfg.optimizer, "sgd (with --momentum) or adam (lr = --lr)")

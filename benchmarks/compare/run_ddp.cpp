@@ -1,7 +1,7 @@
 // run_ddp.cpp: the DDP modes, star (a parameter server over processes) and ring, both
 // DistributedDataParallel over the shm process group, one process per device; and mpi, DDP
-// on the mpi backend (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
-// nccl, DDP on the nccl backend (--device cuda, one GPU per rank), started by spawn().
+// on the mpi engine (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
+// nccl, DDP on the nccl engine (--device cuda, one GPU per rank), started by spawn().
 //   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
 //            one child in its own process group, waits (with a deadline), reads each
 //            rank's result file; a non-zero exit or a missing file is an Error naming the run.
@@ -169,9 +169,9 @@ std::unique_ptr<parallel::ZeroRedundancyOptimizer> make_zero(const Config& cfg, 
 void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) {
   const Algorithm algo = algo_name == "star" ? Algorithm::Star : Algorithm::Ring;
   const int zero_stage = algo_name == "zero1" ? 1 : algo_name == "zero2" ? 2 : 0;
-  const std::string backend = zero_stage ? "ring" : algo_name;
+  const std::string engine = zero_stage ? "ring" : algo_name;
   if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
-  auto pg = parallel::init_process_group({.backend = backend, .link_gbps = link_gbps(cfg, algo_name, n)});
+  auto pg = parallel::init_process_group({.engine = engine, .link_gbps = link_gbps(cfg, algo_name, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);

@@ -42,7 +42,7 @@ double timed(int n, int64_t count, bool library) {
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
-        auto pg = dplab::parallel::create_process_group(store, r, n, {.backend = "ring"});
+        auto pg = dplab::parallel::create_process_group(store, r, n, {.engine = "ring"});
         dplab::Tensor t = dplab::Tensor::empty({count});
         auto t0 = std::chrono::steady_clock::now();
         pg->all_reduce(t);

@@ -22,13 +22,13 @@
 
 namespace dplab::parallel {
 
-bool is_engine_backend(const std::string& backend) {
-  return backend == "mpi" || backend == "nccl";
+bool is_external_engine(const std::string& engine) {
+  return engine == "mpi" || engine == "nccl";
 }
-bool is_known_backend(const std::string& backend) {
-  if (is_engine_backend(backend)) return true;
+bool is_known_engine(const std::string& engine) {
+  if (is_external_engine(engine)) return true;
   for (Algorithm a : kAlgorithms)  // dplab's engine, named by its all-reduce algorithm
-    if (algorithm_name(a) == backend) return true;
+    if (algorithm_name(a) == engine) return true;
   return false;
 }
 
@@ -89,22 +89,22 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
   auto group_store = std::make_shared<PrefixStore>(prefix, store);
-  DPLAB_CHECK(is_known_backend(opts.backend), "create_process_group: backend must be \"ring\", "
+  DPLAB_CHECK(is_known_engine(opts.engine), "create_process_group: engine must be \"ring\", "
               "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
-              "\"mpi\" or \"nccl\", got \"{}\"", opts.backend);
+              "\"mpi\" or \"nccl\", got \"{}\"", opts.engine);
   DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
               "emulated link), got {}", opts.link_gbps);
   DPLAB_CHECK(opts.segment_bytes % 8 == 0 && opts.segment_bytes <= (std::size_t{64} << 20),
               "create_process_group: segment_bytes must be a multiple of 8 up to 64 MiB (0: the "
               "transport's default), got {}", opts.segment_bytes);
-  DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
-              "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
-              "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
+  DPLAB_CHECK(opts.link_gbps == 0 || !is_external_engine(opts.engine),
+              "create_process_group: an emulated link (link_gbps = {}) needs one of dplab's "
+              "engines (ring, star, ...); the {} engine moves its bytes itself", opts.link_gbps, opts.engine);
   // mpi, nccl: an existing engine moves the bytes
-  if (opts.backend == "mpi")
+  if (opts.engine == "mpi")
     return std::make_shared<ProcessGroup>(
         make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store, prefix)));
-  if (opts.backend == "nccl")
+  if (opts.engine == "nccl")
     return std::make_shared<ProcessGroup>(
         make_nccl_engine(*group_store, rank, world_size, opts.timeout));
   Seconds saved = store->timeout();
@@ -131,7 +131,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   link.segment = double(transport->segment_bytes());
   if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   return std::make_shared<ProcessGroup>(make_dplab_engine(
-      std::move(transport), algorithm_from_name(opts.backend),
+      std::move(transport), algorithm_from_name(opts.engine),
       cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), link));
 }
 

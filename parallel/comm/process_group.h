@@ -21,12 +21,13 @@
 namespace dplab::parallel {
 
 struct ProcessGroupOptions {
-  // dplab's engine over shm on one node, named by the all_reduce algorithm it uses unless a
-  // call names another: "ring", "star", "recursive_doubling", "halving_doubling", "one_shot",
-  // or "auto" (per call, the fastest by cost.h's model for the size; the other collectives
-  // are the same on all six); "mpi" or "nccl": an existing engine, any number of nodes (it picks
-  // its own algorithms)
-  std::string backend = "ring";
+  // The engine that runs the collectives (torch.distributed's "backend"; dplab keeps that word
+  // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
+  // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
+  // "halving_doubling", "one_shot", or "auto" (per call, the fastest by algorithms/cost.h's
+  // model for the size; the other collectives are the same on all six); "mpi" or "nccl": an
+  // existing library's engine, any number of nodes (it picks its own algorithms)
+  std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
   // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
@@ -78,11 +79,11 @@ class ProcessGroup {
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
   // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)";
-  // on the mpi and nccl backends, the engine's name.
+  // on the mpi and nccl engines, the engine's name.
   std::string transport_name(Device d) const;
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's
-  // (ring, star, recursive doubling, halving-doubling, one-shot or auto; the mpi and nccl backends
+  // (ring, star, recursive doubling, halving-doubling, one-shot or auto; the mpi and nccl engines
   // pick their own). On one rank it returns at once: there is nothing to reduce.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
   // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).
@@ -129,18 +130,19 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Backend "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto": dplab's engine over the thread transport when store is a
-// HashStore (ranks are threads of one process), else shm between processes. In a build
+// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto":
+// dplab's engine over the thread transport when store is a HashStore (ranks are threads of
+// one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
-// Backend "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
+// Engine "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
 // mpirun's for MPI). (create_process_group.cpp)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The backends create_process_group knows: the six above, "mpi", "nccl".
-bool is_known_backend(const std::string& backend);
-bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
+// The engines create_process_group knows: the six above, "mpi", "nccl".
+bool is_known_engine(const std::string& engine);
+bool is_external_engine(const std::string& engine);  // "mpi" or "nccl": no dplab transport
 
 }  // namespace dplab::parallel

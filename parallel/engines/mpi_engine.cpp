@@ -1,4 +1,4 @@
-// mpi_engine.cpp: the mpi backend. Each collective is one MPI call on the group's own
+// mpi_engine.cpp: the mpi engine. Each collective is one MPI call on the group's own
 // communicator (MPI_Comm_dup of MPI_COMM_WORLD): MPI_Allreduce, MPI_Bcast, MPI_Reduce,
 // MPI_Allgather, MPI_Reduce_scatter_block, MPI_Gather/Scatter, MPI_Barrier, MPI_Send/Recv.
 // OpenMPI picks the algorithm (ring or Rabenseifner for large all-reduces, trees for small)
@@ -62,7 +62,7 @@ void finalize_at_exit() {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "dplab mpi backend: rank %d is exiting, but the other ranks did not "
+      std::fprintf(stderr, "dplab mpi engine: rank %d is exiting, but the other ranks did not "
                    "reach the end of the program within %.1f s (one failed, or is waiting in a "
                    "collective with this rank): aborting the MPI job\n", s.world.rank,
                    s.exit_timeout.count());
@@ -101,13 +101,13 @@ void check_mpi(int err, const char* call, int rank, const char* collective) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(err, text, &len);
-  throw CommError(fmt::format("rank {}: {} failed in {} on the mpi backend: {}", rank, call,
+  throw CommError(fmt::format("rank {}: {} failed in {} on the mpi engine: {}", rank, call,
                               collective, std::string(text, len)));
 }
 
 int as_count(int64_t n, const char* collective) {
   DPLAB_CHECK(n <= std::numeric_limits<int>::max(),
-              "{} on the mpi backend: at most {} elements (MPI counts are int), got {}",
+              "{} on the mpi engine: at most {} elements (MPI counts are int), got {}",
               collective, std::numeric_limits<int>::max(), n);
   return static_cast<int>(n);
 }
@@ -133,7 +133,7 @@ class MpiEngine final : public CollectiveEngine {
     const MpiWorld w = mpi_world();
     state().exit_timeout = timeout;
     DPLAB_CHECK(rank == w.rank && world_size == w.size,
-                "the mpi backend takes ranks from mpirun: MPI says this is rank {} of {}, the "
+                "the mpi engine takes ranks from mpirun: MPI says this is rank {} of {}, the "
                 "caller asked for rank {} of {} (start the program with mpirun -np {})",
                 w.rank, w.size, rank, world_size, world_size);
     rank_ = w.rank;
@@ -147,7 +147,7 @@ class MpiEngine final : public CollectiveEngine {
     watchdog_ = std::make_unique<CollectiveWatchdog>(
         std::move(watchdog_store), rank_, size_, timeout,
         [](const std::string& why) {
-          std::fprintf(stderr, "dplab mpi backend watchdog: %s; aborting the MPI job\n", why.c_str());
+          std::fprintf(stderr, "dplab mpi engine watchdog: %s; aborting the MPI job\n", why.c_str());
           std::fflush(stderr);
           MPI_Abort(MPI_COMM_WORLD, 3);
         });
@@ -306,7 +306,7 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void abort(const std::string& why) override {
-    std::fprintf(stderr, "dplab mpi backend: rank %d: %s; aborting the MPI job so that no rank "
+    std::fprintf(stderr, "dplab mpi engine: rank %d: %s; aborting the MPI job so that no rank "
                  "waits for it forever\n", rank_, why.c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 1);
@@ -380,9 +380,9 @@ MpiWorld mpi_world() {
     // Open MPI started outside mpirun becomes a "singleton", a world of one: N such
     // processes (dplab-run, spawn) would each think they are rank 0 of 1.
     DPLAB_CHECK(started_by_mpi_launcher() || !env_says_many_ranks(),
-                "the mpi backend needs mpirun (or srun --mpi=pmix): this process was started "
+                "the mpi engine needs mpirun (or srun --mpi=pmix): this process was started "
                 "by another launcher (WORLD_SIZE={}), and MPI cannot join independently started "
-                "processes into one world. Run `mpirun -np N PROGRAM`, or use --backend ring "
+                "processes into one world. Run `mpirun -np N PROGRAM`, or use --engine ring "
                 "under dplab-run", std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "?");
     int err = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.provided);
     DPLAB_CHECK(err == MPI_SUCCESS, "MPI_Init_thread failed with error {}", err);

@@ -1,5 +1,5 @@
 // mpi_engine_missing.cpp: stands in for mpi_engine.cpp in builds without MPI, so that
-// asking for the mpi backend says how to get it instead of failing to link.
+// asking for the mpi engine says how to get it instead of failing to link.
 // Read next: mpi_engine.cpp.
 #include "framework/error.h"
 #include "parallel/engines/collective_engine.h"
@@ -8,7 +8,7 @@ namespace dplab::parallel {
 
 namespace {
 [[noreturn]] void no_mpi() {
-  DPLAB_FAIL("the mpi backend is not built: dplab was configured without MPI (install "
+  DPLAB_FAIL("the mpi engine is not built: dplab was configured without MPI (install "
              "libopenmpi-dev and openmpi-bin, then `meson setup --reconfigure -Dmpi=enabled build`)");
 }
 }  // namespace

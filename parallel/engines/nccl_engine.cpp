@@ -1,4 +1,4 @@
-// nccl_engine.cpp: the nccl backend, one GPU per rank, any number of machines. Rank 0
+// nccl_engine.cpp: the nccl engine, one GPU per rank, any number of machines. Rank 0
 // publishes an ncclUniqueId in the group's own store (a PrefixStore view); all ranks join with
 // ncclCommInitRankConfig (one non-blocking communicator per group) on cuda:<local rank>
 // (nccl_rules.h picks it, and refuses several ranks per GPU).
@@ -103,7 +103,7 @@ class NcclEngine final : public CollectiveEngine {
         nccl(ncclCommFinalize(comm_), "ncclCommFinalize", "process group destruction");
         ncclCommDestroy(comm_);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "dplab nccl backend: %s\n", e.what());  // aborted by then
+        std::fprintf(stderr, "dplab nccl engine: %s\n", e.what());  // aborted by then
       }
     }
     if (inputs_ready_ != nullptr && cudaEventDestroy(inputs_ready_) != cudaSuccess)
@@ -231,24 +231,24 @@ class NcclEngine final : public CollectiveEngine {
     finish("recv");
   }
   void abort(const std::string& why) override {
-    std::fprintf(stderr, "dplab nccl backend: rank %d: %s; aborting the communicator\n", rank_,
+    std::fprintf(stderr, "dplab nccl engine: rank %d: %s; aborting the communicator\n", rank_,
                  why.c_str());
     abort_comm();
   }
 
  private:
-  // CPU tensors are refused with the backends that take them.
+  // CPU tensors are refused, naming the engines that take them.
   void check_device(const Tensor& t, const char* collective) {
-    DPLAB_CHECK(t.device().is_cuda(), "{} on the nccl backend needs CUDA tensors, got a tensor "
-                "on {} (use the mpi or ring backend for CPU tensors)", collective, t.device().str());
-    DPLAB_CHECK(t.device().index == device_, "{} on the nccl backend: this rank's communicator "
+    DPLAB_CHECK(t.device().is_cuda(), "{} on the nccl engine needs CUDA tensors, got a tensor "
+                "on {} (use the mpi or ring engine for CPU tensors)", collective, t.device().str());
+    DPLAB_CHECK(t.device().index == device_, "{} on the nccl engine: this rank's communicator "
                 "is on cuda:{}, the tensor is on {}", collective, device_, t.device().str());
   }
   // Checks t, then orders the comm stream after everything queued so far on the compute
   // stream (the producer of the inputs) and returns the comm stream.
   cudaStream_t begin(const Tensor& t, const char* collective) {
     check_device(t, collective);
-    DPLAB_CHECK(comm_ != nullptr, "rank {}: {} on the nccl backend: the communicator was "
+    DPLAB_CHECK(comm_ != nullptr, "rank {}: {} on the nccl engine: the communicator was "
                 "aborted by an earlier failure; make a new process group", rank_, collective);
     cuda::bind(device_);
     CUDA_CHECK(cudaEventRecord(inputs_ready_, dev_->stream));
@@ -309,7 +309,7 @@ class NcclEngine final : public CollectiveEngine {
     if (r == ncclInProgress) return settle(collective);
     const std::string last = ncclGetLastError(comm_);
     abort_comm();
-    throw CommError(fmt::format("rank {}: {} failed in {} on the nccl backend: {} ({}); the "
+    throw CommError(fmt::format("rank {}: {} failed in {} on the nccl engine: {} ({}); the "
                                 "communicator was aborted", rank_, call, collective,
                                 ncclGetErrorString(r), last));
   }

@@ -104,8 +104,8 @@ int open_block(const BlockId& b, std::size_t bytes, int rank) {
   const std::string path = fmt::format("/proc/{}/fd/{}", b.pid, b.fd);
   if (b.boot != boot_id()) {
     throw CommError(fmt::format("rank {}: rank 0 runs on another machine (or an earlier boot): "
-                                "the shm backend needs every rank on one machine; across "
-                                "machines use the mpi or nccl backend", rank));
+                                "the shm transport needs every rank on one machine; across "
+                                "machines use the mpi or nccl engine", rank));
   }
   struct stat st{};
   if (stat(path.c_str(), &st) != 0) {
@@ -118,7 +118,7 @@ int open_block(const BlockId& b, std::size_t bytes, int rank) {
                                   "rank mapped it: rank 0 gave up waiting (see its error; on a "
                                   "loaded machine raise DPLAB_TIMEOUT)", rank, b.pid));
     throw CommError(fmt::format("rank {}: cannot reach rank 0's shared block ({}): {} (the shm "
-                                "backend needs every rank on one machine, as one user)", rank,
+                                "transport needs every rank on one machine, as one user)", rank,
                                 path, std::strerror(err)));
   }
   if (!S_ISREG(st.st_mode)) refuse(rank, b, "it is not a regular file");

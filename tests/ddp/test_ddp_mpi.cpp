@@ -1,7 +1,7 @@
-// test_ddp_mpi.cpp: DistributedDataParallel on the mpi backend, run by mpirun (meson test
+// test_ddp_mpi.cpp: DistributedDataParallel on the mpi engine, run by mpirun (meson test
 // starts it with 2 and 4 ranks). DDP itself is unchanged: the same ToyModel, batches and SGD
 // steps as tests/ddp/test_ddp.cpp must give the parameters of one process trained on the
-// concatenated batches, and the same parameters as DDP over the ring backend in this job;
+// concatenated batches, and the same parameters as DDP over the ring engine in this job;
 // also with fp16 gradient compression (float16 sums through MPI user ops) and no_sync.
 // SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too.
 // Read next: tests/parallel/mpi_test_main.h, tests/ddp/test_ddp.cpp.

@@ -24,8 +24,8 @@ namespace par = dplab::parallel;
 
 namespace {
 
-void train(const std::string& backend, int steps, const std::string& checkpoint, int checkpoint_mb) {
-  par::init_process_group({.backend = backend});
+void train(const std::string& engine, int steps, const std::string& checkpoint, int checkpoint_mb) {
+  par::init_process_group({.engine = engine});
   const int rank = par::get_rank();
   std::printf("rank %d pid %d ready\n", rank, static_cast<int>(getpid()));
   std::fflush(stdout);

@@ -38,11 +38,11 @@ std::map<std::string, std::string> job_env() {
           {"DPLAB_NUM_THREADS", "1"}};
 }
 
-std::vector<std::string> dplab_run(const std::string& backend, int n,
+std::vector<std::string> dplab_run(const std::string& engine, int n,
                                    const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv{env_path("DPLAB_RUN"), "--nproc-per-node", std::to_string(n),
                                 "--grace-period", fmt::format("{}", kGrace),
-                                env_path("FAULT_TRAINER"), backend, std::to_string(kForever)};
+                                env_path("FAULT_TRAINER"), engine, std::to_string(kForever)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -84,7 +84,7 @@ Hit hit_random_rank(const std::vector<std::string>& argv, int n, int sig) {
 }
 
 struct Setup {
-  std::string backend;
+  std::string engine;
   int n;
 };
 const std::vector<Setup> kSetups{{"ring", 2}, {"ring", 4}, {"star", 2}, {"star", 4}};
@@ -96,12 +96,12 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
   double worst = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(2); ++t, ++count) {
-      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGKILL);
+      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGKILL);
       const auto hit = Clock::now();
       auto st = wait_exit(job, kTimeout + kGrace + 5);
       const double took = std::chrono::duration<double>(Clock::now() - hit).count();
       worst = std::max(worst, took);
-      const std::string what = fmt::format("{} N={} rank {} killed", s.backend, s.n, victim);
+      const std::string what = fmt::format("{} N={} rank {} killed", s.engine, s.n, victim);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
       CHECK(exit_code(*st) == 1);
       CHECK_MESSAGE(output(job).find(fmt::format("rank {} (pid {}) was killed by signal 9", victim,
@@ -119,9 +119,9 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
   int count = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(1); ++t, ++count) {
-      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGSTOP);
+      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGSTOP);
       auto st = wait_exit(job, kTimeout + kGrace + 10);
-      const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
+      const std::string what = fmt::format("{} N={} rank {} stopped", s.engine, s.n, victim);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
       CHECK(exit_code(*st) == 1);
       const std::string out = output(job);
@@ -148,12 +148,12 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
                   Hit{SIGTERM, 128 + SIGTERM}}) {
     for (const Setup& s : {Setup{"ring", 2}, Setup{"star", 4}}) {
       for (int t = 0; t < trials(1); ++t, ++count) {
-        Job job = start_job(dplab_run(s.backend, s.n), job_env());
+        Job job = start_job(dplab_run(s.engine, s.n), job_env());
         wait_ready(job, s.n);
         std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
         const auto t0 = Clock::now();
         ::kill(job.pid, hit.sig);
-        const std::string what = fmt::format("{} N={}, launcher got {}", s.backend, s.n,
+        const std::string what = fmt::format("{} N={}, launcher got {}", s.engine, s.n,
                                              strsignal(hit.sig));
         auto st = wait_exit(job, 5.0);
         REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end");
@@ -175,12 +175,12 @@ TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory 
   int count = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(2); ++t, ++count) {
-      Job job = start_job(dplab_run(s.backend, s.n), job_env());
+      Job job = start_job(dplab_run(s.engine, s.n), job_env());
       // Somewhere between exec and the first step: ranks connect to the store, rank 0
       // creates the shared block, the others map it.
       std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.3)));
       const bool interrupt = t % 2 == 1;
-      std::string what = fmt::format("{} N={}, {} during start-up", s.backend, s.n,
+      std::string what = fmt::format("{} N={}, {} during start-up", s.engine, s.n,
                                      interrupt ? "Ctrl-C" : "kill -9 of a rank");
       if (interrupt) {
         ::kill(job.pid, SIGINT);
@@ -246,7 +246,7 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
              "written); no half file at the final path\n", count, landed_in_save);
 }
 
-// ---- the mpi backend: mpirun is the launcher; the engine's watchdog names a stopped rank ----
+// ---- the mpi engine: mpirun is the launcher; the engine's watchdog names a stopped rank ----
 
 namespace {
 

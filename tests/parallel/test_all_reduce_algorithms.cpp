@@ -265,24 +265,24 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two), doctest::Contains("resolve auto"), Error);
 }
 
-TEST_CASE("algorithms by name: backends and per-call names; a bad name lists the good ones") {
+TEST_CASE("algorithms by name: engines and per-call names; a bad name lists the good ones") {
   for (Algorithm a : kAlgorithms)
     CHECK(algorithm_from_name(algorithm_name(a)) == a);
   CHECK_THROWS_WITH_AS(algorithm_from_name("tree"), doctest::Contains("halving_doubling, one_shot or auto"), Error);
-  for (const char* backend : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
-    CAPTURE(backend);
+  for (const char* engine : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
+    CAPTURE(engine);
     std::vector<std::vector<float>> got(3);
     std::vector<std::string> ran(3);
     run_threads(3, [&](ProcessGroup& pg) {
-      CHECK(pg.engine() == backend);
+      CHECK(pg.engine() == engine);
       Tensor t = make<float>(pg.rank(), 77);
       pg.all_reduce(t);  // the group's algorithm
       got[pg.rank()] = t.to_vector<float>();
       ran[pg.rank()] = pg.all_reduce_algorithm(t.nbytes());
-    }, {.backend = backend});
+    }, {.engine = engine});
     for (int r = 0; r < 3; ++r) {
       CHECK(got[r] == reference<float>(ReduceOp::Sum, 3, 77));
-      CHECK(ran[r].find(std::string(backend) == "auto" ? "auto:" : backend) == 0);
+      CHECK(ran[r].find(std::string(engine) == "auto" ? "auto:" : engine) == 0);
     }
   }
 }

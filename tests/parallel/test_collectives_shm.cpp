@@ -191,7 +191,7 @@ TEST_CASE("shm: broadcast, all_gather, reduce_scatter, barrier, send/recv") {
 TEST_CASE("shm: a rank that throws makes the others fail fast with a message naming it") {
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
+    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
     auto out = run_processes(4, [](ProcessGroup& pg) {
       if (pg.rank() == 2) throw std::runtime_error("rank 2 failed on purpose");
       Tensor t = make(pg.rank(), 300000);
@@ -215,7 +215,7 @@ TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     CAPTURE(algorithm_name(a));
     auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
+    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
     auto out = run_processes(4, [](ProcessGroup& pg) {
       Tensor t = make(pg.rank(), 300000);
       pg.all_reduce(t);  // one that works, so the kill lands mid-run

@@ -238,7 +238,7 @@ TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
 
 TEST_CASE("counters: every collective counts exactly the formula of algorithms/cost.h") {
   // ring.cpp, star.cpp and p2p.cpp count bytes as they move them; cost.h writes the same as
-  // formulas, which the mpi and nccl backends report. They must agree, call by call.
+  // formulas, which the mpi and nccl engines report. They must agree, call by call.
   for (int n = 1; n <= 4; ++n)
     for (int64_t elems : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{12001}})
       for (int root : {0, n - 1}) {
@@ -375,7 +375,7 @@ TEST_CASE("ProcessGroup checks, calls its engine once per collective, counts wha
 }
 
 TEST_CASE("a rank that throws makes the others fail fast, naming it") {
-  ProcessGroupOptions opts{.backend = "ring", .timeout = Seconds(3.0)};
+  ProcessGroupOptions opts{.engine = "ring", .timeout = Seconds(3.0)};
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::string> messages(3);
@@ -405,7 +405,7 @@ TEST_CASE("a rank that throws makes the others fail fast, naming it") {
 }
 
 TEST_CASE("a rank that never comes times out with a CommError naming rank, peer, collective") {
-  ProcessGroupOptions opts{.backend = "star", .timeout = Seconds(0.5)};
+  ProcessGroupOptions opts{.engine = "star", .timeout = Seconds(0.5)};
   std::string message;
   std::atomic<bool> done{false};
   run_threads(2, [&](ProcessGroup& pg) {

@@ -111,7 +111,7 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
         messages[pg.rank()] = e.what();
       }
       ++finished;
-    }, {.backend = "ring", .timeout = Seconds(0.5)});
+    }, {.engine = "ring", .timeout = Seconds(0.5)});
     for (int r = 1; r < kRanks; ++r) {
       CAPTURE(messages[r]);
       CHECK(has(messages[r], "rank 0 stopped making progress"));

@@ -329,24 +329,24 @@ TEST_CASE("dplab-run --nnodes 2: the ranks of both nodes meet in node 0's store"
     CHECK(has(rank < 2 ? n0.out : n1.out, "rank " + std::to_string(rank) + " sum 100"));
 }
 
-TEST_CASE("dplab-run --nnodes 2: the ring backend refuses, naming the mpi and nccl backends") {
-  for (const char* backend : {"ring", "star"}) {
-    auto [n0, n1] = two_nodes({"init", "env://", backend});
+TEST_CASE("dplab-run --nnodes 2: the ring engine refuses, naming the mpi and nccl engines") {
+  for (const char* engine : {"ring", "star"}) {
+    auto [n0, n1] = two_nodes({"init", "env://", engine});
     CHECK(n0.status == 1);
     CHECK(n1.status == 1);
     for (const Ran* r : {&n0, &n1}) {
-      CHECK_MESSAGE(has(r->err, std::string("the '") + backend + "' backend runs on one node"), r->err);
+      CHECK_MESSAGE(has(r->err, std::string("the '") + engine + "' engine runs on one node"), r->err);
       CHECK(has(r->err, "WORLD_SIZE=4, LOCAL_WORLD_SIZE=2"));
-      CHECK(has(r->err, "the 'mpi' backend"));
-      CHECK(has(r->err, "the 'nccl' backend"));
+      CHECK(has(r->err, "the 'mpi' engine"));
+      CHECK(has(r->err, "the 'nccl' engine"));
     }
     CHECK(n0.seconds < 10.0);
   }
 }
 
-// --- the mpi backend: MPI has no timeouts, so a rank leaving early must end the job ---
+// --- the mpi engine: MPI has no timeouts, so a rank leaving early must end the job ---
 
-TEST_CASE("mpi backend: a rank that returns early ends the job after the timeout, saying why" *
+TEST_CASE("mpi engine: a rank that returns early ends the job after the timeout, saying why" *
           doctest::skip(std::getenv("MPIRUN") == nullptr)) {
   Ran r = run({std::getenv("MPIRUN"), "--bind-to", "none", "-np", "2", program("LAUNCH_CHILD"),
                "mpi-early-exit"});

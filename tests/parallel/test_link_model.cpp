@@ -104,7 +104,7 @@ TEST_CASE("link bandwidths must be positive") {
   CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup&) {}, ProcessGroupOptions{.link_gbps = -1}),
                        doctest::Contains("link_gbps must be >= 0"), Error);
   // mpi moves its own bytes: an emulated link there would be silently ignored, so it is refused
-  CHECK_THROWS_WITH_AS(run_threads(1, [](ProcessGroup&) {}, ProcessGroupOptions{.backend = "mpi", .link_gbps = 10}),
-                       doctest::Contains("needs the ring or star backend; the mpi backend moves its bytes itself"),
+  CHECK_THROWS_WITH_AS(run_threads(1, [](ProcessGroup&) {}, ProcessGroupOptions{.engine = "mpi", .link_gbps = 10}),
+                       doctest::Contains("needs one of dplab's engines (ring, star, ...); the mpi engine moves its bytes itself"),
                        Error);
 }

@@ -1,8 +1,8 @@
-// test_mpi_collectives.cpp: the collective suite on the mpi backend, run by mpirun (meson
+// test_mpi_collectives.cpp: the collective suite on the mpi engine, run by mpirun (meson
 // test starts it with 2 and 4 ranks, and once with OpenMPI's TCP transport, so the bytes go
 // through sockets as between two machines). Every collective is checked against a serial
 // reference (float32, int64, float16; sizes 0, 1, fewer than ranks, odd, several MiB) and
-// against the ring backend over shm in the same job, counters included.
+// against the ring engine over shm in the same job, counters included.
 // Read next: mpi_test_main.h, parallel/engines/mpi_engine.cpp.
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/mpi_test_main.h"
@@ -34,13 +34,13 @@ ProcessGroup& mpi() { return default_process_group(); }
 // The ring over shm, on the same ranks (mpirun starts them on one host here).
 ProcessGroup& ring() {
   static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
-                                        {.backend = "ring", .timeout = Seconds(30.0)});
+                                        {.engine = "ring", .timeout = Seconds(30.0)});
   return *pg;
 }
 
 }  // namespace
 
-TEST_CASE("the default group is the mpi backend, rank and size from mpirun") {
+TEST_CASE("the default group is the mpi engine, rank and size from mpirun") {
   CHECK(mpi().transport_name() == "mpi");
   // an engine group has no dplab transport: the per-device name is the engine's (this
   // dereferenced a null transport before the engine seam)
@@ -135,7 +135,7 @@ TEST_CASE("send/recv around the ring of ranks; a short recv is an error, not gar
   CHECK(theirs.to_vector<float>() == make<float>((r + n - 1) % n, 70001).to_vector<float>());
   mpi().barrier();
   // rank 0 sends 3 floats to rank 1, which expects 5: the sizes disagree, and it says so
-  auto pg = create_process_group(default_store(), r, n, {.backend = "mpi"});
+  auto pg = create_process_group(default_store(), r, n, {.engine = "mpi"});
   if (r == 0) pg->send(make<float>(0, 3), 1);
   if (r == 1) {
     Tensor five = Tensor::empty({5});
@@ -193,7 +193,7 @@ TEST_CASE("counters on mpi report the textbook bytes: the ring's, exactly") {
 
 TEST_CASE("more groups on mpi: each its own communicator; ranks must be mpirun's") {
   const int n = get_world_size(), r = get_rank();
-  auto second = create_process_group(default_store(), r, n, {.backend = "mpi"});
+  auto second = create_process_group(default_store(), r, n, {.engine = "mpi"});
   Tensor a = make<float>(r, 100), b = make<float>(r, 100, 1);
   REQUIRE(mpi_world().thread_multiple);  // MPI_THREAD_MULTIPLE: two threads in MPI at once
   WorkPtr w = second->all_reduce_async(b);  // on the second group's worker thread ...
@@ -201,6 +201,6 @@ TEST_CASE("more groups on mpi: each its own communicator; ranks must be mpirun's
   w->wait();
   CHECK(a.to_vector<float>() == reference<float>(ReduceOp::Sum, n, 100));
   CHECK(b.to_vector<float>() == reference<float>(ReduceOp::Sum, n, 100, 1));
-  CHECK_THROWS_WITH_AS(create_process_group(default_store(), (r + 1) % n, n, {.backend = "mpi"}),
+  CHECK_THROWS_WITH_AS(create_process_group(default_store(), (r + 1) % n, n, {.engine = "mpi"}),
                        doctest::Contains("takes ranks from mpirun"), Error);
 }

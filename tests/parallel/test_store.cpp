@@ -300,7 +300,7 @@ TEST_CASE("make_store / init_process_group: bad arguments") {
                        dplab::Error);
   CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:http", 0, 1, par::Seconds(1.0)),
                        doctest::Contains("is not an integer"), dplab::Error);
-  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "gloo"}),
+  CHECK_THROWS_WITH_AS(par::init_process_group({.engine = "gloo"}),
                        doctest::Contains("expected 'ring', 'star', 'mpi' or 'nccl'"), dplab::Error);
   CHECK_FALSE(par::is_initialized());
   CHECK_THROWS_WITH_AS(par::default_process_group(), doctest::Contains("init_process_group"),
@@ -326,9 +326,9 @@ struct ScopedEnv {
 TEST_CASE("init_process_group: ring and star refuse a job that spans nodes, naming mpi and nccl") {
   ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
   for (const char* b : {"ring", "star"}) {
-    CHECK_THROWS_WITH_AS(par::init_process_group({.backend = b}),
-                         doctest::Contains("use the 'mpi' backend (CPUs, started by mpirun) or the "
-                                           "'nccl' backend (GPUs)"), dplab::Error);
+    CHECK_THROWS_WITH_AS(par::init_process_group({.engine = b}),
+                         doctest::Contains("use the 'mpi' engine (CPUs, started by mpirun) or the "
+                                           "'nccl' engine (GPUs)"), dplab::Error);
   }
   CHECK_FALSE(par::is_initialized());
 }
@@ -336,9 +336,9 @@ TEST_CASE("init_process_group: ring and star refuse a job that spans nodes, nami
 TEST_CASE("init_process_group: mpi under a launcher that is not mpirun is refused before MPI starts") {
   ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return;  // this test itself runs under mpirun
-  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "mpi"}),
-                       doctest::Contains(par::mpi_built() ? "the mpi backend needs mpirun"
-                                                          : "the mpi backend is not built"),
+  CHECK_THROWS_WITH_AS(par::init_process_group({.engine = "mpi"}),
+                       doctest::Contains(par::mpi_built() ? "the mpi engine needs mpirun"
+                                                          : "the mpi engine is not built"),
                        dplab::Error);
   CHECK_FALSE(par::is_initialized());
 }

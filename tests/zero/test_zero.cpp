@@ -2,7 +2,7 @@
 // plain DDP for N = 1..4 (uneven shards), without DDP and with it (both ways); the traffic is
 // exactly one all-reduce's; the memory per rank is the textbook's; a consolidated state dict
 // loads into the plain optimizer and back with identical training afterwards; bad use throws.
-// Ranks are threads, and once forked processes on the star backend.
+// Ranks are threads, and once forked processes on the star engine.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -60,14 +60,14 @@ TEST_CASE("ZeRO with DDP: averaged gradients (stage 1) or DDP's local hook (stag
   }
 }
 
-TEST_CASE("ZeRO on the star backend over shm processes equals one process") {
+TEST_CASE("ZeRO on the star engine over shm processes equals one process") {
   const int world = 3;
   const Params single = zero_single_process(world, kAdam);
   auto outcomes = run_processes(world, [&](ProcessGroup& pg) {
     const Params zero = zero_run(borrow(pg), 2, kAdam, WithDdp::No);
     DPLAB_CHECK(max_abs_diff(zero, single) <= 1e-5f, "ZeRO-2 on star differs from one process by {}",
                 max_abs_diff(zero, single));
-  }, {.backend = "star"});
+  }, {.engine = "star"});
   for (const Outcome& out : outcomes) CHECK_MESSAGE(out.ok, out.message);
 }
 

@@ -81,7 +81,7 @@ void machine_checks(Report& r) {
   if (statvfs("/dev/shm", &vfs) != 0) {
     shm.verdict = Verdict::Fail;
     shm.detail = fmt::format("cannot stat /dev/shm: {}", std::strerror(errno));
-    shm.fix = "the ring and star backends need a tmpfs at /dev/shm: mount -t tmpfs tmpfs /dev/shm "
+    shm.fix = "the ring and star engines need a tmpfs at /dev/shm: mount -t tmpfs tmpfs /dev/shm "
               "(or, in Docker, --shm-size=1g)";
   } else {
     const double room = static_cast<double>(vfs.f_bavail) * vfs.f_frsize;
@@ -101,9 +101,9 @@ void machine_checks(Report& r) {
   } else {
     memfd.verdict = Verdict::Fail;
     memfd.detail = why;
-    memfd.fix = "the shm transport (backends ring and star between processes) needs it: run every "
+    memfd.fix = "the shm transport (engines ring and star between processes) needs it: run every "
                 "rank as one user in one PID namespace (a container that hides /proc/<pid>/fd "
-                "forbids it); or use threads (spawn-free tutorials) or the mpi backend";
+                "forbids it); or use threads (spawn-free tutorials) or the mpi engine";
   }
   r.add(memfd);
 

@@ -147,8 +147,8 @@ std::string cpu_fast_vs_reference() {
 }
 
 // rank r holds r+1 everywhere: the sum is n(n+1)/2 in every element (1001 of them: uneven).
-void all_reduce_rank(int rank, const std::string& backend, Device d) {
-  parallel::init_process_group({.backend = backend, .timeout = parallel::Seconds(20.0)});
+void all_reduce_rank(int rank, const std::string& engine, Device d) {
+  parallel::init_process_group({.engine = engine, .timeout = parallel::Seconds(20.0)});
   Tensor t = full({1001}, rank + 1.0, {.device = d});
   parallel::default_process_group().all_reduce(t);
   const int n = parallel::default_process_group().size();
@@ -255,7 +255,7 @@ void self_tests(Report& r, bool with_gpu) {
   if (!child && cuda_device_count() < 2) setenv("DPLAB_VIRTUAL_GPUS", "2", 1);
   run_check(r, "cuda_ipc all_reduce, 2 processes (CUDA IPC between them)",
             "two processes cannot map each other's GPU memory here (containers may forbid it): run "
-            "the ranks in one container with the same GPUs visible, or use the nccl backend", [&] {
+            "the ranks in one container with the same GPUs visible, or use the nccl engine", [&] {
               spawn([](int rank) { all_reduce_rank(rank, "ring", Device(DeviceKind::CUDA, rank)); }, 2);
               return std::string("1001 floats summed GPU to GPU");
             });

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for")
       ->default_val(kDefaultNprocLimit);
   app.add_option("--nnodes", nnodes, "nodes in the job: one dplab-run per node (ring and star "
-                 "run on one node; across nodes use the mpi or nccl backend)")->default_val(1);
+                 "run on one node; across nodes use the mpi or nccl engine)")->default_val(1);
   app.add_option("--node-rank,--node_rank", node_rank, "this node's index in [0, nnodes)")->default_val(0);
   auto* addr_opt = app.add_option("--master-addr,--master_addr", master_addr,
                                   "address of rank 0's store (node 0; required with --nnodes > 1)")
