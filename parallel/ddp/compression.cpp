@@ -1,7 +1,7 @@
 // compression.cpp: the fp16 all-reduce as a Work that decompresses when waited on
 // (see compression.h). Cost: one cast to half before (n reads, n/2 words written), the
 // all-reduce of 2n bytes instead of 4n, one cast back and a scale after.
-// Read next: tests/ddp_extras/test_compression.cpp (traffic exactly halved, values kept).
+// Read next: tests/ddp_extensions/test_compression.cpp (traffic exactly halved, values kept).
 #include "parallel/ddp/compression.h"
 
 #include <mutex>

@@ -2,7 +2,7 @@
 // layer, and convert_sync_batchnorm (see sync_batch_norm.h).
 // Statistics travel as sums, in one all_reduce each way, so a layer costs (2C+1) floats of
 // forward traffic and 2C of backward traffic per step whatever the batch and image size.
-// Read next: tests/ddp_extras/test_sync_batch_norm.cpp (SyncBN on N ranks == BN on one).
+// Read next: tests/ddp_extensions/test_sync_batch_norm.cpp (SyncBN on N ranks == BN on one).
 #include "parallel/ddp/sync_batch_norm.h"
 
 #include <cmath>

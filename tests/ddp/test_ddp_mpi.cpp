@@ -87,7 +87,7 @@ TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, th
   ring_group()->reset_comm_stats();
   const Params on_mpi = ddp_run(mpi_group(), 1, true);
   const Params on_ring = ddp_run(ring_group(), 1, true);
-  // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extras)
+  // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extensions)
   CHECK(max_diff(on_mpi, expected) < 2e-3f);
   CHECK(max_diff(on_mpi, on_ring) < 2e-3f);
   CHECK(max_diff(on_mpi, expected) > 0.0f);  // it did go through half precision
