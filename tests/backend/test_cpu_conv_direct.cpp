@@ -15,7 +15,7 @@
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;

@@ -12,7 +12,7 @@
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;

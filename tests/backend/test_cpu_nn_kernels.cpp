@@ -2,7 +2,7 @@
 // softmax family (stable on inputs near 1000), nll_loss and indexing (with the errors a bad
 // label or index must raise), im2col/col2im (and their adjointness), pooling, and the fused
 // SGD / Adam(W) steps against values computed by hand from torch.optim's formulas.
-// Shares helpers with test_cpu_kernels.cpp through cpu_test_util.h.
+// Shares helpers with test_cpu_kernels.cpp through tests/backend_test_util.h.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 
 using namespace dplab;
 using namespace dplab::test;

@@ -4,7 +4,7 @@
 // threads (an odd length, so the threads' blocks differ in size).
 #include <doctest/doctest.h>
 
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;

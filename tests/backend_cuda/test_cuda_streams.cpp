@@ -13,10 +13,10 @@
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/virtual_gpus.h"
-#include "tests/backend_cuda/cuda_test_util.h"
+#include "tests/backend_test_util.h"
 
 using namespace dplab;
-using namespace dplab::cuda_test;
+using namespace dplab::test;
 
 namespace {
 
