@@ -13,12 +13,14 @@
 #include "models/toy.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using dplab::parallel::testing::borrow;
 
 using namespace dplab;
 using namespace dplab::parallel;
+using dplab::parallel::testing::initial_state;  // the reference job's ToyModel state
 using dplab::parallel::testing::run_threads;
 
 TEST_CASE("float <-> half conversions: known values, rounding to nearest even, overflow, subnormals") {
@@ -134,12 +136,7 @@ RunResult train(ProcessGroup& pg, const StateDict& init, CommHook hook) {
 }  // namespace
 
 TEST_CASE("fp16_compress_hook: the bucket holds the average, traffic is exactly half, results within fp16") {
-  Generator g(3);
-  StateDict init;
-  init.insert("net1.weight", randn({10, 10}, {}, &g));
-  init.insert("net1.bias", randn({10}, {}, &g));
-  init.insert("net2.weight", randn({5, 10}, {}, &g));
-  init.insert("net2.bias", randn({5}, {}, &g));
+  const StateDict init = initial_state(3);
   for (int world : {2, 3}) {
     CAPTURE(world);
     run_threads(world, [&](ProcessGroup& pg) {

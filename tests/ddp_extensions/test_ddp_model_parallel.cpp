@@ -8,60 +8,20 @@
 #include "framework/tensor/random.h"
 #include "models/toy.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using dplab::parallel::testing::borrow;
+using namespace dplab::parallel::testing;  // the reference job: batches, kSteps, kPerRank
 
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
 
-namespace {
-
-constexpr int kSteps = 3;
-constexpr int64_t kPerRank = 4;
-
-Tensor batch_x(int s, int world) {
-  Generator g(500 + s);
-  return randn({world * kPerRank, 10}, {}, &g);
-}
-Tensor batch_y(int s, int world) {
-  Generator g(600 + s);
-  return randn({world * kPerRank, 5}, {}, &g);
-}
-
-// One initial state for everyone, made once in the test thread (the default generator is
-// shared by the rank threads, so seeding inside them would race).
-StateDict initial_state() {
-  Generator g(7);
-  StateDict sd;
-  sd.insert("net1.weight", randn({10, 10}, {}, &g));
-  sd.insert("net1.bias", randn({10}, {}, &g));
-  sd.insert("net2.weight", randn({5, 10}, {}, &g));
-  sd.insert("net2.bias", randn({5}, {}, &g));
-  return sd;
-}
-
-std::vector<std::vector<float>> single_process(int world, const StateDict& init) {
-  auto model = std::make_shared<models::ToyModel>();
-  model->load_state_dict(init);
-  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
-    mse_loss(model->forward(batch_x(s, world)), batch_y(s, world)).backward();
-    opt.step();
-  }
-  std::vector<std::vector<float>> out;
-  for (const Tensor& p : model->parameters()) out.push_back(p.to_vector<float>());
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("DDP + ToyMpModel (two devices per rank) on 2 ranks equals single-process ToyModel") {
   const int world = 2;
-  StateDict init = initial_state();
-  auto expected = single_process(world, init);
+  StateDict init = initial_state(7);  // made once in the test thread, loaded by every rank
+  auto expected = single_process_from(init, world);
   for (double cap_mb : {25.0, 1e-6}) {
     CAPTURE(cap_mb);
     run_threads(world, [&](ProcessGroup& pg) {
@@ -80,8 +40,8 @@ TEST_CASE("DDP + ToyMpModel (two devices per rank) on 2 ranks equals single-proc
       optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
       for (int s = 0; s < kSteps; ++s) {
         opt.zero_grad();
-        Tensor x = batch_x(s, world).narrow(r * kPerRank, kPerRank).to(dev0);
-        Tensor y = batch_y(s, world).narrow(r * kPerRank, kPerRank).to(dev1);
+        Tensor x = rows_of(batch_x(s, world), r).to(dev0);
+        Tensor y = rows_of(batch_y(s, world), r).to(dev1);
         mse_loss(ddp.forward(x), y).backward();
         opt.step();
       }

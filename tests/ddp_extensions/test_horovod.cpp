@@ -13,27 +13,19 @@
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/horovod.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using dplab::parallel::testing::borrow;
 
 using namespace dplab;
 using namespace dplab::parallel;
+using dplab::parallel::testing::initial_state;  // the reference job's ToyModel state
 using dplab::parallel::testing::run_threads;
 
 namespace {
 
 constexpr int kSteps = 4;
-
-StateDict initial_state() {
-  Generator g(11);
-  StateDict sd;
-  sd.insert("net1.weight", randn({10, 10}, {}, &g));
-  sd.insert("net1.bias", randn({10}, {}, &g));
-  sd.insert("net2.weight", randn({5, 10}, {}, &g));
-  sd.insert("net2.bias", randn({5}, {}, &g));
-  return sd;
-}
 
 // Rank r's batch of step s (rank-dependent data, as in real data-parallel training).
 std::pair<Tensor, Tensor> batch(int s, int r) {
@@ -88,7 +80,7 @@ std::vector<float> train_hvd(ProcessGroup& pg, const StateDict& init, Compressio
 }  // namespace
 
 TEST_CASE("Horovod-style DistributedOptimizer training equals DDP training, 1-3 ranks") {
-  StateDict init = initial_state();
+  StateDict init = initial_state(11);
   for (int world = 1; world <= 3; ++world) {
     CAPTURE(world);
     run_threads(world, [&](ProcessGroup& pg) {
@@ -101,7 +93,7 @@ TEST_CASE("Horovod-style DistributedOptimizer training equals DDP training, 1-3 
 }
 
 TEST_CASE("Horovod-style fp16 compression stays within half precision of DDP's fp16 hook") {
-  StateDict init = initial_state();
+  StateDict init = initial_state(11);
   run_threads(3, [&](ProcessGroup& pg) {
     auto ddp = train_ddp(pg, init, fp16_compress_hook());
     auto ref = train_ddp(pg, init, allreduce_hook());

@@ -13,6 +13,7 @@
 #include "models/toy.h"
 #include "parallel/ddp/ddp_checkpoint.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using dplab::parallel::testing::borrow;
@@ -21,11 +22,14 @@ using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::run_processes;
 using dplab::parallel::testing::run_threads;
+using dplab::parallel::testing::batch_x;  // the reference job's batches and parameters
+using dplab::parallel::testing::batch_y;
+using dplab::parallel::testing::params_of;
+using dplab::parallel::testing::rows_of;
 
 namespace {
 
-constexpr int kSteps = 6;
-constexpr int64_t kPerRank = 4;
+constexpr int kTrainSteps = 6;  // straight, or half, a checkpoint, and the other half
 
 struct Run {
   std::shared_ptr<models::ToyModel> model;
@@ -47,19 +51,12 @@ Run make_run(ProcessGroup& pg, uint64_t seed) {
 void train(Run& run, ProcessGroup& pg, int from, int to) {
   Device dev(DeviceKind::CPU, pg.rank());
   for (int s = from; s < to; ++s) {
-    Generator gx(100 + s), gy(200 + s);
-    Tensor x = randn({pg.size() * kPerRank, 10}, {}, &gx).narrow(pg.rank() * kPerRank, kPerRank).to(dev);
-    Tensor y = randn({pg.size() * kPerRank, 5}, {}, &gy).narrow(pg.rank() * kPerRank, kPerRank).to(dev);
+    Tensor x = rows_of(batch_x(s, pg.size()), pg.rank()).to(dev);
+    Tensor y = rows_of(batch_y(s, pg.size()), pg.rank()).to(dev);
     run.opt->zero_grad();
     mse_loss(run.ddp->forward(x), y).backward();
     run.opt->step();
   }
-}
-
-std::vector<std::vector<float>> params_of(nn::Module& m) {
-  std::vector<std::vector<float>> out;
-  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
-  return out;
 }
 
 std::string temp_path(const char* tag) {
@@ -72,11 +69,11 @@ TEST_CASE("resume under DDP: K steps straight equal K/2 + save/load + K/2, on 2 
   const std::string path = temp_path("resume");
   auto outcomes = run_processes(2, [&](ProcessGroup& pg) {
     Run straight = make_run(pg, 7);
-    train(straight, pg, 0, kSteps);
+    train(straight, pg, 0, kTrainSteps);
 
     Run first = make_run(pg, 7);
-    train(first, pg, 0, kSteps / 2);
-    save_checkpoint_on_rank0(pg, path, *first.ddp, first.opt.get(), {{"step", std::to_string(kSteps / 2)}});
+    train(first, pg, 0, kTrainSteps / 2);
+    save_checkpoint_on_rank0(pg, path, *first.ddp, first.opt.get(), {{"step", std::to_string(kTrainSteps / 2)}});
 
     // Fresh objects with a different init: everything must come from the file.
     Run resumed = make_run(pg, 1000);
@@ -85,7 +82,7 @@ TEST_CASE("resume under DDP: K steps straight equal K/2 + save/load + K/2, on 2 
     for (const Tensor& p : resumed.model->parameters())
       DPLAB_CHECK(p.device() == Device(DeviceKind::CPU, pg.rank()), "rank {}: parameter on {}, expected cpu:{}",
                   pg.rank(), p.device(), pg.rank());
-    train(resumed, pg, kSteps / 2, kSteps);
+    train(resumed, pg, kTrainSteps / 2, kTrainSteps);
 
     auto a = params_of(*straight.model), b = params_of(*resumed.model);
     DPLAB_CHECK(a == b, "rank {}: resumed parameters differ from the uninterrupted run", pg.rank());
