@@ -1,9 +1,9 @@
 // cpu_vector.h: 8 floats as one value (GCC and Clang vector extensions), at any float's
 // address, and the transpose built from them: what reference/'s im2col and fast/'s
 // convolution and GEMM share. SSE where AVX is not built.
-// Why a type of our own: memcpy of 32 bytes came out as 16-byte moves spilled through the
-// stack, and a vector_size type with aligned(4) as a template argument loses that alignment
-// (TOOLCHAIN.md): so plain functions over two typedefs, one for registers, one for memory.
+// Why a type of our own: GCC compiled a memcpy of 32 bytes to 16-byte moves spilled through
+// the stack, and a vector_size type declared aligned(4) loses that alignment as a template
+// argument: so plain functions over two typedefs, one for registers, one for memory.
 // Read next: cpu_vector.cpp.
 #pragma once
 #include <cstdint>
