@@ -135,13 +135,16 @@ inline bool close(double got, double ref, double atol = 1e-5, double rtol = 1e-5
 template <typename A, typename B>
 void check_close(const A& got, const B& ref, const std::string& what, double atol = 1e-5,
                  double rtol = 1e-5) {
-  REQUIRE_MESSAGE(got.size() == ref.size(), what << ": sizes " << got.size() << " vs " << ref.size());
+  REQUIRE_MESSAGE(got.size() == ref.size(),
+                  what << ": sizes " << got.size() << " vs " << ref.size());
   std::size_t bad = 0, first = 0;
   for (std::size_t i = 0; i < ref.size(); ++i)
     if (!close(static_cast<double>(got[i]), static_cast<double>(ref[i]), atol, rtol) && bad++ == 0)
       first = i;
   std::ostringstream first_diff;
-  if (bad) first_diff << "; first at index " << first << ": got " << got[first] << ", expected " << ref[first];
+  if (bad)
+    first_diff << "; first at index " << first << ": got " << got[first] << ", expected "
+               << ref[first];
   CHECK_MESSAGE(bad == 0, what << (what.empty() ? "" : ": ") << bad << " of " << ref.size()
                                << " differ" << first_diff.str());
 }

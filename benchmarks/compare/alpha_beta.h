@@ -63,7 +63,8 @@ struct ProjectionRow {
 };
 // Weak scaling (every device keeps its batch, so compute per step stays compute_s) for
 // N = 1, 2, 4, ..., 1024, for the named models; compute time scales with parameter count.
-std::vector<ProjectionRow> project(const AlphaBeta& ab, const std::vector<std::pair<std::string, double>>& models,
+std::vector<ProjectionRow> project(const AlphaBeta& ab,
+                                   const std::vector<std::pair<std::string, double>>& models,
                                    double base_params, double base_compute_s, double bucket_bytes);
 void write_projection_csv(const std::string& path, const std::vector<ProjectionRow>& rows);
 

@@ -34,8 +34,10 @@ struct GradEnabledGuard {
 
 }  // namespace
 
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, bool preserve_rng_state) {
-  for (size_t i = 0; i < inputs.size(); ++i) DPLAB_CHECK(inputs[i].defined(), "checkpoint: input {} is undefined", i);
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                  bool preserve_rng_state) {
+  for (size_t i = 0; i < inputs.size(); ++i)
+    DPLAB_CHECK(inputs[i].defined(), "checkpoint: input {} is undefined", i);
   if (!grad_enabled()) return fn(inputs);  // evaluation: nothing would be kept anyway
   const Generator rng = rng_now();
   Tensor out;
@@ -67,7 +69,8 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, boo
     for (const Tensor& d : detached) grads.push_back(d.requires_grad() ? d.grad() : Tensor());
     return grads;
   };
-  out.impl().grad_fn = std::make_shared<Node>("CheckpointBackward", std::move(next), std::move(backward));
+  out.impl().grad_fn =
+      std::make_shared<Node>("CheckpointBackward", std::move(next), std::move(backward));
   out.impl().requires_grad = true;
   return out;
 }

@@ -26,7 +26,8 @@ using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 
 // Runs fn(inputs) keeping no activations inside; backward recomputes them. preserve_rng_state:
 // restore the default generator to its state at the forward before recomputing (dropout).
-Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs, bool preserve_rng_state = true);
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs,
+                  bool preserve_rng_state = true);
 
 namespace detail {
 template <typename Fn, size_t... I>
@@ -37,8 +38,8 @@ Tensor call_with(const Fn& fn, const std::vector<Tensor>& in, std::index_sequenc
 
 // checkpoint(fn, a, b, ...) with fn(const Tensor& a, const Tensor& b, ...).
 template <typename Fn, typename... Ts>
-  requires(sizeof...(Ts) > 0 && (std::is_same_v<Ts, Tensor> && ...))
-Tensor checkpoint(Fn fn, const Ts&... inputs) {
+requires(sizeof...(Ts) > 0 && (std::is_same_v<Ts, Tensor> && ...)) Tensor
+    checkpoint(Fn fn, const Ts&... inputs) {
   CheckpointFn packed = [fn](const std::vector<Tensor>& in) {
     return detail::call_with(fn, in, std::index_sequence_for<Ts...>{});
   };

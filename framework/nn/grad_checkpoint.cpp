@@ -9,9 +9,10 @@ namespace dplab {
 
 Tensor checkpoint_sequential(nn::Sequential& seq, int segments, const Tensor& x) {
   const int n = static_cast<int>(seq.size());
-  DPLAB_CHECK(segments >= 0 && segments <= n,
-              "checkpoint_sequential: segments must be in [0, {}] (the Sequential's {} children), got {}", n, n,
-              segments);
+  DPLAB_CHECK(
+      segments >= 0 && segments <= n,
+      "checkpoint_sequential: segments must be in [0, {}] (the Sequential's {} children), got {}",
+      n, n, segments);
   if (segments == 0) return seq.forward(x);
   const int per = (n + segments - 1) / segments;
   // children [begin, end) as one function of the running activation

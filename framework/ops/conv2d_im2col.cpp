@@ -58,8 +58,8 @@ float* ConvGrads::gb_data() const { return gb.defined() ? fptr(gb) : nullptr; }
 // G*oh*ow instead of oh*ow, which is what keeps a small LeNet's GEMMs near peak speed.
 // Groups are independent pieces: the backend runs them side by side on its lanes (the CPU's
 // threads), each lane with its own columns.
-void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias, const Im2colPlan& plan,
-                   Tensor& out) {
+void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Im2colPlan& plan, Tensor& out) {
   const ImageGroups& groups = plan.groups;
   const int lanes = plan.lanes;
   Backend& backend = backend_of(x);
@@ -101,7 +101,8 @@ void conv2d_im2col_backward(const Tensor& g, const Tensor& saved_x, const Tensor
   // already, one row per group, added up over the groups at the end (in group order)
   Tensor gb_groups = b_grad ? Tensor::empty({groups.count, O}, g.options()) : Tensor();
   std::vector<Tensor> gt = lane_buffers(lanes, O, groups, g.options());
-  std::vector<Tensor> cols = lane_buffers(lanes, CK, groups, g.options());  // dcols for dx, cols for dW
+  std::vector<Tensor> cols =
+      lane_buffers(lanes, CK, groups, g.options());  // dcols for dx, cols for dW
   backend.run_pieces(groups.count, lanes, [&](int64_t i, int lane) {
     const Window2d wg = groups.window(i);
     const int64_t GL = wg.N * L;

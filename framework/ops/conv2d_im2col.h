@@ -35,7 +35,9 @@ struct ImageGroups {
     count = std::clamp<int64_t>(count, 1, N);
     max_size = (N + count - 1) / count;
   }
-  int64_t first(int64_t i) const { return w.N * i / count; }  // group i: images [first(i), first(i+1))
+  int64_t first(int64_t i) const {
+    return w.N * i / count;
+  }  // group i: images [first(i), first(i+1))
   Window2d window(int64_t i) const {
     Window2d g = w;
     g.N = first(i + 1) - first(i);
@@ -70,8 +72,8 @@ struct ConvGrads {
 };
 
 // out [N, O, oh, ow] = conv(x, weight) + bias (bias may be undefined), group by group.
-void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias, const Im2colPlan& plan,
-                   Tensor& out);
+void conv2d_im2col(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Im2colPlan& plan, Tensor& out);
 // The gradients of conv2d_im2col from g [N, O, oh, ow], into those of grads that are
 // defined: gx overwritten, gw summed from zero (reads saved_x), gb replaced by the sum.
 void conv2d_im2col_backward(const Tensor& g, const Tensor& saved_x, const Tensor& weight,

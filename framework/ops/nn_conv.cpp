@@ -22,8 +22,14 @@ Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, in
   DPLAB_CHECK(stride >= 1, "{}: stride must be >= 1, got {}", op, stride);
   DPLAB_CHECK(pad >= 0, "{}: padding must be >= 0, got {}", op, pad);
   DPLAB_CHECK(kh >= 1 && kw >= 1, "{}: kernel must be at least 1x1, got {}x{}", op, kh, kw);
-  Window2d w{.N = x.size(0), .C = x.size(1), .H = x.size(2), .W = x.size(3),
-             .kh = kh, .kw = kw, .stride = stride, .pad = pad};
+  Window2d w{.N = x.size(0),
+             .C = x.size(1),
+             .H = x.size(2),
+             .W = x.size(3),
+             .kh = kh,
+             .kw = kw,
+             .stride = stride,
+             .pad = pad};
   DPLAB_CHECK(kh <= w.H + 2 * pad && kw <= w.W + 2 * pad,
               "{}: kernel {}x{} is larger than the padded input {}x{} (input {}, padding {})", op,
               kh, kw, w.H + 2 * pad, w.W + 2 * pad, shape_str(x.shape()), pad);
@@ -49,8 +55,8 @@ Window2d check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     check_float("conv2d", bias);
     check_same_device("conv2d", x, bias);
     DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
-                "conv2d: bias must be [{}] for weight {}, got {}", weight.size(0), shape_str(weight.shape()),
-                shape_str(bias.shape()));
+                "conv2d: bias must be [{}] for weight {}, got {}", weight.size(0),
+                shape_str(weight.shape()), shape_str(bias.shape()));
   }
   return make_window("conv2d", x, weight.size(2), weight.size(3), stride, padding);
 }
@@ -70,7 +76,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
     amp::AutocastSuspend inside;
     return conv2d(xc, wc, bc, stride, padding);
   }
-  if (auto t = lowp_result_dtype({x, weight, bias})) return conv2d_lowp(x, weight, bias, stride, padding, *t);
+  if (auto t = lowp_result_dtype({x, weight, bias}))
+    return conv2d_lowp(x, weight, bias, stride, padding, *t);
   const Window2d w = check_conv2d(x, weight, bias, stride, padding);
   const int64_t O = weight.size(0);
   Backend& backend = backend_of(x);
@@ -85,8 +92,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   // dx needs only the weight and the shape of x.
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
-  return record(out, "Conv2dBackward", {x, weight, bias},
-                [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, O, plan, direct](const Tensor& g) {
+  return record(
+      out, "Conv2dBackward", {x, weight, bias},
+      [x_grad, b_grad, sx = x.shape(), weight, saved_x, w, O, plan, direct](const Tensor& g) {
     ConvGrads grads(x_grad, sx, weight, b_grad, O, g.options());
     if (direct && backend_of(g).conv2d_direct_backward(
                       fptr(g), grads.gw.defined() ? fptr(saved_x) : nullptr, fptr(weight), w, O,
@@ -94,14 +102,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
       return grads.list();
     conv2d_im2col_backward(g, saved_x, weight, plan, grads);
     return grads.list();
-  });
+      });
 }
 
 // y[n, c, i, j] = max of the window; argmax remembers which input won, so the backward
 // routes g there: dx[argmax] += g (overlapping windows may send several to one input).
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   // 16-bit: the float32 pool between two casts (it saves only argmax, lowp.h)
-  if (is_low_precision(x.dtype())) return cast(max_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
+  if (is_low_precision(x.dtype()))
+    return cast(max_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
   check_float("max_pool2d", x);
   DPLAB_CHECK(kernel >= 1, "max_pool2d: kernel must be >= 1, got {}", kernel);
   if (stride == 0) stride = kernel;
@@ -139,28 +148,32 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tenso
   Tensor out = Tensor::empty({w.N, O, w.out_h / 2, w.out_w / 2}, x.options());
   // the winner of each window, a byte per output (backend.h), in an int64 tensor of an eighth
   // of the elements: dplab has no 8-bit dtype, and a tensor is what memory_stats counts
-  Tensor route = Tensor::empty({(out.numel() + 7) / 8}, {.dtype = DType::Int64, .device = x.device()});
+  Tensor route =
+      Tensor::empty({(out.numel() + 7) / 8}, {.dtype = DType::Int64, .device = x.device()});
   auto bytes = [](const Tensor& t) { return reinterpret_cast<uint8_t*>(iptr(t)); };
-  if (!backend_of(x).conv2d_relu_pool_direct(fptr(x), fptr(weight), bias.defined() ? fptr(bias) : nullptr,
-                                             w, O, fptr(out), bytes(route)))
+  if (!backend_of(x).conv2d_relu_pool_direct(fptr(x), fptr(weight),
+                                             bias.defined() ? fptr(bias) : nullptr, w, O, fptr(out),
+                                             bytes(route)))
     return unfused();
   Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   const bool x_grad = x.requires_grad(), b_grad = bias.defined() && bias.requires_grad();
-  return record(out, "Conv2dReluMaxPool2dBackward", {x, weight, bias},
-                [x_grad, b_grad, sx = x.shape(), weight, saved_x, route, bytes, w, O](const Tensor& g) {
+  return record(
+      out, "Conv2dReluMaxPool2dBackward", {x, weight, bias},
+      [x_grad, b_grad, sx = x.shape(), weight, saved_x, route, bytes, w, O](const Tensor& g) {
     ConvGrads grads(x_grad, sx, weight, b_grad, O, g.options());
     const bool ran = backend_of(g).conv2d_relu_pool_direct_backward(
         fptr(g), bytes(route), grads.gw.defined() ? fptr(saved_x) : nullptr, fptr(weight), w, O,
         grads.gx_data(), grads.gw_data(), grads.gb_data());
     DPLAB_CHECK(ran, "conv2d_relu_max_pool2d: the backend ran the fused forward, then declined "
-                "its backward (a setting changed in between?)");
+                     "its backward (a setting changed in between?)");
     return grads.list();
-  });
+      });
 }
 
 // y[n, c, i, j] = sum of the window / (k*k), padding counted (count_include_pad=True).
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
-  if (is_low_precision(x.dtype())) return cast(avg_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
+  if (is_low_precision(x.dtype()))
+    return cast(avg_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
   check_float("avg_pool2d", x);
   DPLAB_CHECK(kernel >= 1, "avg_pool2d: kernel must be >= 1, got {}", kernel);
   if (stride == 0) stride = kernel;

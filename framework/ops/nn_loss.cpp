@@ -25,11 +25,10 @@ Tensor softmax_last(const Tensor& x, bool log) {
   // log_softmax: dx = g - exp(y) * sum_j(g_j)
   return record(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x},
                 [y, rows, cols, log](const Tensor& g) {
-                  Tensor gx = Tensor::empty(y.shape(), y.options());
-                  if (gx.numel() > 0)
-                    backend_of(y).softmax_backward(fptr(g), fptr(y), fptr(gx), rows, cols, log);
-                  return std::vector<Tensor>{gx};
-                });
+    Tensor gx = Tensor::empty(y.shape(), y.options());
+    if (gx.numel() > 0) backend_of(y).softmax_backward(fptr(g), fptr(y), fptr(gx), rows, cols, log);
+    return std::vector<Tensor>{gx};
+  });
 }
 
 // Moves dim d last (a permutation), runs the row softmax, and moves it back.

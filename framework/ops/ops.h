@@ -26,8 +26,10 @@ Tensor ones_like(const Tensor& t);
 class Generator;
 Tensor randn(const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);
 Tensor rand(const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);  // U[0, 1)
-Tensor uniform(const Shape& s, float low, float high, TensorOptions o = {}, Generator* gen = nullptr);
-Tensor randint(int64_t low, int64_t high, const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);
+Tensor uniform(const Shape& s, float low, float high, TensorOptions o = {},
+               Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, const Shape& s, TensorOptions o = {},
+               Generator* gen = nullptr);
 Tensor randperm(int64_t n, Generator* gen = nullptr);  // int64 on cpu
 
 // ---- elementwise, with NumPy broadcasting (ops/elementwise.cpp) ----
@@ -59,8 +61,10 @@ Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = fal
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool unbiased, bool keepdim = false);
-Tensor max(const Tensor& a);                                    // over all elements
-struct MaxResult { Tensor values, indices; };
+Tensor max(const Tensor& a);  // over all elements
+struct MaxResult {
+  Tensor values, indices;
+};
 MaxResult max(const Tensor& a, int64_t dim, bool keepdim = false);  // indices int64
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
 
@@ -80,10 +84,11 @@ Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
 // so 30 rows in 8 chunks -> 4,4,4,4,4,4,4,2 and fewer rows than chunks gives fewer chunks.
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
-std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<int64_t>& sizes,
+                                int64_t dim = 0);
 Tensor index_select(const Tensor& a, const Tensor& index);  // rows of a along dim 0
 Tensor gather(const Tensor& a, const Tensor& index);        // out[i,j] = a[index[i,j], j]
-Tensor to_device(const Tensor& a, Device d);                 // differentiable copy
+Tensor to_device(const Tensor& a, Device d);                // differentiable copy
 // a in dtype t (Tensor::to(DType)); differentiable between floating dtypes (ops/lowp.cpp)
 Tensor cast(const Tensor& a, DType t);
 Tensor clone(const Tensor& a);

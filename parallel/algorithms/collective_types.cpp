@@ -34,7 +34,8 @@ Algorithm algorithm_from_name(const std::string& name) {
   for (Algorithm a : kAlgorithms)
     if (algorithm_name(a) == name) return a;
   DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling, "
-             "one_shot or auto, got \"{}\"", name);
+             "one_shot or auto, got \"{}\"",
+             name);
 }
 
 int64_t chunk_elems(int64_t n, int parts, int index) {

@@ -25,8 +25,9 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 //                      this size and N (choose_all_reduce), as MPI picks by message size and
 //                      NCCL picks tree or ring
 enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot, Auto };
-inline constexpr Algorithm kAlgorithms[] = {Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling,
-                                            Algorithm::HalvingDoubling, Algorithm::OneShot, Algorithm::Auto};
+inline constexpr Algorithm kAlgorithms[] = {
+    Algorithm::Ring,    Algorithm::Star, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
+    Algorithm::OneShot, Algorithm::Auto};
 
 std::string reduce_op_name(ReduceOp op);
 // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "auto"

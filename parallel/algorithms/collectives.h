@@ -101,7 +101,7 @@ void one_shot_all_reduce(Exchange& ex, Block buffer);
 // ---- star.cpp ----
 void star_all_reduce(Exchange& ex, Block buffer);
 void star_reduce(Exchange& ex, Block buffer, int root);
-void star_gather(Exchange& ex, std::vector<Block>& outputs, int root);   // outputs[root] filled
+void star_gather(Exchange& ex, std::vector<Block>& outputs, int root);  // outputs[root] filled
 void star_scatter(Exchange& ex, std::vector<Block>& inputs, Block output, int root);
 void star_barrier(Exchange& ex);
 

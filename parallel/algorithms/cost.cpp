@@ -35,7 +35,7 @@ Traffic recursive_doubling_cost(int64_t bytes, int rank, int size) {
   if (size == 1 || bytes == 0) return {};
   const int p = power_of_two_below(size), steps = log2_of(p);
   const int v = folded_rank(rank, size);
-  if (v < 0) return {bytes, bytes};  // fold: out to the pair; unfold: the result back in
+  if (v < 0) return {bytes, bytes};           // fold: out to the pair; unfold: the result back in
   const bool paired = rank < 2 * (size - p);  // receives the fold, sends the unfold
   const int64_t moved = steps * bytes + (paired ? bytes : 0);
   return {moved, moved};
@@ -83,7 +83,8 @@ Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int ra
     case Algorithm::Auto: break;
   }
   DPLAB_FAIL("all_reduce_cost: expected a concrete algorithm, got {} (resolve auto with "
-             "choose_all_reduce first)", algorithm_name(algo));
+             "choose_all_reduce first)",
+             algorithm_name(algo));
 }
 
 Traffic ring_all_gather_cost(int64_t block_bytes, int size) {
@@ -126,7 +127,9 @@ namespace {
 // bytes it adds into its buffer.
 struct RankWork {
   double steps = 0, bytes = 0, reduced = 0;
-  double seconds(const LinkCost& l) const { return steps * l.alpha + bytes * l.beta + reduced * l.gamma; }
+  double seconds(const LinkCost& l) const {
+    return steps * l.alpha + bytes * l.beta + reduced * l.gamma;
+  }
 };
 
 // Every rank's work, from the step structure of each algorithm (the files say the same).
@@ -139,7 +142,8 @@ std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
         w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s};
         break;
       case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
-        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s} : RankWork{2, 2 * s, 0};
+        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s}
+                      : RankWork{2, 2 * s, 0};
         break;
       case Algorithm::RecursiveDoubling:
       case Algorithm::HalvingDoubling: {
@@ -149,15 +153,15 @@ std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
                            : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
         const int v = folded_rank(r, n);
         if (v < 0) w[r] = {2, 2 * s, 0};  // folded away: S out, the result S in
-        else if (r < 2 * (n - p)) w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
+        else if (r < 2 * (n - p))
+          w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
         else w[r] = core;
         break;
       }
       case Algorithm::OneShot:  // one step, but N-1 waits: S to each peer, N-1 buffers added
         w[r] = {double(n - 1), (n - 1) * s, (n - 1) * s};
         break;
-      case Algorithm::Auto:
-        DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+      case Algorithm::Auto: DPLAB_FAIL("all_reduce_seconds: resolve auto first");
     }
   }
   return w;
@@ -176,11 +180,11 @@ std::vector<Phase> phases_of(Algorithm algo, int n, double s, double segment) {
   const int p = power_of_two_below(n), k = log2_of(p), pairs = 2 * (n - p);
   switch (algo) {
     case Algorithm::Ring: return {{2.0 * (n - 1) * segs(s / n), n}};  // 2(N-1) steps of S/N
-    case Algorithm::Star: return {{2 * segs(s), n}};  // the leaves in, then out again
+    case Algorithm::Star: return {{2 * segs(s), n}};           // the leaves in, then out again
     case Algorithm::OneShot: return {{(n - 1) * segs(s), n}};  // a wait on each peer per slot
     case Algorithm::RecursiveDoubling:
     case Algorithm::HalvingDoubling: {
-      double core = k * segs(s);  // log2 P swaps of S
+      double core = k * segs(s);                 // log2 P swaps of S
       if (algo == Algorithm::HalvingDoubling) {  // halves S/2, S/4, ..., S/P, there and back
         core = 0;
         for (int j = 1; j <= k; ++j) core += 2 * segs(s / (1 << j));
@@ -215,13 +219,15 @@ double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& l
   }
   // with more ranks than cores, the cores must do everyone's work: at best all / cores; and
   // each crowded hand-off waits for the scheduler
-  return std::max(busiest, all / std::max(1, link.cores)) + wakeups(algo, n, bytes, link) * link.wake;
+  return std::max(busiest, all / std::max(1, link.cores)) +
+         wakeups(algo, n, bytes, link) * link.wake;
 }
 
 Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link) {
   Algorithm best = Algorithm::Ring;
   double best_s = all_reduce_seconds(best, n, bytes, link);
-  for (Algorithm a : {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
+  for (Algorithm a :
+       {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
     const double t = all_reduce_seconds(a, n, bytes, link);
     if (t < best_s) best = a, best_s = t;
   }

@@ -49,8 +49,10 @@ void halving_doubling_all_reduce(Exchange& ex, Block buffer) {
       const int partner = unfolded_rank(v ^ d, n);
       const int lo = v & ~(2 * d - 1), mid = lo + d, hi = lo + 2 * d;  // the range we share
       const bool keep_lower = (v & d) == 0;
-      Block keep = keep_lower ? chunk_range(ex, buffer, p, lo, mid) : chunk_range(ex, buffer, p, mid, hi);
-      Block give = keep_lower ? chunk_range(ex, buffer, p, mid, hi) : chunk_range(ex, buffer, p, lo, mid);
+      Block keep =
+          keep_lower ? chunk_range(ex, buffer, p, lo, mid) : chunk_range(ex, buffer, p, mid, hi);
+      Block give =
+          keep_lower ? chunk_range(ex, buffer, p, mid, hi) : chunk_range(ex, buffer, p, lo, mid);
       send_recv(ex, partner, give, partner, keep, Into::Reduce);
     }
     // all-gather: my range (d chunks, starting at v's multiple of d) to the partner, theirs in

@@ -34,7 +34,8 @@ namespace {
 class Scratch {
  public:
   Scratch(const Exchange& ex, std::size_t bytes)
-      : ex_(ex), bytes_(bytes), data_(static_cast<std::byte*>(ex.backend().allocate(ex.device, bytes))) {}
+      : ex_(ex), bytes_(bytes),
+        data_(static_cast<std::byte*>(ex.backend().allocate(ex.device, bytes))) {}
   ~Scratch() { ex_.backend().deallocate(ex_.device, data_, bytes_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

@@ -76,7 +76,8 @@ void chain_broadcast(Exchange& ex, Block buffer, int root) {
   const int pos = mod(r - root, n);  // my place in the chain
   const int left = mod(r - 1, n), right = mod(r + 1, n);
   for (int64_t k = 0; k < segment_count(ex, buffer) && n > 1; ++k) {
-    if (pos > 0) recv_segment_of(ex, left, buffer, k, Into::Copy);  // from the previous in the chain
+    if (pos > 0)
+      recv_segment_of(ex, left, buffer, k, Into::Copy);  // from the previous in the chain
     if (pos < n - 1) send_segment_of(ex, right, buffer, k);
   }
 }

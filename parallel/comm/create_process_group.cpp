@@ -22,9 +22,7 @@
 
 namespace dplab::parallel {
 
-bool is_external_engine(const std::string& engine) {
-  return engine == "mpi" || engine == "nccl";
-}
+bool is_external_engine(const std::string& engine) { return engine == "mpi" || engine == "nccl"; }
 bool is_known_engine(const std::string& engine) {
   if (is_external_engine(engine)) return true;
   for (Algorithm a : kAlgorithms)  // dplab's engine, named by its all-reduce algorithm
@@ -79,8 +77,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts) {
   DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
-  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}",
-              world_size);
+  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}", world_size);
   DPLAB_CHECK(rank >= 0 && rank < world_size,
               "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
   // Groups made on one store are numbered in creation order, which every rank shares; the
@@ -89,17 +86,23 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
   auto group_store = std::make_shared<PrefixStore>(prefix, store);
-  DPLAB_CHECK(is_known_engine(opts.engine), "create_process_group: engine must be \"ring\", "
+  DPLAB_CHECK(is_known_engine(opts.engine),
+              "create_process_group: engine must be \"ring\", "
               "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
-              "\"mpi\" or \"nccl\", got \"{}\"", opts.engine);
-  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
-              "emulated link), got {}", opts.link_gbps);
+              "\"mpi\" or \"nccl\", got \"{}\"",
+              opts.engine);
+  DPLAB_CHECK(opts.link_gbps >= 0,
+              "create_process_group: link_gbps must be >= 0 (0: no "
+              "emulated link), got {}",
+              opts.link_gbps);
   DPLAB_CHECK(opts.segment_bytes % 8 == 0 && opts.segment_bytes <= (std::size_t{64} << 20),
               "create_process_group: segment_bytes must be a multiple of 8 up to 64 MiB (0: the "
-              "transport's default), got {}", opts.segment_bytes);
+              "transport's default), got {}",
+              opts.segment_bytes);
   DPLAB_CHECK(opts.link_gbps == 0 || !is_external_engine(opts.engine),
               "create_process_group: an emulated link (link_gbps = {}) needs one of dplab's "
-              "engines (ring, star, ...); the {} engine moves its bytes itself", opts.link_gbps, opts.engine);
+              "engines (ring, star, ...); the {} engine moves its bytes itself",
+              opts.link_gbps, opts.engine);
   // mpi, nccl: an existing engine moves the bytes
   if (opts.engine == "mpi")
     return std::make_shared<ProcessGroup>(

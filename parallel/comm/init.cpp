@@ -46,10 +46,10 @@ Seconds resolve_timeout(std::optional<Seconds> given) {
   if (v == nullptr) return kDefaultTimeout;
   char* end = nullptr;
   double secs = std::strtod(v, &end);
-  DPLAB_CHECK(end != v && *end == '\0' && std::isfinite(secs) && secs > 0 &&
-                  secs <= kMaxTimeout.count(),
-              "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)",
-              v, kMaxTimeout.count());
+  DPLAB_CHECK(
+      end != v && *end == '\0' && std::isfinite(secs) && secs > 0 && secs <= kMaxTimeout.count(),
+      "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)", v,
+      kMaxTimeout.count());
   return Seconds(secs);
 }
 
@@ -105,8 +105,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
               opts.engine);
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
-  DPLAB_CHECK(g.pg == nullptr, "init_process_group: already initialized as rank {} of {}; call "
-              "destroy_process_group() first", g.pg->rank(), g.pg->size());
+  DPLAB_CHECK(g.pg == nullptr,
+              "init_process_group: already initialized as rank {} of {}; call "
+              "destroy_process_group() first",
+              g.pg->rank(), g.pg->size());
   const Seconds timeout = resolve_timeout(opts.timeout);
   int rank = opts.rank, world_size = opts.world_size;
   std::shared_ptr<Store> store;
@@ -115,7 +117,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     const MpiWorld w = mpi_world();
     DPLAB_CHECK((rank < 0 || rank == w.rank) && (world_size < 0 || world_size == w.size),
                 "init_process_group: the mpi engine takes rank and world size from mpirun "
-                "(rank {} of {}), but rank {} of {} was passed", w.rank, w.size, rank, world_size);
+                "(rank {} of {}), but rank {} of {} was passed",
+                w.rank, w.size, rank, world_size);
     rank = w.rank;
     world_size = w.size;
     store = opts.init_method == "env://" ? mpi_store(w, timeout)
@@ -132,9 +135,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     store = make_store(opts.init_method, rank, world_size, timeout);
   }
   rendezvous(*store, rank, world_size, timeout);
-  g.pg = create_process_group(store, rank, world_size,
-                              ProcessGroupOptions{.engine = opts.engine, .timeout = timeout,
-                                                  .link_gbps = opts.link_gbps});
+  g.pg = create_process_group(
+      store, rank, world_size,
+      ProcessGroupOptions{.engine = opts.engine, .timeout = timeout, .link_gbps = opts.link_gbps});
   g.store = store;
   g.timeout = timeout;
   return g.pg;
@@ -179,8 +182,7 @@ void destroy_process_group() {
   auto wait_quietly = [&](const std::vector<std::string>& keys) {
     try {
       g.store->wait(keys);
-    } catch (const CommError&) {
-    }
+    } catch (const CommError&) {}
   };
   // Phase 1, an exit barrier: no rank tears down its group while a peer may still be inside
   // the last collective with it.

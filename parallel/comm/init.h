@@ -27,7 +27,7 @@ struct InitOptions {
   // Rendezvous and every later collective wait. A value set here wins; left unset, the
   // environment variable DPLAB_TIMEOUT (seconds) decides, else 60 s.
   std::optional<Seconds> timeout = std::nullopt;
-  double link_gbps = 0;                // > 0: emulate a link per rank (transport/link_model.h)
+  double link_gbps = 0;  // > 0: emulate a link per rank (transport/link_model.h)
 };
 
 // Builds the default process group; every rank must call it. Throws CommError naming the

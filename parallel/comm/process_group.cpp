@@ -25,8 +25,7 @@ namespace {
 void check_op(ReduceOp op, const Tensor& t, const char* what) {
   DPLAB_CHECK(t.defined(), "{}: the tensor is undefined", what);
   DPLAB_CHECK(op != ReduceOp::Avg || t.dtype() == DType::Float32,
-              "{}: avg needs float32, got {} (use sum and divide)", what,
-              dtype_name(t.dtype()));
+              "{}: avg needs float32, got {} (use sum and divide)", what, dtype_name(t.dtype()));
 }
 
 void check_root(int root, int size, const char* what) {
@@ -42,14 +41,16 @@ void check_peer(int peer, int rank, int size, const char* what, const char* name
 
 void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* what,
                 const char* name) {
-  DPLAB_CHECK(static_cast<int>(list.size()) == n, "{}: {} must hold {} tensors (one per rank), "
-              "got {}", what, name, n, list.size());
+  DPLAB_CHECK(static_cast<int>(list.size()) == n,
+              "{}: {} must hold {} tensors (one per rank), "
+              "got {}",
+              what, name, n, list.size());
   for (std::size_t i = 0; i < list.size(); ++i)
-    DPLAB_CHECK(list[i].defined() && list[i].numel() == like.numel() &&
-                    list[i].dtype() == like.dtype(),
-                "{}: {}[{}] must have {} {} elements like the input, got {}", what, name, i,
-                like.numel(), dtype_name(like.dtype()),
-                list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
+    DPLAB_CHECK(
+        list[i].defined() && list[i].numel() == like.numel() && list[i].dtype() == like.dtype(),
+        "{}: {}[{}] must have {} {} elements like the input, got {}", what, name, i, like.numel(),
+        dtype_name(like.dtype()),
+        list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
 }
 
 // The handle of one queued call.
@@ -176,7 +177,8 @@ void ProcessGroup::run(const char* collective, std::string name,
   CollectiveCall call{.name = std::move(name)};
   if (!impl_->broken.empty())
     throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
-                                "make a new one", rank_, call.name, impl_->broken));
+                                "make a new one",
+                                rank_, call.name, impl_->broken));
   const auto start = std::chrono::steady_clock::now();
   try {
     call_engine(call);
@@ -218,8 +220,7 @@ void ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input)
       [&](CollectiveCall& c) { engine_->all_gather(c, outputs, input); });
 }
 
-void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
-                                  ReduceOp op) {
+void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
   check_op(op, output, "reduce_scatter");
   check_list(inputs, output, size_, "reduce_scatter", "inputs");
   run("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
@@ -249,13 +250,15 @@ void ProcessGroup::barrier() {
 void ProcessGroup::send(const Tensor& t, int dst) {
   DPLAB_CHECK(t.defined(), "send: the tensor is undefined");
   check_peer(dst, rank_, size_, "send", "dst");
-  run("send", fmt::format("send(to {})", dst), [&](CollectiveCall& c) { engine_->send(c, t, dst); });
+  run("send", fmt::format("send(to {})", dst),
+      [&](CollectiveCall& c) { engine_->send(c, t, dst); });
 }
 
 void ProcessGroup::recv(Tensor& t, int src) {
   DPLAB_CHECK(t.defined(), "recv: the tensor is undefined");
   check_peer(src, rank_, size_, "recv", "src");
-  run("recv", fmt::format("recv(from {})", src), [&](CollectiveCall& c) { engine_->recv(c, t, src); });
+  run("recv", fmt::format("recv(from {})", src),
+      [&](CollectiveCall& c) { engine_->recv(c, t, src); });
 }
 
 WorkPtr ProcessGroup::all_reduce_async(Tensor t, ReduceOp op, std::optional<Algorithm> algo) {
@@ -267,8 +270,7 @@ WorkPtr ProcessGroup::broadcast_async(Tensor t, int root) {
 WorkPtr ProcessGroup::all_gather_async(std::vector<Tensor> outputs, Tensor input) {
   return impl_->enqueue([this, outputs, input]() mutable { all_gather(outputs, input); });
 }
-WorkPtr ProcessGroup::reduce_scatter_async(Tensor output, std::vector<Tensor> inputs,
-                                           ReduceOp op) {
+WorkPtr ProcessGroup::reduce_scatter_async(Tensor output, std::vector<Tensor> inputs, ReduceOp op) {
   return impl_->enqueue(
       [this, output, inputs, op]() mutable { reduce_scatter(output, inputs, op); });
 }

@@ -46,9 +46,10 @@ class DecompressWork : public Work {
 
 WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compression,
                                  std::optional<Algorithm> algo) {
-  DPLAB_CHECK(t.defined() && is_floating(t.dtype()),
-              "all_reduce_average_async: expected a float32, float16 or bfloat16 tensor, got {}",
-              t.defined() ? std::string(dtype_name(t.dtype())) : std::string("an undefined tensor"));
+  DPLAB_CHECK(
+      t.defined() && is_floating(t.dtype()),
+      "all_reduce_average_async: expected a float32, float16 or bfloat16 tensor, got {}",
+      t.defined() ? std::string(dtype_name(t.dtype())) : std::string("an undefined tensor"));
   if (is_low_precision(t.dtype())) {
     // A 16-bit gradient (Apex O2, amp/master_weights.h) is on the wire as it is: half the
     // bytes with no cast. Divided by N first, then summed (PyTorch DDP's predivide for
@@ -63,7 +64,8 @@ WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compres
   // decompression rounds once instead of in half precision.
   Tensor wire = t.detach().to(DType::Float16);
   WorkPtr inner = pg.all_reduce_async(wire, ReduceOp::Sum, algo);
-  return std::make_shared<DecompressWork>(std::move(inner), std::move(wire), std::move(t), pg.size());
+  return std::make_shared<DecompressWork>(std::move(inner), std::move(wire), std::move(t),
+                                          pg.size());
 }
 
 CommHook fp16_compress_hook(std::optional<Algorithm> algo) {

@@ -20,8 +20,8 @@ Seconds CollectiveWatchdog::grace(Seconds timeout) {
 
 CollectiveWatchdog::CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
                                        std::function<void(const std::string&)> on_hang)
-    : connect_(std::move(connect)), rank_(rank), size_(size),
-      timeout_(timeout), on_hang_(std::move(on_hang)) {
+    : connect_(std::move(connect)), rank_(rank), size_(size), timeout_(timeout),
+      on_hang_(std::move(on_hang)) {
   thread_ = std::thread([this] { watch(); });
 }
 
@@ -106,8 +106,8 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
   } catch (const std::exception& e) {
     // rank 0 hosts the store: a store that does not answer means rank 0 is not running
     return fmt::format("{}; rank 0 stopped making progress: the rendezvous store it hosts did "
-                       "not answer within {:.1f} s (rank 0 is stopped or hung; {})", head,
-                       grace_s.count(), e.what());
+                       "not answer within {:.1f} s (rank 0 is stopped or hung; {})",
+                       head, grace_s.count(), e.what());
   }
   std::string s = head;
   if (!silent.empty()) {
@@ -118,7 +118,8 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
   } else {
     s += "; every rank is stuck in a collective";
   }
-  if (std::string d = describe_out_of_step(reported); !d.empty()) s += fmt::format(". Out of step: {}", d);
+  if (std::string d = describe_out_of_step(reported); !d.empty())
+    s += fmt::format(". Out of step: {}", d);
   return s;
 }
 

@@ -50,7 +50,8 @@ void check_buffer_device(const std::vector<Tensor>& buffers, Device d, const cha
   for (std::size_t i = 0; i < buffers.size(); ++i)
     DPLAB_CHECK(!buffers[i].defined() || buffer_device(buffers[i]) == d,
                 "{}: {}[{}] is on {} but the input is on {}: one collective moves tensors of "
-                "one device", what, name, i, buffers[i].device(), d);
+                "one device",
+                what, name, i, buffers[i].device(), d);
 }
 void scale_for_avg(const Tensor& t, ReduceOp op, int n) {
   if (op != ReduceOp::Avg || t.numel() == 0) return;
@@ -149,10 +150,11 @@ class DplabEngine final : public CollectiveEngine {
     Tensor buf = to_transport(output);
     const Device d = buffer_device(buf);
     std::vector<std::byte> host_scratch(d.is_cpu() ? bytes * n : 0);
-    Tensor gpu_scratch = d.is_cpu() ? Tensor() : Tensor::empty({output.numel() * n},
-                                                               {.dtype = output.dtype(), .device = d});
-    std::byte* base = d.is_cpu() ? host_scratch.data()
-                                 : static_cast<std::byte*>(gpu_scratch.raw_data());
+    Tensor gpu_scratch =
+        d.is_cpu() ? Tensor()
+                   : Tensor::empty({output.numel() * n}, {.dtype = output.dtype(), .device = d});
+    std::byte* base =
+        d.is_cpu() ? host_scratch.data() : static_cast<std::byte*>(gpu_scratch.raw_data());
     std::vector<Block> blocks(n);
     for (int i = 0; i < n; ++i) {
       Tensor in = to_transport(inputs[i]);
@@ -259,15 +261,19 @@ class DplabEngine final : public CollectiveEngine {
   Transport& transport_for(Device d) {
     if (d.is_cpu()) return *transport_;
     if (!cuda_transport_) {
-      DPLAB_CHECK(make_cuda_ != nullptr, "process group: a {} buffer reached the collectives, "
-                  "but this group has no cuda_ipc transport (it should have been staged)", d);
+      DPLAB_CHECK(make_cuda_ != nullptr,
+                  "process group: a {} buffer reached the collectives, "
+                  "but this group has no cuda_ipc transport (it should have been staged)",
+                  d);
       cuda_transport_ = make_cuda_(d.index);
       cuda_index_ = d.index;
       make_cuda_ = nullptr;  // made once; this lets go of the store the factory held
     }
-    DPLAB_CHECK(d.index == cuda_index_, "process group: this rank's cuda_ipc transport is on "
+    DPLAB_CHECK(d.index == cuda_index_,
+                "process group: this rank's cuda_ipc transport is on "
                 "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
-                "rank, or a second process group", cuda_index_, d);
+                "rank, or a second process group",
+                cuda_index_, d);
     return *cuda_transport_;
   }
   template <typename Each>
@@ -290,20 +296,19 @@ class DplabEngine final : public CollectiveEngine {
       // first error is the one to report
       try {
         tr.end_collective();
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       throw;
     }
     tr.end_collective();  // cuda_ipc: compute waits for the comm stream from here on
   }
 
   std::unique_ptr<Transport> transport_;       // CPU tensors (and staged CUDA tensors)
-  Algorithm algorithm_;                         // all_reduce's pattern unless the call names one
-  LinkCost link_;                               // what Auto weighs (cost.h)
-  CudaTransportFactory make_cuda_;              // set by create_process_group with CUDA
-  bool cuda_in_place_ = false;                  // a factory was given: CUDA tensors stay put
-  std::unique_ptr<Transport> cuda_transport_;   // made by make_cuda_ at the first CUDA call
-  int cuda_index_ = -1;                         // its logical device
+  Algorithm algorithm_;                        // all_reduce's pattern unless the call names one
+  LinkCost link_;                              // what Auto weighs (cost.h)
+  CudaTransportFactory make_cuda_;             // set by create_process_group with CUDA
+  bool cuda_in_place_ = false;                 // a factory was given: CUDA tensors stay put
+  std::unique_ptr<Transport> cuda_transport_;  // made by make_cuda_ at the first CUDA call
+  int cuda_index_ = -1;                        // its logical device
   std::string name_;
 };
 
@@ -313,8 +318,7 @@ std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> t
                                                     Algorithm algorithm,
                                                     CudaTransportFactory make_cuda,
                                                     const LinkCost& link) {
-  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda),
-                                       link);
+  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda), link);
 }
 
 }  // namespace dplab::parallel

@@ -56,16 +56,18 @@ void finalize_at_exit() {
   MpiState& s = state();
   MPI_Request request;
   MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.exit_timeout);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.exit_timeout);
   for (int done = 0; !done;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "dplab mpi engine: rank %d is exiting, but the other ranks did not "
+      std::fprintf(stderr,
+                   "dplab mpi engine: rank %d is exiting, but the other ranks did not "
                    "reach the end of the program within %.1f s (one failed, or is waiting in a "
-                   "collective with this rank): aborting the MPI job\n", s.world.rank,
-                   s.exit_timeout.count());
+                   "collective with this rank): aborting the MPI job\n",
+                   s.world.rank, s.exit_timeout.count());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -107,8 +109,8 @@ void check_mpi(int err, const char* call, int rank, const char* collective) {
 
 int as_count(int64_t n, const char* collective) {
   DPLAB_CHECK(n <= std::numeric_limits<int>::max(),
-              "{} on the mpi engine: at most {} elements (MPI counts are int), got {}",
-              collective, std::numeric_limits<int>::max(), n);
+              "{} on the mpi engine: at most {} elements (MPI counts are int), got {}", collective,
+              std::numeric_limits<int>::max(), n);
   return static_cast<int>(n);
 }
 
@@ -139,17 +141,18 @@ class MpiEngine final : public CollectiveEngine {
     rank_ = w.rank;
     size_ = w.size;
     auto lock = serialize();
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup", rank_, "process group creation");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup", rank_,
+              "process group creation");
     // errors come back as codes (turned into CommError) instead of aborting the job
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     // A rank blocked in MPI cannot be interrupted: past the timeout the watchdog names the
     // late rank and aborts the whole job, instead of every rank spinning forever.
-    watchdog_ = std::make_unique<CollectiveWatchdog>(
-        std::move(watchdog_store), rank_, size_, timeout,
-        [](const std::string& why) {
-          std::fprintf(stderr, "dplab mpi engine watchdog: %s; aborting the MPI job\n", why.c_str());
-          std::fflush(stderr);
-          MPI_Abort(MPI_COMM_WORLD, 3);
+    watchdog_ =
+        std::make_unique<CollectiveWatchdog>(std::move(watchdog_store), rank_, size_, timeout,
+                                             [](const std::string& why) {
+      std::fprintf(stderr, "dplab mpi engine watchdog: %s; aborting the MPI job\n", why.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
         });
   }
   ~MpiEngine() override {
@@ -175,8 +178,8 @@ class MpiEngine final : public CollectiveEngine {
     Tensor h = host_of(t);
     if (h.numel() > 0 && size_ > 1)
       check(MPI_Allreduce(MPI_IN_PLACE, h.raw_data(), as_count(h.numel(), "all_reduce"),
-                         type_of(h.dtype()), op_of(op, h.dtype()), comm_),
-           "MPI_Allreduce", "all_reduce");
+                          type_of(h.dtype()), op_of(op, h.dtype()), comm_),
+            "MPI_Allreduce", "all_reduce");
     scale_for_avg(h, op, size_);
     write_back(t, h);
   }
@@ -187,7 +190,7 @@ class MpiEngine final : public CollectiveEngine {
     Watched watched(*watchdog_, "broadcast");
     Tensor h = host_of(t);
     check(MPI_Bcast(h.raw_data(), as_count(h.nbytes(), "broadcast"), MPI_BYTE, root, comm_),
-         "MPI_Bcast", "broadcast");
+          "MPI_Bcast", "broadcast");
     write_back(t, h);
   }
 
@@ -200,8 +203,8 @@ class MpiEngine final : public CollectiveEngine {
     // the root reduces in place; the others' buffers are only read, so they stay unchanged
     void* send = rank_ == root ? MPI_IN_PLACE : h.raw_data();
     check(MPI_Reduce(send, rank_ == root ? h.raw_data() : nullptr, count, type_of(h.dtype()),
-                    op_of(op, h.dtype()), root, comm_),
-         "MPI_Reduce", "reduce");
+                     op_of(op, h.dtype()), root, comm_),
+          "MPI_Reduce", "reduce");
     if (rank_ == root) {
       scale_for_avg(h, op, size_);
       write_back(t, h);
@@ -218,7 +221,7 @@ class MpiEngine final : public CollectiveEngine {
     std::vector<std::byte> all(static_cast<std::size_t>(bytes * size_));
     const int count = as_count(bytes, "all_gather");
     check(MPI_Allgather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_),
-         "MPI_Allgather", "all_gather");
+          "MPI_Allgather", "all_gather");
     for (int i = 0; i < size_; ++i) copy_into(outputs[i], all.data() + i * bytes);
   }
 
@@ -234,9 +237,9 @@ class MpiEngine final : public CollectiveEngine {
       if (bytes) std::memcpy(all.data() + i * bytes, host_of(inputs[i]).raw_data(), bytes);
     Tensor h = host_of(output);
     check(MPI_Reduce_scatter_block(all.data(), h.raw_data(),
-                                  as_count(output.numel(), "reduce_scatter"),
-                                  type_of(h.dtype()), op_of(op, h.dtype()), comm_),
-         "MPI_Reduce_scatter_block", "reduce_scatter");
+                                   as_count(output.numel(), "reduce_scatter"), type_of(h.dtype()),
+                                   op_of(op, h.dtype()), comm_),
+          "MPI_Reduce_scatter_block", "reduce_scatter");
     scale_for_avg(h, op, size_);
     write_back(output, h);
   }
@@ -251,7 +254,7 @@ class MpiEngine final : public CollectiveEngine {
     std::vector<std::byte> all(rank_ == root ? static_cast<std::size_t>(bytes * size_) : 0);
     const int count = as_count(bytes, "gather");
     check(MPI_Gather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, root, comm_),
-         "MPI_Gather", "gather");
+          "MPI_Gather", "gather");
     if (rank_ == root)
       for (int i = 0; i < size_; ++i) copy_into(outputs[i], all.data() + i * bytes);
   }
@@ -269,7 +272,7 @@ class MpiEngine final : public CollectiveEngine {
     Tensor h = host_of(output);
     const int count = as_count(bytes, "scatter");
     check(MPI_Scatter(all.data(), count, MPI_BYTE, h.raw_data(), count, MPI_BYTE, root, comm_),
-         "MPI_Scatter", "scatter");
+          "MPI_Scatter", "scatter");
     write_back(output, h);
   }
 
@@ -285,7 +288,7 @@ class MpiEngine final : public CollectiveEngine {
     Watched watched(*watchdog_, "send");
     Tensor h = host_of(t);
     check(MPI_Send(h.raw_data(), as_count(h.nbytes(), "send"), MPI_BYTE, dst, kTag, comm_),
-         "MPI_Send", "send");
+          "MPI_Send", "send");
   }
 
   void recv(CollectiveCall& call, Tensor& t, int src) override {
@@ -295,7 +298,7 @@ class MpiEngine final : public CollectiveEngine {
     Tensor h = host_of(t);
     MPI_Status status;
     check(MPI_Recv(h.raw_data(), as_count(h.nbytes(), "recv"), MPI_BYTE, src, kTag, comm_, &status),
-         "MPI_Recv", "recv");  // a longer message fails here with MPI_ERR_TRUNCATE
+          "MPI_Recv", "recv");  // a longer message fails here with MPI_ERR_TRUNCATE
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (got != h.nbytes())
@@ -306,8 +309,10 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void abort(const std::string& why) override {
-    std::fprintf(stderr, "dplab mpi engine: rank %d: %s; aborting the MPI job so that no rank "
-                 "waits for it forever\n", rank_, why.c_str());
+    std::fprintf(stderr,
+                 "dplab mpi engine: rank %d: %s; aborting the MPI job so that no rank "
+                 "waits for it forever\n",
+                 rank_, why.c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 1);
   }
@@ -336,7 +341,7 @@ class MpiEngine final : public CollectiveEngine {
     switch (t) {
       case DType::Float32: return MPI_FLOAT;
       case DType::Int64: return MPI_INT64_T;
-      case DType::Float16: return MPI_UINT16_T;  // with the half ops below
+      case DType::Float16: return MPI_UINT16_T;   // with the half ops below
       case DType::BFloat16: return MPI_UINT16_T;  // with the bfloat16 ops below
     }
     return MPI_BYTE;
@@ -383,7 +388,8 @@ MpiWorld mpi_world() {
                 "the mpi engine needs mpirun (or srun --mpi=pmix): this process was started "
                 "by another launcher (WORLD_SIZE={}), and MPI cannot join independently started "
                 "processes into one world. Run `mpirun -np N PROGRAM`, or use --engine ring "
-                "under dplab-run", std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "?");
+                "under dplab-run",
+                std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "?");
     int err = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.provided);
     DPLAB_CHECK(err == MPI_SUCCESS, "MPI_Init_thread failed with error {}", err);
     std::atexit(finalize_at_exit);

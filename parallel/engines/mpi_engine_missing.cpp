@@ -8,8 +8,9 @@ namespace dplab::parallel {
 
 namespace {
 [[noreturn]] void no_mpi() {
-  DPLAB_FAIL("the mpi engine is not built: dplab was configured without MPI (install "
-             "libopenmpi-dev and openmpi-bin, then `meson setup --reconfigure -Dmpi=enabled build`)");
+  DPLAB_FAIL(
+      "the mpi engine is not built: dplab was configured without MPI (install "
+      "libopenmpi-dev and openmpi-bin, then `meson setup --reconfigure -Dmpi=enabled build`)");
 }
 }  // namespace
 

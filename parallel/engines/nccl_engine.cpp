@@ -28,8 +28,8 @@
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
-#include "parallel/rendezvous/rendezvous.h"
 #include "parallel/engines/nccl_rules.h"
+#include "parallel/rendezvous/rendezvous.h"
 
 namespace dplab::parallel {
 
@@ -83,8 +83,10 @@ class NcclEngine final : public CollectiveEngine {
       store.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
     } else {
       const std::string got = store.get(key);
-      DPLAB_CHECK(got.size() == sizeof(id), "nccl: the unique id in the store has {} bytes, "
-                  "expected {}", got.size(), sizeof(id));
+      DPLAB_CHECK(got.size() == sizeof(id),
+                  "nccl: the unique id in the store has {} bytes, "
+                  "expected {}",
+                  got.size(), sizeof(id));
       std::memcpy(&id, got.data(), sizeof(id));
     }
     // Non-blocking: a peer that never joins ends in the timeout below, not a hang.
@@ -120,8 +122,9 @@ class NcclEngine final : public CollectiveEngine {
     call.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));
     call.traffic = ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_);
     cudaStream_t s = begin(t, "all_reduce");
-    nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op),
-                       comm_, s), "ncclAllReduce", "all_reduce");
+    nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), comm_,
+                       s),
+         "ncclAllReduce", "all_reduce");
     finish("all_reduce");
   }
   void broadcast(CollectiveCall& call, Tensor& t, int root) override {
@@ -136,7 +139,8 @@ class NcclEngine final : public CollectiveEngine {
     // recvbuff is only written on the root, so the others' tensors stay unchanged
     cudaStream_t s = begin(t, "reduce");
     nccl(ncclReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), root,
-                    comm_, s), "ncclReduce", "reduce");
+                    comm_, s),
+         "ncclReduce", "reduce");
     finish("reduce");
   }
   void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
@@ -144,9 +148,11 @@ class NcclEngine final : public CollectiveEngine {
     call.traffic = ring_all_gather_cost(input.nbytes(), size_);
     for (const Tensor& o : outputs) check_device(o, "all_gather");
     cudaStream_t s = begin(input, "all_gather");
-    Tensor all = Tensor::empty({input.numel() * size_}, {.dtype = input.dtype(), .device = input.device()});
+    Tensor all =
+        Tensor::empty({input.numel() * size_}, {.dtype = input.dtype(), .device = input.device()});
     nccl(ncclAllGather(input.raw_data(), all.raw_data(), input.numel(), type_of(input.dtype()),
-                       comm_, s), "ncclAllGather", "all_gather");
+                       comm_, s),
+         "ncclAllGather", "all_gather");
     for (int i = 0; i < size_; ++i) copy_block(outputs[i].raw_data(), all, i, input.nbytes(), s);
     finish("all_gather");  // before `all` goes back to the cache: its readers are done
   }
@@ -156,7 +162,8 @@ class NcclEngine final : public CollectiveEngine {
     for (const Tensor& in : inputs) check_device(in, "reduce_scatter");
     cudaStream_t s = begin(output, "reduce_scatter");
     const int64_t bytes = output.nbytes();
-    Tensor all = Tensor::empty({output.numel() * size_}, {.dtype = output.dtype(), .device = output.device()});
+    Tensor all = Tensor::empty({output.numel() * size_},
+                               {.dtype = output.dtype(), .device = output.device()});
     for (int i = 0; i < size_; ++i) {
       CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(all.raw_data()) + i * bytes,
                                  inputs[i].raw_data(), bytes, cudaMemcpyDeviceToDevice, s));
@@ -180,10 +187,12 @@ class NcclEngine final : public CollectiveEngine {
           CUDA_CHECK(cudaMemcpyAsync(outputs[i].raw_data(), input.raw_data(), input.nbytes(),
                                      cudaMemcpyDeviceToDevice, s));
         else
-          nccl(ncclRecv(outputs[i].raw_data(), n, type_of(input.dtype()), i, comm_, s), "ncclRecv", "gather");
+          nccl(ncclRecv(outputs[i].raw_data(), n, type_of(input.dtype()), i, comm_, s), "ncclRecv",
+               "gather");
       }
     } else {
-      nccl(ncclSend(input.raw_data(), n, type_of(input.dtype()), root, comm_, s), "ncclSend", "gather");
+      nccl(ncclSend(input.raw_data(), n, type_of(input.dtype()), root, comm_, s), "ncclSend",
+           "gather");
     }
     nccl(ncclGroupEnd(), "ncclGroupEnd", "gather");
     finish("gather");
@@ -202,10 +211,12 @@ class NcclEngine final : public CollectiveEngine {
           CUDA_CHECK(cudaMemcpyAsync(output.raw_data(), inputs[i].raw_data(), output.nbytes(),
                                      cudaMemcpyDeviceToDevice, s));
         else
-          nccl(ncclSend(inputs[i].raw_data(), n, type_of(output.dtype()), i, comm_, s), "ncclSend", "scatter");
+          nccl(ncclSend(inputs[i].raw_data(), n, type_of(output.dtype()), i, comm_, s), "ncclSend",
+               "scatter");
       }
     } else {
-      nccl(ncclRecv(output.raw_data(), n, type_of(output.dtype()), root, comm_, s), "ncclRecv", "scatter");
+      nccl(ncclRecv(output.raw_data(), n, type_of(output.dtype()), root, comm_, s), "ncclRecv",
+           "scatter");
     }
     nccl(ncclGroupEnd(), "ncclGroupEnd", "scatter");
     finish("scatter");
@@ -239,17 +250,23 @@ class NcclEngine final : public CollectiveEngine {
  private:
   // CPU tensors are refused, naming the engines that take them.
   void check_device(const Tensor& t, const char* collective) {
-    DPLAB_CHECK(t.device().is_cuda(), "{} on the nccl engine needs CUDA tensors, got a tensor "
-                "on {} (use the mpi or ring engine for CPU tensors)", collective, t.device().str());
-    DPLAB_CHECK(t.device().index == device_, "{} on the nccl engine: this rank's communicator "
-                "is on cuda:{}, the tensor is on {}", collective, device_, t.device().str());
+    DPLAB_CHECK(t.device().is_cuda(),
+                "{} on the nccl engine needs CUDA tensors, got a tensor "
+                "on {} (use the mpi or ring engine for CPU tensors)",
+                collective, t.device().str());
+    DPLAB_CHECK(t.device().index == device_,
+                "{} on the nccl engine: this rank's communicator "
+                "is on cuda:{}, the tensor is on {}",
+                collective, device_, t.device().str());
   }
   // Checks t, then orders the comm stream after everything queued so far on the compute
   // stream (the producer of the inputs) and returns the comm stream.
   cudaStream_t begin(const Tensor& t, const char* collective) {
     check_device(t, collective);
-    DPLAB_CHECK(comm_ != nullptr, "rank {}: {} on the nccl engine: the communicator was "
-                "aborted by an earlier failure; make a new process group", rank_, collective);
+    DPLAB_CHECK(comm_ != nullptr,
+                "rank {}: {} on the nccl engine: the communicator was "
+                "aborted by an earlier failure; make a new process group",
+                rank_, collective);
     cuda::bind(device_);
     CUDA_CHECK(cudaEventRecord(inputs_ready_, dev_->stream));
     CUDA_CHECK(cudaStreamWaitEvent(dev_->comm_stream, inputs_ready_, 0));
@@ -262,22 +279,22 @@ class NcclEngine final : public CollectiveEngine {
     CUDA_CHECK(cudaStreamWaitEvent(dev_->stream, done_, 0));
     nccl_wait_or_abort(
         [&](std::string& why) {
-          const cudaError_t e = cudaEventQuery(done_);
-          if (e == cudaSuccess) return NcclPoll::Done;
-          if (e != cudaErrorNotReady) {
-            cudaGetLastError();
-            why = fmt::format("CUDA error {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
-            return NcclPoll::Failed;
-          }
-          // no async error only means "not failed yet": the event decides when it is done
-          return async_state(why) == NcclPoll::Failed ? NcclPoll::Failed : NcclPoll::Pending;
+      const cudaError_t e = cudaEventQuery(done_);
+      if (e == cudaSuccess) return NcclPoll::Done;
+      if (e != cudaErrorNotReady) {
+        cudaGetLastError();
+        why = fmt::format("CUDA error {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+        return NcclPoll::Failed;
+      }
+      // no async error only means "not failed yet": the event decides when it is done
+      return async_state(why) == NcclPoll::Failed ? NcclPoll::Failed : NcclPoll::Pending;
         },
         [&] { abort_comm(); }, timeout_, rank_, collective);
   }
   // Waits for a call that answered ncclInProgress (non-blocking communicator) to settle.
   void settle(const char* collective) {
-    nccl_wait_or_abort([&](std::string& why) { return async_state(why); },
-                       [&] { abort_comm(); }, timeout_, rank_, collective);
+    nccl_wait_or_abort([&](std::string& why) { return async_state(why); }, [&] { abort_comm(); },
+                       timeout_, rank_, collective);
   }
   NcclPoll async_state(std::string& why) {
     ncclResult_t r = ncclSuccess;
@@ -285,7 +302,8 @@ class NcclEngine final : public CollectiveEngine {
       why = "the communicator was aborted";
       return NcclPoll::Failed;
     }
-    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess || (r != ncclSuccess && r != ncclInProgress)) {
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess ||
+        (r != ncclSuccess && r != ncclInProgress)) {
       why = fmt::format("{} ({})", ncclGetErrorString(r), ncclGetLastError(comm_));
       return NcclPoll::Failed;
     }
@@ -310,8 +328,8 @@ class NcclEngine final : public CollectiveEngine {
     const std::string last = ncclGetLastError(comm_);
     abort_comm();
     throw CommError(fmt::format("rank {}: {} failed in {} on the nccl engine: {} ({}); the "
-                                "communicator was aborted", rank_, call, collective,
-                                ncclGetErrorString(r), last));
+                                "communicator was aborted",
+                                rank_, call, collective, ncclGetErrorString(r), last));
   }
 
   std::string name_ = "nccl";

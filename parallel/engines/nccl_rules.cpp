@@ -11,14 +11,15 @@ namespace dplab::parallel {
 
 int nccl_device_for(const NcclPlacement& p) {
   DPLAB_CHECK(p.physical_gpus > 0, "the nccl engine needs a GPU and this machine has none (use "
-              "the mpi or ring engine on CPUs)");
+                                   "the mpi or ring engine on CPUs)");
   // Without a launcher's word, the ranks are taken to be all on this machine.
   const int local_rank = p.launcher_env ? p.local_rank : p.rank;
   const int local_size = p.launcher_env ? p.local_world_size : p.world_size;
   const std::string shared =
       p.logical_devices > p.physical_gpus
           ? fmt::format(" (DPLAB_VIRTUAL_GPUS gives {} logical devices on {} GPU(s), but NCCL "
-                        "sees physical GPUs)", p.logical_devices, p.physical_gpus)
+                        "sees physical GPUs)",
+                        p.logical_devices, p.physical_gpus)
           : "";
   DPLAB_CHECK(local_size <= p.physical_gpus,
               "rank {}: the nccl engine needs one GPU per rank, and this machine runs {} ranks "
@@ -45,13 +46,15 @@ void nccl_wait_or_abort(const std::function<NcclPoll(std::string& why)>& poll,
     if (state == NcclPoll::Failed) {
       abort();
       throw CommError(fmt::format("rank {}: {} on the nccl engine failed: {}; the communicator "
-                                  "was aborted", rank, collective, why));
+                                  "was aborted",
+                                  rank, collective, why));
     }
     if (std::chrono::steady_clock::now() - start > timeout) {
       abort();
       throw CommError(fmt::format("rank {}: {} on the nccl engine did not finish within {} s "
                                   "(a peer that never joined, or died); the communicator was "
-                                  "aborted", rank, collective, timeout.count()));
+                                  "aborted",
+                                  rank, collective, timeout.count()));
     }
     // back-to-back for the first polls (a collective often ends within microseconds), then
     // sleep, growing to 1 ms, so a waiting rank leaves its core to the others

@@ -22,7 +22,7 @@ struct NcclPlacement {
   int local_rank = 0;         // used only when launcher_env
   int local_world_size = 1;   // used only when launcher_env
   int physical_gpus = 0;
-  int logical_devices = 0;    // > physical_gpus when DPLAB_VIRTUAL_GPUS shares GPUs
+  int logical_devices = 0;  // > physical_gpus when DPLAB_VIRTUAL_GPUS shares GPUs
 };
 
 // The logical device cuda:<local rank> this rank's communicator uses, or an Error saying why

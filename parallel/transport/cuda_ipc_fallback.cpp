@@ -13,7 +13,8 @@ bool cuda_ipc_compiled() { return false; }
 std::unique_ptr<Transport> make_cuda_ipc_transport(Store&, int rank, int, int cuda_device, bool,
                                                    Seconds) {
   DPLAB_FAIL("rank {}: the cuda_ipc transport for cuda:{} needs a dplab built with CUDA "
-             "(reconfigure with -Dcuda=enabled on a machine with nvcc)", rank, cuda_device);
+             "(reconfigure with -Dcuda=enabled on a machine with nvcc)",
+             rank, cuda_device);
 }
 
 }  // namespace dplab::parallel

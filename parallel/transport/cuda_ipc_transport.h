@@ -24,7 +24,6 @@ bool cuda_ipc_compiled();
 // HashStore group), so the mailbox lives on the heap and peers' buffers are used directly.
 // `store`: this transport's own view (PrefixStore "dplab/pg3/cuda_ipc").
 std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, int rank, int size,
-                                                   int cuda_device, bool threads,
-                                                   Seconds timeout);
+                                                   int cuda_device, bool threads, Seconds timeout);
 
 }  // namespace dplab::parallel

@@ -55,7 +55,8 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, int rank, int 
       auto it = registry.find(id);
       DPLAB_CHECK(it != registry.end(),
                   "thread transport: rank {} found no block {}: is rank 0 a thread of another "
-                  "process? (a HashStore only joins threads of one process)", rank, id);
+                  "process? (a HashStore only joins threads of one process)",
+                  rank, id);
       block = it->second;
     }
     store.set(fmt::format("taken/{}", rank), "1");
@@ -63,13 +64,13 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, int rank, int 
   return make(block, block.get());
 }
 
-std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size,
-                                                 Seconds timeout, std::size_t slot_bytes) {
+std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size, Seconds timeout,
+                                                 std::size_t slot_bytes) {
   return make_heap_mailbox(store, rank, size, mailbox_bytes(size, slot_bytes),
                            [&](std::shared_ptr<void> owner, void* memory) {
-                             return std::make_unique<MailboxTransport>(owner, memory, rank, size,
-                                                                       timeout, "thread", slot_bytes);
-                           });
+    return std::make_unique<MailboxTransport>(owner, memory, rank, size, timeout, "thread",
+                                              slot_bytes);
+  });
 }
 
 }  // namespace dplab::parallel

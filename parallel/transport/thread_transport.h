@@ -15,8 +15,7 @@ namespace dplab::parallel {
 std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, int rank, int size,
                                                     std::size_t bytes, const MakeMailbox& make);
 
-std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size,
-                                                 Seconds timeout,
+std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size, Seconds timeout,
                                                  std::size_t slot_bytes = kSegmentBytes);
 
 }  // namespace dplab::parallel

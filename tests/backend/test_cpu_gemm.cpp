@@ -32,8 +32,12 @@ void check_transposes_alpha_beta_batches_threads() {
   // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
   // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised; and a
   // narrow C with many rows (M = 700, N = 13) on three, where its rows are split instead.
-  struct Shape3 { int64_t M, N, K; int threads; };
-  for (auto [M, N, K, threads] : {Shape3{7, 13, 5, 1}, Shape3{7, 301, 5, 3}, Shape3{700, 13, 300, 3}}) {
+  struct Shape3 {
+    int64_t M, N, K;
+    int threads;
+  };
+  for (auto [M, N, K, threads] :
+       {Shape3{7, 13, 5, 1}, Shape3{7, 301, 5, 3}, Shape3{700, 13, 300, 3}}) {
     testing::ThreadCountScope scope(threads);
     if (!scope.available()) {
       MESSAGE("skipping ", threads, " threads: built without OpenMP");
@@ -47,9 +51,17 @@ void check_transposes_alpha_beta_batches_threads() {
           CAPTURE(ta);
           CAPTURE(tb);
           CAPTURE(stride_b_mult);
-          GemmArgs g{.batch = B, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb,
-                     .stride_a = M * K, .stride_b = stride_b_mult * K * N, .stride_c = M * N,
-                     .alpha = 0.5f, .beta = 0.25f};
+          GemmArgs g{.batch = B,
+                     .M = M,
+                     .N = N,
+                     .K = K,
+                     .trans_a = ta,
+                     .trans_b = tb,
+                     .stride_a = M * K,
+                     .stride_b = stride_b_mult * K * N,
+                     .stride_c = M * N,
+                     .alpha = 0.5f,
+                     .beta = 0.25f};
           std::vector<float> a = random_vec(B * M * K, 20), b = random_vec(B * K * N, 21);
           std::vector<float> c = random_vec(B * M * N, 22), ref(c.size());
           for (int64_t p = 0; p < B; ++p)
@@ -122,8 +134,7 @@ void check_every_case(GemmIsa isa) {
 
 TEST_CASE("gemm, baseline kernel (AVX2 + FMA on x86-64)") { check_every_case(GemmIsa::Baseline); }
 
-TEST_CASE("gemm, AVX-512 kernel" *
-          doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
+TEST_CASE("gemm, AVX-512 kernel" * doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
   check_every_case(GemmIsa::Avx512);
 }
 
@@ -147,7 +158,8 @@ TEST_CASE("gemm kernel choice: the best available by default, names parsed, bad 
 // cpu_dispatch.h decides every kernel in one place: the float16 conversions follow the GEMM's
 // instruction set (they once took AVX-512 whatever DPLAB_GEMM_ISA said), and
 // kernels_summary() names what the settings choose.
-TEST_CASE("cpu_dispatch: float16 conversions follow the instruction set; the summary names the kernels") {
+TEST_CASE(
+    "cpu_dispatch: float16 conversions follow the instruction set; the summary names the kernels") {
   const GemmIsa isa0 = gemm_isa();
   const GemmAlgorithm gemm0 = gemm_algorithm();
   const ConvAlgorithm conv0 = conv_algorithm();

@@ -132,12 +132,15 @@ TEST_CASE("cuda binary ops with broadcasting match the CPU" * doctest::skip(!has
     check_close(gc.host(), c, "binary flat op " + std::to_string(k), 1e-5, 1e-5);
   }
   GpuBuf<float> g(8);
-  CHECK_THROWS_AS(gpu().binary(BinaryOp::Add, g.get(), contiguous({8}), g.get(),
-                               contiguous({2, 4}), g.get()), Error);
+  CHECK_THROWS_AS(
+      gpu().binary(BinaryOp::Add, g.get(), contiguous({8}), g.get(), contiguous({2, 4}), g.get()),
+      Error);
 }
 
 TEST_CASE("cuda reduce over [outer, r, inner] matches the CPU" * doctest::skip(!has_gpu())) {
-  struct Shape { int64_t outer, r, inner; };
+  struct Shape {
+    int64_t outer, r, inner;
+  };
   for (Shape s : {Shape{3, 37, 1}, Shape{2, 5, 33}, Shape{1, 1001, 1}, Shape{4, 1, 3},
                   Shape{7, 300, 5}, Shape{1000, 3, 1}}) {
     const int64_t n = s.outer * s.r * s.inner, m = s.outer * s.inner;
@@ -182,7 +185,8 @@ TEST_CASE("cuda gemm matches the CPU for every transpose and batch" * doctest::s
       g.stride_c = M * N;
       g.alpha = 0.5f;
       g.beta = t == 3 ? 2.0f : 0.0f;
-      std::vector<float> a = random_vec(B * M * K, 100 + t, -2.0f, 2.0f), b = random_vec(B * K * N, 200 + t, -2.0f, 2.0f);
+      std::vector<float> a = random_vec(B * M * K, 100 + t, -2.0f, 2.0f),
+                         b = random_vec(B * K * N, 200 + t, -2.0f, 2.0f);
       std::vector<float> c = random_vec(B * M * N, 300 + t, -2.0f, 2.0f);
       GpuBuf<float> ga(a), gb(b), gc(c);
       gpu().gemm(g, ga.get(), gb.get(), gc.get());
@@ -193,7 +197,9 @@ TEST_CASE("cuda gemm matches the CPU for every transpose and batch" * doctest::s
 }
 
 TEST_CASE("cuda softmax, log_softmax and backwards match the CPU" * doctest::skip(!has_gpu())) {
-  struct Shape { int64_t rows, cols; };
+  struct Shape {
+    int64_t rows, cols;
+  };
   for (Shape s : {Shape{7, 1000}, Shape{33, 3}, Shape{2, 4097}}) {
     const int64_t n = s.rows * s.cols;
     std::vector<float> x = random_vec(n, 7, -30.0f, 30.0f);  // large logits: max-subtraction
@@ -215,7 +221,8 @@ TEST_CASE("cuda softmax, log_softmax and backwards match the CPU" * doctest::ski
 
 TEST_CASE("cuda nll_loss matches the CPU and rejects bad targets" * doctest::skip(!has_gpu())) {
   const int64_t rows = 37, cols = 11;
-  std::vector<float> logp = random_vec(rows * cols, 9, -5.0f, 0.0f), gout = random_vec(rows, 10, -2.0f, 2.0f);
+  std::vector<float> logp = random_vec(rows * cols, 9, -5.0f, 0.0f),
+                     gout = random_vec(rows, 10, -2.0f, 2.0f);
   std::vector<int64_t> target = random_idx(rows, cols, 11);
   GpuBuf<float> gl(logp), gg(gout), out(rows), glogp(static_cast<std::size_t>(rows * cols));
   GpuBuf<int64_t> gt(target);

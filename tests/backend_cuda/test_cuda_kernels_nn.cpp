@@ -25,7 +25,8 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
   cpu().index_rows(DType::Int64, isrc.data(), src_rows, idx.data(), n_idx, row, rio.data());
   check_close(iout.host(), rio, "index_rows i64");
 
-  std::vector<float> g = random_vec(n_idx * row, 4, -2.0f, 2.0f), acc = random_vec(src_rows * row, 5, -2.0f, 2.0f);
+  std::vector<float> g = random_vec(n_idx * row, 4, -2.0f, 2.0f),
+                     acc = random_vec(src_rows * row, 5, -2.0f, 2.0f);
   GpuBuf<float> gg(g), gacc(acc);
   gpu().index_add_rows(gg.get(), gi.get(), n_idx, row, gacc.get());
   cpu().index_add_rows(g.data(), idx.data(), n_idx, row, acc.data());
@@ -65,7 +66,9 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
 }
 
 TEST_CASE("cuda im2col, col2im and pooling match the CPU" * doctest::skip(!has_gpu())) {
-  struct Case { int64_t k, stride, pad; };
+  struct Case {
+    int64_t k, stride, pad;
+  };
   for (Case c : {Case{3, 1, 1}, Case{3, 2, 1}, Case{2, 2, 0}, Case{5, 3, 2}}) {
     Window2d w;
     w.N = 2;
@@ -82,7 +85,8 @@ TEST_CASE("cuda im2col, col2im and pooling match the CPU" * doctest::skip(!has_g
     what += std::to_string(c.k) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad);
     const int64_t n_x = w.N * w.C * w.H * w.W, n_y = w.N * w.C * w.out_h * w.out_w;
     const int64_t n_cols = w.N * w.C * w.kh * w.kw * w.out_h * w.out_w;
-    std::vector<float> x = random_vec(n_x, 11, -2.0f, 2.0f), cols = random_vec(n_cols, 12, -2.0f, 2.0f);
+    std::vector<float> x = random_vec(n_x, 11, -2.0f, 2.0f),
+                       cols = random_vec(n_cols, 12, -2.0f, 2.0f);
     std::vector<float> gy = random_vec(n_y, 13, -2.0f, 2.0f);
     GpuBuf<float> gx(x), gcols(cols), ggy(gy);
 
@@ -142,7 +146,8 @@ TEST_CASE("cuda fused SGD and Adam steps match the CPU" * doctest::skip(!has_gpu
     a.lr = 1e-2f;
     a.weight_decay = 0.05f;
     a.decoupled = decoupled;
-    std::vector<float> p = random_vec(n, 40, -2.0f, 2.0f), m(static_cast<std::size_t>(n), 0.0f), v = m;
+    std::vector<float> p = random_vec(n, 40, -2.0f, 2.0f), m(static_cast<std::size_t>(n), 0.0f),
+                       v = m;
     GpuBuf<float> gp(p), gm(m), gv(v);
     for (int64_t step = 1; step <= 4; ++step) {
       a.step = step;

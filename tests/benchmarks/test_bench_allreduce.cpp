@@ -27,31 +27,38 @@ namespace {
 
 std::string g_exe;  // set in main below
 
-fs::path scratch() { return fs::temp_directory_path() / ("dplab-bench-allreduce-test-" + std::to_string(::getpid())); }
+fs::path scratch() {
+  return fs::temp_directory_path() / ("dplab-bench-allreduce-test-" + std::to_string(::getpid()));
+}
 
 }  // namespace
 
 TEST_CASE("a small run: every row, auto's choices, bus bandwidth, the plot") {
   fs::create_directories(scratch());
   const fs::path csv = scratch() / "allreduce.csv";
-  const ProgramRun run = run_program("'" + g_exe + "' --ranks 2,3 --max-bytes 16384 --trials 1 --no-mpi --csv '" +
-                                     csv.string() + "'");
+  const ProgramRun run =
+      run_program("'" + g_exe + "' --ranks 2,3 --max-bytes 16384 --trials 1 --no-mpi --csv '" +
+                  csv.string() + "'");
   INFO(run.output);
   REQUIRE(run.rc == 0);
   const auto rows = read_csv(csv);
-  const std::set<std::string> algos{"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star"};
+  const std::set<std::string> algos{
+      "ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star"};
   CHECK(rows.size() == 2 * algos.size() * 2);  // N = 2, 3; every algorithm; 4 and 16 KiB
   std::set<std::string> seen;
   for (const auto& row : rows) {
     const int n = std::stoi(row.at("ranks"));
     const double bytes = std::stod(row.at("bytes")), secs = std::stod(row.at("seconds"));
     const std::string algo = row.at("algorithm"), ran = row.at("ran");
-    CAPTURE(n); CAPTURE(algo); CAPTURE(bytes);
+    CAPTURE(n);
+    CAPTURE(algo);
+    CAPTURE(bytes);
     seen.insert(algo);
     CHECK((n == 2 || n == 3));
     CHECK((bytes == 4096 || bytes == 16384));
     CHECK(secs > 0);
-    CHECK(std::stod(row.at("busbw_gbs")) == doctest::Approx(2.0 * (n - 1) / n * bytes / secs / 1e9).epsilon(1e-3));
+    CHECK(std::stod(row.at("busbw_gbs")) ==
+          doctest::Approx(2.0 * (n - 1) / n * bytes / secs / 1e9).epsilon(1e-3));
     if (algo == "auto") {
       // what the engine's model picks for this size (both sizes fit one slot of any default size)
       LinkCost link = shm_link_cost(cpu_cores());
@@ -81,7 +88,8 @@ TEST_CASE("bad arguments: exit status 2 and a message saying what was expected")
                          Bad{"--mpi-btl ib", "--mpi-btl takes vader or tcp, got 'ib'"},
                          Bad{"--frobnicate", "usage:"}}) {
     CAPTURE(bad.args);
-    const ProgramRun run = run_program("'" + g_exe + "' " + bad.args + " --no-mpi --max-bytes 4096");
+    const ProgramRun run =
+        run_program("'" + g_exe + "' " + bad.args + " --no-mpi --max-bytes 4096");
     CAPTURE(run.output);
     CHECK(run.rc == 2);
     CHECK(run.output.find(bad.says) != std::string::npos);
@@ -89,4 +97,6 @@ TEST_CASE("bad arguments: exit status 2 and a message saying what was expected")
 }
 
 // The program's path comes first on the command line, doctest's options after.
-int main(int argc, char** argv) { return dplab::testing::program_test_main(argc, argv, g_exe, scratch()); }
+int main(int argc, char** argv) {
+  return dplab::testing::program_test_main(argc, argv, g_exe, scratch());
+}

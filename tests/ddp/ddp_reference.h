@@ -35,7 +35,9 @@ inline Tensor batch_y(int s, int world) {
   return randn({world * kPerRank, 5}, {}, &g);
 }
 // Rank r's rows of a global batch.
-inline Tensor rows_of(const Tensor& global, int rank) { return global.narrow(rank * kPerRank, kPerRank); }
+inline Tensor rows_of(const Tensor& global, int rank) {
+  return global.narrow(rank * kPerRank, kPerRank);
+}
 
 // A ToyModel state drawn from its own generator (seeded per test), to load into every replica.
 inline StateDict initial_state(uint64_t seed) {
@@ -63,7 +65,8 @@ inline Params single_process(int world, int accumulate = 1) {
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
     for (int a = 0; a < accumulate; ++a)
-      mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world))
+      mse_loss(model->forward(batch_x(s * accumulate + a, world)),
+               batch_y(s * accumulate + a, world))
           .backward();
     opt.step();
   }

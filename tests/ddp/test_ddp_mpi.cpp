@@ -41,7 +41,8 @@ Params ddp_run(std::shared_ptr<ProcessGroup> pg, int accumulate, bool fp16) {
   optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a) ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
+    for (int a = 0; a < accumulate; ++a)
+      ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
     opt.step();
   }
   return params_of(*model);
@@ -51,10 +52,10 @@ void check_close(const Params& a, const Params& b, double eps) {
   REQUIRE(a.size() == b.size());
   for (size_t k = 0; k < a.size(); ++k) {
     REQUIRE(a[k].size() == b[k].size());
-    for (size_t i = 0; i < a[k].size(); ++i) CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(eps));
+    for (size_t i = 0; i < a[k].size(); ++i)
+      CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(eps));
   }
 }
-
 
 }  // namespace
 

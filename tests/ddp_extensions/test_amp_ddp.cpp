@@ -57,7 +57,8 @@ AmpRun train(ProcessGroup& pg, const StateDict& init, DType low) {
 
 }  // namespace
 
-TEST_CASE("DDP with 16-bit gradients (Apex O2): half the all-reduce bytes, parameters close to float32") {
+TEST_CASE(
+    "DDP with 16-bit gradients (Apex O2): half the all-reduce bytes, parameters close to float32") {
   Generator g(3);
   StateDict init;
   init.insert("net1.weight", mul_scalar(randn({10, 10}, {}, &g), 0.3f));

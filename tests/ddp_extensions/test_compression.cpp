@@ -23,15 +23,16 @@ using namespace dplab::parallel;
 using dplab::parallel::testing::initial_state;  // the reference job's ToyModel state
 using dplab::parallel::testing::run_threads;
 
-TEST_CASE("float <-> half conversions: known values, rounding to nearest even, overflow, subnormals") {
+TEST_CASE(
+    "float <-> half conversions: known values, rounding to nearest even, overflow, subnormals") {
   CHECK(float_to_half(1.0f) == 0x3c00);
   CHECK(float_to_half(-2.0f) == 0xc000);
-  CHECK(float_to_half(65504.0f) == 0x7bff);   // the largest half
-  CHECK(float_to_half(65520.0f) == 0x7c00);   // rounds past it: inf
+  CHECK(float_to_half(65504.0f) == 0x7bff);  // the largest half
+  CHECK(float_to_half(65520.0f) == 0x7c00);  // rounds past it: inf
   CHECK(float_to_half(0.1f) == 0x2e66);
-  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);  // the smallest subnormal
-  CHECK(float_to_half(std::ldexp(1.0f, -26)) == 0x0000);  // below half of it: zero
-  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);  // a tie: to even (down)
+  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);             // the smallest subnormal
+  CHECK(float_to_half(std::ldexp(1.0f, -26)) == 0x0000);             // below half of it: zero
+  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // a tie: to even (down)
   CHECK(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // a tie: to even (up)
   CHECK(std::isnan(half_to_float(float_to_half(std::nanf("")))));
   CHECK(half_to_float(0x3555) == doctest::Approx(0.33325195f).epsilon(1e-7));
@@ -54,13 +55,17 @@ TEST_CASE("Tensor::to(Float16) and back keeps values to 2^-11 relative; shapes a
   CHECK(element_size(DType::Float16) == 2);
   CHECK(dtype_name(DType::Float16) == "float16");
   auto back = h.to(DType::Float32).to_vector<float>(), orig = x.to_vector<float>();
-  for (size_t i = 0; i < back.size(); ++i) CHECK(std::abs(back[i] - orig[i]) <= std::abs(orig[i]) * 0x1p-11f + 1e-7f);
+  for (size_t i = 0; i < back.size(); ++i)
+    CHECK(std::abs(back[i] - orig[i]) <= std::abs(orig[i]) * 0x1p-11f + 1e-7f);
   CHECK(h.to_vector<uint16_t>()[0] == float_to_half(orig[0]));
   CHECK(h.at({0, 0}) == half_to_float(float_to_half(orig[0])));  // item()/at() read through float32
-  CHECK(zeros({4}, {.dtype = DType::Float16}).to(DType::Float32).to_vector<float>() == std::vector<float>(4, 0.0f));
+  CHECK(zeros({4}, {.dtype = DType::Float16}).to(DType::Float32).to_vector<float>() ==
+        std::vector<float>(4, 0.0f));
   // float16 -> int64 goes through float32 and truncates, as .long() does (tests/amp has more)
-  CHECK(from_vector(std::vector<float>{2.75f, -3.5f}, {2}).to(DType::Float16).to(DType::Int64).to_vector<int64_t>() ==
-        std::vector<int64_t>{2, -3});
+  CHECK(from_vector(std::vector<float>{2.75f, -3.5f}, {2})
+            .to(DType::Float16)
+            .to(DType::Int64)
+            .to_vector<int64_t>() == std::vector<int64_t>{2, -3});
 }
 
 TEST_CASE("all_reduce of Float16 tensors, ring and star, 1-4 ranks, sizes that do not divide") {
@@ -70,13 +75,16 @@ TEST_CASE("all_reduce of Float16 tensors, ring and star, 1-4 ranks, sizes that d
       run_threads(world, [&](ProcessGroup& pg) {
         // Small integers and halves are exact in float16, so the sums are exact too.
         std::vector<float> v(13);
-        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f + static_cast<float>(pg.rank());
+        for (size_t i = 0; i < v.size(); ++i)
+          v[i] = static_cast<float>(i) * 0.5f + static_cast<float>(pg.rank());
         Tensor t = from_vector(v, {13}).to(DType::Float16);
         pg.all_reduce(t, parallel::ReduceOp::Sum, algo);
         auto got = t.to(DType::Float32).to_vector<float>();
         for (size_t i = 0; i < v.size(); ++i)
-          CHECK(got[i] == static_cast<float>(world) * static_cast<float>(i) * 0.5f + world * (world - 1) / 2.0f);
-        Tensor m = from_vector(std::vector<float>{static_cast<float>(pg.rank())}, {1}).to(DType::Float16);
+          CHECK(got[i] == static_cast<float>(world) * static_cast<float>(i) * 0.5f +
+                              world * (world - 1) / 2.0f);
+        Tensor m =
+            from_vector(std::vector<float>{static_cast<float>(pg.rank())}, {1}).to(DType::Float16);
         pg.all_reduce(m, parallel::ReduceOp::Max, algo);
         CHECK(m.to(DType::Float32).item() == static_cast<float>(world - 1));
       });
@@ -96,8 +104,8 @@ TEST_CASE("all_reduce of Float16 tensors between processes over shared memory") 
     pg.all_reduce(f, parallel::ReduceOp::Sum);
     int64_t float_bytes = pg.comm_stats().total.bytes_sent;
     DPLAB_CHECK(half_bytes * 2 == float_bytes && half_bytes > 0,
-                "rank {}: float16 should send half the bytes of float32, sent {} vs {}", pg.rank(), half_bytes,
-                float_bytes);
+                "rank {}: float16 should send half the bytes of float32, sent {} vs {}", pg.rank(),
+                half_bytes, float_bytes);
   });
   for (const auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
 }
@@ -113,7 +121,8 @@ struct RunResult {
 RunResult train(ProcessGroup& pg, const StateDict& init, CommHook hook) {
   auto model = std::make_shared<models::ToyModel>();
   model->load_state_dict(init);
-  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = borrow(pg), .comm_hook = hook});
+  DistributedDataParallel ddp(
+      model, {.bucket_cap_mb = 0.0001, .process_group = borrow(pg), .comm_hook = hook});
   optim::SGD opt(ddp.parameters(), {.lr = 0.1});
   pg.reset_comm_stats();
   for (int s = 0; s < 3; ++s) {
@@ -135,7 +144,8 @@ RunResult train(ProcessGroup& pg, const StateDict& init, CommHook hook) {
 
 }  // namespace
 
-TEST_CASE("fp16_compress_hook: the bucket holds the average, traffic is exactly half, results within fp16") {
+TEST_CASE("fp16_compress_hook: the bucket holds the average, traffic is exactly half, results "
+          "within fp16") {
   const StateDict init = initial_state(3);
   for (int world : {2, 3}) {
     CAPTURE(world);
@@ -143,7 +153,8 @@ TEST_CASE("fp16_compress_hook: the bucket holds the average, traffic is exactly 
       // The hook alone: a bucket of rank-dependent values becomes their average.
       Tensor bucket = full({7}, static_cast<double>(pg.rank() + 1) * 0.25);
       fp16_compress_hook()(pg, bucket)->wait();
-      for (float v : bucket.to_vector<float>()) CHECK(v == doctest::Approx((world + 1) / 2.0 * 0.25));
+      for (float v : bucket.to_vector<float>())
+        CHECK(v == doctest::Approx((world + 1) / 2.0 * 0.25));
 
       RunResult fp32 = train(pg, init, allreduce_hook());
       RunResult fp16 = train(pg, init, fp16_compress_hook());
@@ -168,13 +179,17 @@ TEST_CASE("CUDA float16 cast, fill and reduce_into agree bit for bit with the CP
   Tensor hx = x.to(DType::Float16), hy = y.to(DType::Float16);
   Tensor gx = x.to(gpu).to(DType::Float16), gy = y.to(gpu).to(DType::Float16);
   CHECK(gx.to(Device("cpu")).to_vector<uint16_t>() == hx.to_vector<uint16_t>());
-  CHECK(gx.to(DType::Float32).to(Device("cpu")).to_vector<float>() == hx.to(DType::Float32).to_vector<float>());
-  for (dplab::ReduceKind op : {dplab::ReduceKind::Sum, dplab::ReduceKind::Max, dplab::ReduceKind::Min}) {
+  CHECK(gx.to(DType::Float32).to(Device("cpu")).to_vector<float>() ==
+        hx.to(DType::Float32).to_vector<float>());
+  for (dplab::ReduceKind op :
+       {dplab::ReduceKind::Sum, dplab::ReduceKind::Max, dplab::ReduceKind::Min}) {
     Tensor c = hx.contiguous_copy_on(Device("cpu")), d = gx.contiguous_copy_on(gpu);
-    backend_for(Device("cpu")).reduce_into(op, DType::Float16, c.raw_data(), hy.raw_data(), c.numel());
+    backend_for(Device("cpu"))
+        .reduce_into(op, DType::Float16, c.raw_data(), hy.raw_data(), c.numel());
     backend_for(gpu).reduce_into(op, DType::Float16, d.raw_data(), gy.raw_data(), d.numel());
     CHECK(d.to(Device("cpu")).to_vector<uint16_t>() == c.to_vector<uint16_t>());
   }
-  CHECK(full({5}, 0.1, {.dtype = DType::Float16, .device = gpu}).to(Device("cpu")).to_vector<uint16_t>() ==
-        std::vector<uint16_t>(5, 0x2e66));
+  CHECK(full({5}, 0.1, {.dtype = DType::Float16, .device = gpu})
+            .to(Device("cpu"))
+            .to_vector<uint16_t>() == std::vector<uint16_t>(5, 0x2e66));
 }

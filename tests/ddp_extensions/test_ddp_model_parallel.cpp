@@ -34,7 +34,8 @@ TEST_CASE("DDP + ToyMpModel (two devices per rank) on 2 ranks equals single-proc
       const auto& buckets = ddp.reducer().buckets();
       CHECK(buckets.size() == (cap_mb > 1 ? 2u : 4u));
       for (const Bucket& b : buckets)
-        for (const BucketSlot& s : b.slots) CHECK(model->parameters()[s.param].device() == b.flat.device());
+        for (const BucketSlot& s : b.slots)
+          CHECK(model->parameters()[s.param].device() == b.flat.device());
       CHECK(buckets.front().flat.device() == dev1);
       CHECK(buckets.back().flat.device() == dev0);
       optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
@@ -51,7 +52,8 @@ TEST_CASE("DDP + ToyMpModel (two devices per rank) on 2 ranks equals single-proc
       REQUIRE(params.size() == expected.size());
       for (size_t k = 0; k < params.size(); ++k) {
         auto got = params[k].to_vector<float>();
-        for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[k][i]).epsilon(1e-5));
+        for (size_t i = 0; i < got.size(); ++i)
+          CHECK(got[i] == doctest::Approx(expected[k][i]).epsilon(1e-5));
       }
     });
   }
@@ -60,13 +62,14 @@ TEST_CASE("DDP + ToyMpModel (two devices per rank) on 2 ranks equals single-proc
 TEST_CASE("DDP with an explicit .device still requires every parameter there") {
   run_threads(1, [](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyMpModel>(Device("cpu:0"), Device("cpu:1"));
-    CHECK_THROWS_WITH_AS(DistributedDataParallel(model, {.device = Device("cpu:0"), .process_group = borrow(pg)}),
-                         doctest::Contains("net2.weight is on cpu:1"), Error);
+    CHECK_THROWS_WITH_AS(
+        DistributedDataParallel(model, {.device = Device("cpu:0"), .process_group = borrow(pg)}),
+        doctest::Contains("net2.weight is on cpu:1"), Error);
   });
 }
 
 TEST_CASE("assign_buckets starts a new bucket when the device changes") {
-  std::vector<Tensor> ps{zeros({10}), zeros({10}, {.device = Device("cpu:1")}), zeros({10}, {.device = Device("cpu:1")}),
-                         zeros({10})};
+  std::vector<Tensor> ps{zeros({10}), zeros({10}, {.device = Device("cpu:1")}),
+                         zeros({10}, {.device = Device("cpu:1")}), zeros({10})};
   CHECK(assign_buckets(ps, 1 << 20) == std::vector<std::vector<size_t>>{{0}, {1, 2}, {3}});
 }

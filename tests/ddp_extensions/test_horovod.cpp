@@ -65,7 +65,8 @@ std::vector<float> train_hvd(ProcessGroup& pg, const StateDict& init, Compressio
     for (Tensor p : model->parameters()) p.fill_(pg.rank());
   }
   hvd::broadcast_parameters(*model, /*root_rank=*/0, &pg);
-  auto sgd = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  auto sgd = std::make_shared<optim::SGD>(model->parameters(),
+                                          optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
   hvd::DistributedOptimizer opt(sgd, model->named_parameters(), compression, borrow(pg));
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = batch(s, pg.rank());
@@ -87,7 +88,8 @@ TEST_CASE("Horovod-style DistributedOptimizer training equals DDP training, 1-3 
       auto ddp = train_ddp(pg, init, allreduce_hook());
       auto hvd = train_hvd(pg, init, Compression::none);
       REQUIRE(ddp.size() == hvd.size());
-      for (size_t i = 0; i < ddp.size(); ++i) CHECK(hvd[i] == doctest::Approx(ddp[i]).epsilon(1e-5));
+      for (size_t i = 0; i < ddp.size(); ++i)
+        CHECK(hvd[i] == doctest::Approx(ddp[i]).epsilon(1e-5));
     });
   }
 }
@@ -109,17 +111,21 @@ TEST_CASE("Horovod-style fp16 compression stays within half precision of DDP's f
   });
 }
 
-TEST_CASE("DistributedOptimizer reports misuse: foreign parameters, gradients that skipped the hooks") {
+TEST_CASE(
+    "DistributedOptimizer reports misuse: foreign parameters, gradients that skipped the hooks") {
   run_threads(2, [](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyModel>();
-    auto sgd = std::make_shared<optim::SGD>(model->net1->parameters(), optim::SGDOptions{.lr = 0.1});
-    CHECK_THROWS_WITH_AS(hvd::DistributedOptimizer(sgd, model->named_parameters(), Compression::none, borrow(pg)),
-                         doctest::Contains("holds 2 parameters but 4"), Error);
+    auto sgd =
+        std::make_shared<optim::SGD>(model->net1->parameters(), optim::SGDOptions{.lr = 0.1});
+    CHECK_THROWS_WITH_AS(
+        hvd::DistributedOptimizer(sgd, model->named_parameters(), Compression::none, borrow(pg)),
+        doctest::Contains("holds 2 parameters but 4"), Error);
     // A backward before the optimizer existed: its gradients were never averaged.
     auto [x, y] = batch(0, pg.rank());
     mse_loss(model->forward(x), y).backward();
     auto sgd_all = std::make_shared<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 0.1});
-    hvd::DistributedOptimizer opt(sgd_all, model->named_parameters(), Compression::none, borrow(pg));
+    hvd::DistributedOptimizer opt(sgd_all, model->named_parameters(), Compression::none,
+                                  borrow(pg));
     CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("were not averaged"), Error);
     // After the next backward, the hooks run and step() goes through.
     opt.zero_grad();
@@ -140,8 +146,8 @@ TEST_CASE("hvd::init, rank, size, local_rank map onto the default process group"
   hvd::init();  // a second init joins the existing group: no error
   auto model = std::make_shared<models::ToyModel>();
   hvd::broadcast_parameters(*model, 0);  // over the default group
-  CHECK_THROWS_WITH_AS(hvd::broadcast_parameters(*model, 1), doctest::Contains("root_rank must lie in [0, 1)"),
-                       Error);
+  CHECK_THROWS_WITH_AS(hvd::broadcast_parameters(*model, 1),
+                       doctest::Contains("root_rank must lie in [0, 1)"), Error);
   hvd::shutdown();
   CHECK(!is_initialized());
   ::unlink(path.c_str());

@@ -30,7 +30,9 @@ namespace {
 constexpr int kSteps = 2;
 constexpr int64_t kC = 3;
 
-Shape input_shape(int64_t rows, bool two_d) { return two_d ? Shape{rows, kC, 2, 3} : Shape{rows, kC}; }
+Shape input_shape(int64_t rows, bool two_d) {
+  return two_d ? Shape{rows, kC, 2, 3} : Shape{rows, kC};
+}
 
 // Step s's global input and loss weights; mean 2 so that E[x^2] - E[x]^2 is exercised.
 Tensor global_x(int s, int64_t rows, bool two_d) {
@@ -64,9 +66,9 @@ std::vector<StepResult> reference(int64_t rows, bool two_d) {
     Tensor x = global_x(s, rows, two_d).requires_grad_();
     Tensor y = bn->forward(x);
     mul_scalar(sum(mul(y, global_r(s, rows, two_d))), 1.0f / static_cast<float>(rows)).backward();
-    out.push_back({y.to_vector<float>(), x.grad().to_vector<float>(), bn->weight.grad().to_vector<float>(),
-                   bn->bias.grad().to_vector<float>(), bn->running_mean.to_vector<float>(),
-                   bn->running_var.to_vector<float>()});
+    out.push_back({y.to_vector<float>(), x.grad().to_vector<float>(),
+                   bn->weight.grad().to_vector<float>(), bn->bias.grad().to_vector<float>(),
+                   bn->running_mean.to_vector<float>(), bn->running_var.to_vector<float>()});
   }
   return out;
 }
@@ -101,7 +103,11 @@ void run_sync(const std::vector<int64_t>& slices, bool two_d, bool on_gpu = fals
     auto host = [](const Tensor& t) { return t.to(Device("cpu")).to_vector<float>(); };
     for (int s = 0; s < kSteps; ++s) {
       ddp.zero_grad();
-      Tensor x = global_x(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).clone().to(dev).requires_grad_();
+      Tensor x = global_x(s, rows, two_d)
+                     .narrow(start, slices[static_cast<size_t>(r)])
+                     .clone()
+                     .to(dev)
+                     .requires_grad_();
       Tensor rr = global_r(s, rows, two_d).narrow(start, slices[static_cast<size_t>(r)]).to(dev);
       Tensor y = ddp.forward(x);
       mul_scalar(sum(mul(y, rr)), static_cast<float>(world) / static_cast<float>(rows)).backward();
@@ -120,7 +126,8 @@ void run_sync(const std::vector<int64_t>& slices, bool two_d, bool on_gpu = fals
 
 }  // namespace
 
-TEST_CASE("SyncBatchNorm1d on N ranks equals BatchNorm1d on the whole batch, equal and unequal slices") {
+TEST_CASE(
+    "SyncBatchNorm1d on N ranks equals BatchNorm1d on the whole batch, equal and unequal slices") {
   for (const auto& slices : std::vector<std::vector<int64_t>>{{4, 4}, {3, 5, 2}, {2, 1, 4, 3}}) {
     CAPTURE(slices.size());
     run_sync(slices, /*two_d=*/false);
@@ -134,7 +141,8 @@ TEST_CASE("SyncBatchNorm2d on N ranks equals BatchNorm2d on the whole batch, une
   }
 }
 
-TEST_CASE("SyncBatchNorm on one rank is BatchNorm; per-rank statistics would differ from global ones") {
+TEST_CASE(
+    "SyncBatchNorm on one rank is BatchNorm; per-rank statistics would differ from global ones") {
   // World 1: the op must reduce to plain batch norm exactly (forward and backward).
   run_sync({6}, false);
   // The point of syncing: with 2 rows per rank, per-rank BatchNorm outputs differ from the
@@ -144,11 +152,13 @@ TEST_CASE("SyncBatchNorm on one rank is BatchNorm; per-rank statistics would dif
   auto full = bn_full->forward(x).to_vector<float>();
   auto part = bn_part->forward(x.narrow(0, 2)).to_vector<float>();
   float max_diff = 0;
-  for (size_t i = 0; i < part.size(); ++i) max_diff = std::max(max_diff, std::abs(part[i] - full[i]));
+  for (size_t i = 0; i < part.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(part[i] - full[i]));
   CHECK(max_diff > 0.1f);
 }
 
-TEST_CASE("SyncBatchNorm in eval mode uses the running statistics, like BatchNorm, with no communication") {
+TEST_CASE("SyncBatchNorm in eval mode uses the running statistics, like BatchNorm, with no "
+          "communication") {
   run_threads(2, [](ProcessGroup& pg) {
     auto bn = make_bn(false);
     {
@@ -169,13 +179,15 @@ TEST_CASE("SyncBatchNorm in eval mode uses the running statistics, like BatchNor
   });
 }
 
-TEST_CASE("convert_sync_batchnorm keeps the tensors, options and mode, and refuses hidden handles") {
+TEST_CASE(
+    "convert_sync_batchnorm keeps the tensors, options and mode, and refuses hidden handles") {
   auto bn = make_bn(true);
   auto seq = std::make_shared<nn::Sequential>(
       std::initializer_list<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(3, 3)});
   seq->push_back(bn);
   // `bn` is still held here: the converted tree would not be what this handle runs.
-  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(seq), doctest::Contains("held outside the module tree"), Error);
+  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(seq),
+                       doctest::Contains("held outside the module tree"), Error);
   bn.reset();
   auto seq2 = std::make_shared<nn::Sequential>();
   seq2->push_back(std::make_shared<nn::Linear>(3, 3));
@@ -193,7 +205,8 @@ TEST_CASE("convert_sync_batchnorm keeps the tensors, options and mode, and refus
   CHECK(seq2->state_dict().keys().size() == 7);  // linear w, b; bn w, b, mean, var, counter
 }
 
-TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and equals BatchNorm on one rank") {
+TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and equals BatchNorm on "
+          "one rank") {
   // models::ResNet calls bn1->forward() through typed members; rebind_child points them at
   // the SyncBatchNorms, so the converted net on 2 ranks (4 rows each) computes what the
   // plain net computes on all 8 rows.
@@ -203,7 +216,8 @@ TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and eq
   Tensor x = randn({8, 1, 8, 8}, {}, &g);
   auto ref = std::make_shared<models::ResNet>();
   ref->load_state_dict(init);
-  const std::vector<float> want = ref->forward(x).to_vector<float>();  // training mode: batch statistics
+  const std::vector<float> want =
+      ref->forward(x).to_vector<float>();  // training mode: batch statistics
   const std::vector<float> want_mean = ref->bn1->running_mean.to_vector<float>();
   run_threads(2, [&](ProcessGroup& pg) {
     auto net = std::make_shared<models::ResNet>();
@@ -213,7 +227,8 @@ TEST_CASE("convert_sync_batchnorm converts dplab's ResNet (typed members) and eq
     int converted = 0, plain = 0;
     for (auto& [n, m] : net->named_modules()) {
       converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
-      plain += std::dynamic_pointer_cast<nn::BatchNorm>(m) != nullptr && !std::dynamic_pointer_cast<SyncBatchNorm>(m);
+      plain += std::dynamic_pointer_cast<nn::BatchNorm>(m) != nullptr &&
+               !std::dynamic_pointer_cast<SyncBatchNorm>(m);
     }
     CHECK(converted == 1 + 2 * 3 + 2);  // stem, two per block, two projections
     CHECK(plain == 0);
@@ -231,9 +246,11 @@ TEST_CASE("convert_sync_batchnorm still refuses a BatchNorm the caller holds a h
   auto net = std::make_shared<models::ResNet>();
   auto extra = (*net->layer1)[0];  // a block, fine; but a kept BatchNorm handle is not:
   auto held = std::dynamic_pointer_cast<models::BasicBlock>(extra)->bn1;
-  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net), doctest::Contains("'layer1.0.bn1' (BatchNorm2d"), Error);
+  CHECK_THROWS_WITH_AS(convert_sync_batchnorm(net),
+                       doctest::Contains("'layer1.0.bn1' (BatchNorm2d"), Error);
   int converted = 0;
-  for (auto& [n, m] : net->named_modules()) converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
+  for (auto& [n, m] : net->named_modules())
+    converted += std::dynamic_pointer_cast<SyncBatchNorm>(m) != nullptr;
   CHECK(converted == 0);  // checked before anything was replaced
 }
 

@@ -20,12 +20,12 @@ using dplab::parallel::testing::borrow;
 
 using namespace dplab;
 using namespace dplab::parallel;
-using dplab::parallel::testing::run_processes;
-using dplab::parallel::testing::run_threads;
 using dplab::parallel::testing::batch_x;  // the reference job's batches and parameters
 using dplab::parallel::testing::batch_y;
 using dplab::parallel::testing::params_of;
 using dplab::parallel::testing::rows_of;
+using dplab::parallel::testing::run_processes;
+using dplab::parallel::testing::run_threads;
 
 namespace {
 
@@ -43,8 +43,10 @@ Run make_run(ProcessGroup& pg, uint64_t seed) {
   manual_seed(seed + static_cast<uint64_t>(pg.rank()));
   run.model = std::make_shared<models::ToyModel>();
   run.model->to(Device(DeviceKind::CPU, pg.rank()));
-  run.ddp = std::make_unique<DistributedDataParallel>(run.model, DDPOptions{.process_group = borrow(pg)});
-  run.opt = std::make_unique<optim::SGD>(run.ddp->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  run.ddp =
+      std::make_unique<DistributedDataParallel>(run.model, DDPOptions{.process_group = borrow(pg)});
+  run.opt = std::make_unique<optim::SGD>(run.ddp->parameters(),
+                                         optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
   return run;
 }
 
@@ -73,21 +75,23 @@ TEST_CASE("resume under DDP: K steps straight equal K/2 + save/load + K/2, on 2 
 
     Run first = make_run(pg, 7);
     train(first, pg, 0, kTrainSteps / 2);
-    save_checkpoint_on_rank0(pg, path, *first.ddp, first.opt.get(), {{"step", std::to_string(kTrainSteps / 2)}});
+    save_checkpoint_on_rank0(pg, path, *first.ddp, first.opt.get(),
+                             {{"step", std::to_string(kTrainSteps / 2)}});
 
     // Fresh objects with a different init: everything must come from the file.
     Run resumed = make_run(pg, 1000);
     Metadata meta = load_checkpoint_on_all_ranks(pg, path, *resumed.ddp, resumed.opt.get());
     DPLAB_CHECK(meta.at("step") == "3", "expected step 3 in the metadata, got {}", meta.at("step"));
     for (const Tensor& p : resumed.model->parameters())
-      DPLAB_CHECK(p.device() == Device(DeviceKind::CPU, pg.rank()), "rank {}: parameter on {}, expected cpu:{}",
-                  pg.rank(), p.device(), pg.rank());
+      DPLAB_CHECK(p.device() == Device(DeviceKind::CPU, pg.rank()),
+                  "rank {}: parameter on {}, expected cpu:{}", pg.rank(), p.device(), pg.rank());
     train(resumed, pg, kTrainSteps / 2, kTrainSteps);
 
     auto a = params_of(*straight.model), b = params_of(*resumed.model);
     DPLAB_CHECK(a == b, "rank {}: resumed parameters differ from the uninterrupted run", pg.rank());
     auto c = params_of(*first.model);
-    DPLAB_CHECK(a != c, "rank {}: the second half changed nothing, the test would prove nothing", pg.rank());
+    DPLAB_CHECK(a != c, "rank {}: the second half changed nothing, the test would prove nothing",
+                pg.rank());
   });
   for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
   std::filesystem::remove(path);

@@ -16,7 +16,8 @@ TEST_CASE("reduce_tensor averages a copy and leaves the input alone") {
     Tensor t = full({2}, static_cast<double>(pg.rank() + 1));  // 1, 2, 3
     Tensor avg = reduce_tensor(pg, t);
     CHECK(avg.to_vector<float>() == std::vector<float>{2.0f, 2.0f});
-    CHECK(t.to_vector<float>() == std::vector<float>{static_cast<float>(pg.rank() + 1), static_cast<float>(pg.rank() + 1)});
+    CHECK(t.to_vector<float>() ==
+          std::vector<float>{static_cast<float>(pg.rank() + 1), static_cast<float>(pg.rank() + 1)});
     CHECK(reduce_tensor(pg, t, ReduceOp::Sum).at({1}) == 6.0f);
     CHECK(reduce_tensor(pg, t, ReduceOp::Max).at({1}) == 3.0f);
     CHECK(reduce_tensor(pg, t, ReduceOp::Min).at({1}) == 1.0f);
@@ -53,12 +54,14 @@ TEST_CASE("metrics weighted by counts equal the single-process mean on uneven sh
 }
 
 TEST_CASE("WeightedMetrics::reduce with different names on different ranks is an error") {
-  CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup& pg) {
-                         WeightedMetrics m;
-                         m.add("loss", 1.0, 2);
-                         if (pg.rank() == 1) m.add("accuracy", 0.5, 2);
-                         m.reduce(pg);
-                       }),
+  CHECK_THROWS_WITH_AS(run_threads(
+                           2,
+                           [](ProcessGroup& pg) {
+    WeightedMetrics m;
+    m.add("loss", 1.0, 2);
+    if (pg.rank() == 1) m.add("accuracy", 0.5, 2);
+    m.reduce(pg);
+                           }),
                        doctest::Contains("ranks added different metric names"), Error);
   WeightedMetrics m;
   CHECK_THROWS_WITH_AS(m.add("loss", 1.0, -1), doctest::Contains("count >= 0, got -1"), Error);

@@ -58,9 +58,9 @@ TEST_CASE("ZeroFirst does not release the others when rank 0's body throws") {
   CHECK_THROWS_AS(run_threads(
                       2,
                       [&](ProcessGroup& pg) {
-                        ZeroFirst z(pg);
-                        if (pg.rank() == 0) throw Error("rank 0 could not prepare the data");
-                        others_ran++;
+    ZeroFirst z(pg);
+    if (pg.rank() == 0) throw Error("rank 0 could not prepare the data");
+    others_ran++;
                       },
                       opts),
                   Error);
@@ -95,6 +95,6 @@ TEST_CASE("per-rank seeds: the same seed gives every rank the same noise, seed +
     Generator g(seed);
     return randn({8}, {}, &g).to_vector<float>();
   };
-  CHECK(noise(42) == noise(42));                                   // the bug: ranks agree
+  CHECK(noise(42) == noise(42));                                      // the bug: ranks agree
   CHECK(noise(per_rank_seed(42, 0)) != noise(per_rank_seed(42, 1)));  // the fix
 }

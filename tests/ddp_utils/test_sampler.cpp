@@ -18,7 +18,8 @@ using namespace dplab::parallel;
 using dplab::parallel::testing::run_threads;
 
 namespace {
-std::vector<std::vector<int64_t>> shares(int64_t n, int world, DistributedSamplerOptions o, int64_t epoch = 0) {
+std::vector<std::vector<int64_t>> shares(int64_t n, int world, DistributedSamplerOptions o,
+                                         int64_t epoch = 0) {
   std::vector<std::vector<int64_t>> out;
   for (int r = 0; r < world; ++r) {
     DistributedSampler s(n, world, r, o);
@@ -47,7 +48,8 @@ TEST_CASE("DistributedSampler without shuffle follows PyTorch's padding rule exa
   CHECK(shares(2, 5, {.shuffle = false, .drop_last = true})[4].empty());
 }
 
-TEST_CASE("shuffled shares cover every index, have equal counts, and pad with the permutation's head") {
+TEST_CASE(
+    "shuffled shares cover every index, have equal counts, and pad with the permutation's head") {
   for (int world = 1; world <= 4; ++world)
     for (int64_t n : {1, 7, 10, 33}) {
       CAPTURE(world);
@@ -94,8 +96,9 @@ TEST_CASE("set_epoch changes the order deterministically; the seed must match ac
   CHECK(e1 == shares(20, 2, {.seed = 4}, 0));
   // A DataLoader takes it and counts batches from its size: ceil(ceil(10/3) / 2) = 2.
   auto ds = std::make_shared<data::TensorDataset>(arange(10).reshape({10, 1}),
-                                                   arange(10, {.dtype = DType::Int64}));
-  auto sampler = std::make_shared<DistributedSampler>(10, 3, 1, DistributedSamplerOptions{.shuffle = false});
+                                                  arange(10, {.dtype = DType::Int64}));
+  auto sampler =
+      std::make_shared<DistributedSampler>(10, 3, 1, DistributedSamplerOptions{.shuffle = false});
   data::DataLoader loader(ds, {.batch_size = 2, .prefetch = false, .sampler = sampler});
   CHECK(loader.len() == 2);
   std::vector<int64_t> got;
@@ -105,12 +108,16 @@ TEST_CASE("set_epoch changes the order deterministically; the seed must match ac
 }
 
 TEST_CASE("bad sampler arguments are errors that say what was expected") {
-  CHECK_THROWS_WITH_AS(DistributedSampler(10, 0, 0), doctest::Contains("num_replicas >= 1, got 0"), Error);
-  CHECK_THROWS_WITH_AS(DistributedSampler(10, 2, 2), doctest::Contains("rank in [0, 2), got 2"), Error);
-  CHECK_THROWS_WITH_AS(SequentialDistributedSampler(-1, 2, 0), doctest::Contains("size >= 0, got -1"), Error);
+  CHECK_THROWS_WITH_AS(DistributedSampler(10, 0, 0), doctest::Contains("num_replicas >= 1, got 0"),
+                       Error);
+  CHECK_THROWS_WITH_AS(DistributedSampler(10, 2, 2), doctest::Contains("rank in [0, 2), got 2"),
+                       Error);
+  CHECK_THROWS_WITH_AS(SequentialDistributedSampler(-1, 2, 0),
+                       doctest::Contains("size >= 0, got -1"), Error);
 }
 
-TEST_CASE("SequentialDistributedSampler: contiguous blocks, padded at the end with the last index") {
+TEST_CASE(
+    "SequentialDistributedSampler: contiguous blocks, padded at the end with the last index") {
   std::vector<std::vector<int64_t>> blocks;
   std::vector<int64_t> real;
   for (int r = 0; r < 4; ++r) {
@@ -126,7 +133,8 @@ TEST_CASE("SequentialDistributedSampler: contiguous blocks, padded at the end wi
   CHECK(last.num_real() == 0);
 }
 
-TEST_CASE("SequentialDistributedSampler + distributed_concat equals single-process order, N = 1..4") {
+TEST_CASE(
+    "SequentialDistributedSampler + distributed_concat equals single-process order, N = 1..4") {
   for (int world = 1; world <= 4; ++world)
     for (int64_t n : {1, 5, 11, 13}) {
       CAPTURE(world);
@@ -141,16 +149,24 @@ TEST_CASE("SequentialDistributedSampler + distributed_concat equals single-proce
         REQUIRE(all.shape() == rows.shape());
         CHECK(all.to_vector<float>() == rows.to_vector<float>());
         Tensor labels = distributed_concat(pg, idx, n);
-        CHECK(labels.to_vector<int64_t>() == arange(n, {.dtype = DType::Int64}).to_vector<int64_t>());
+        CHECK(labels.to_vector<int64_t>() ==
+              arange(n, {.dtype = DType::Int64}).to_vector<int64_t>());
       });
     }
 }
 
 TEST_CASE("distributed_concat rejects ranks with different row counts and a bad total") {
-  CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup& pg) {
-                         distributed_concat(pg, zeros({pg.rank() + 2, 3}), 3);
-                       }),
-                       doctest::Contains("ranks passed different tensors: rows from 2 to 3"), Error);
-  CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup& pg) { distributed_concat(pg, zeros({2, 3}), 5); }),
+  CHECK_THROWS_WITH_AS(run_threads(
+                           2,
+                           [](ProcessGroup& pg) {
+    distributed_concat(pg, zeros({pg.rank() + 2, 3}), 3);
+                           }),
+                       doctest::Contains("ranks passed different tensors: rows from 2 to 3"),
+                       Error);
+  CHECK_THROWS_WITH_AS(run_threads(
+                           2,
+                           [](ProcessGroup& pg) {
+    distributed_concat(pg, zeros({2, 3}), 5);
+                           }),
                        doctest::Contains("num_total_examples must be in [0, 4]"), Error);
 }

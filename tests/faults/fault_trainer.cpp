@@ -61,11 +61,13 @@ void train(const std::string& engine, int steps, const std::string& checkpoint, 
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 5) {
-    std::fprintf(stderr, "usage: fault_trainer ring|star|mpi STEPS [CHECKPOINT_PATH CHECKPOINT_MB]\n");
+    std::fprintf(stderr,
+                 "usage: fault_trainer ring|star|mpi STEPS [CHECKPOINT_PATH CHECKPOINT_MB]\n");
     return 2;
   }
   try {
-    train(argv[1], std::stoi(argv[2]), argc == 5 ? argv[3] : "", argc == 5 ? std::stoi(argv[4]) : 0);
+    train(argv[1], std::stoi(argv[2]), argc == 5 ? argv[3] : "",
+          argc == 5 ? std::stoi(argv[4]) : 0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_trainer: error: %s\n", e.what());

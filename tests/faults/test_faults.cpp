@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kTimeout = 3.0;  // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
-constexpr double kGrace = 1.0;    // dplab-run --grace-period: SIGTERM, then SIGKILL after it
+constexpr double kTimeout = 3.0;   // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
+constexpr double kGrace = 1.0;     // dplab-run --grace-period: SIGTERM, then SIGKILL after it
 constexpr int kForever = 1000000;  // steps: the job runs until we hit it
 
 std::string env_path(const char* var) {
@@ -34,15 +34,21 @@ std::string env_path(const char* var) {
 }
 
 std::map<std::string, std::string> job_env() {
-  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)}, {"OMP_NUM_THREADS", "1"},
+  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)},
+          {"OMP_NUM_THREADS", "1"},
           {"DPLAB_NUM_THREADS", "1"}};
 }
 
 std::vector<std::string> dplab_run(const std::string& engine, int n,
                                    const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{env_path("DPLAB_RUN"), "--nproc-per-node", std::to_string(n),
-                                "--grace-period", fmt::format("{}", kGrace),
-                                env_path("FAULT_TRAINER"), engine, std::to_string(kForever)};
+  std::vector<std::string> argv{env_path("DPLAB_RUN"),
+                                "--nproc-per-node",
+                                std::to_string(n),
+                                "--grace-period",
+                                fmt::format("{}", kGrace),
+                                env_path("FAULT_TRAINER"),
+                                engine,
+                                std::to_string(kForever)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -63,7 +69,8 @@ std::map<int, pid_t> wait_ready(const Job& job, int n) {
 void check_nothing_left(const Job& job, double within_s, const std::string& what) {
   auto gone = wait_session_gone(job.pid, within_s);
   CHECK_MESSAGE(gone.has_value(), what << ": processes of the job still run " << within_s
-                                       << " s later:\n" << output(job));
+                                       << " s later:\n"
+                                       << output(job));
   CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
 }
 
@@ -106,7 +113,8 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
       CHECK(exit_code(*st) == 1);
       CHECK_MESSAGE(output(job).find(fmt::format("rank {} (pid {}) was killed by signal 9", victim,
                                                  pid)) != std::string::npos,
-                    what << ":\n" << output(job));
+                    what << ":\n"
+                         << output(job));
       check_nothing_left(job, 2.0, what);
       kill_job(job);
     }
@@ -126,10 +134,14 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
       CHECK(exit_code(*st) == 1);
       const std::string out = output(job);
       // the ranks' diagnosis and the launcher's line both name the stopped rank
-      CHECK_MESSAGE(out.find(fmt::format("rank {} stopped making progress", victim)) !=
-                        std::string::npos, what << ":\n" << out);
-      CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) !=
-                        std::string::npos, what << ":\n" << out);
+      CHECK_MESSAGE(
+          out.find(fmt::format("rank {} stopped making progress", victim)) != std::string::npos,
+          what << ":\n"
+               << out);
+      CHECK_MESSAGE(
+          out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) != std::string::npos,
+          what << ":\n"
+               << out);
       check_nothing_left(job, 2.0, what);
       kill_job(job);
     }
@@ -153,8 +165,8 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
         std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
         const auto t0 = Clock::now();
         ::kill(job.pid, hit.sig);
-        const std::string what = fmt::format("{} N={}, launcher got {}", s.engine, s.n,
-                                             strsignal(hit.sig));
+        const std::string what =
+            fmt::format("{} N={}, launcher got {}", s.engine, s.n, strsignal(hit.sig));
         auto st = wait_exit(job, 5.0);
         REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end");
         CHECK_MESSAGE(exit_code(*st) == hit.expect_exit, what << ":\n" << output(job));
@@ -168,7 +180,8 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
     }
   }
   fmt::print("launcher killed / hung up / interrupted / terminated: {} trials, every rank gone at "
-             "most {:.2f} s after the signal\n", count, worst);
+             "most {:.2f} s after the signal\n",
+             count, worst);
 }
 
 TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory set-up)") {
@@ -190,8 +203,7 @@ TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory 
           if (p != job.pid) ranks.push_back(p);
         if (!ranks.empty())
           ::kill(ranks[std::uniform_int_distribution<size_t>(0, ranks.size() - 1)(rng())], SIGKILL);
-        else
-          ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
+        else ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
       }
       auto st = wait_exit(job, kTimeout + kGrace + 10);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
@@ -216,8 +228,8 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
       Job job = start_job(dplab_run("ring", 2, {ckpt.string(), std::to_string(kMb)}), job_env());
       auto pids = wait_ready(job, 2);
       const int step = std::uniform_int_distribution<int>(1, 3)(rng());
-      REQUIRE_MESSAGE(wait_for_output(job, fmt::format("saving {}", step), 30),
-                      "no save started:\n" << output(job));
+      REQUIRE_MESSAGE(wait_for_output(job, fmt::format("saving {}", step), 30), "no save started:\n"
+                                                                                    << output(job));
       std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.03)));
       landed_in_save += output(job).find(fmt::format("saved {}", step)) == std::string::npos;
       // SIGINT as from Ctrl-C goes to the launcher, which forwards it; the others hit rank 0
@@ -243,7 +255,8 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
   }
   fs::remove_all(dir);
   fmt::print("signals during checkpoint saves: {} trials ({} landed while the file was being "
-             "written); no half file at the final path\n", count, landed_in_save);
+             "written); no half file at the final path\n",
+             count, landed_in_save);
 }
 
 // ---- the mpi engine: mpirun is the launcher; the engine's watchdog names a stopped rank ----
@@ -253,8 +266,14 @@ namespace {
 bool have_mpirun() { return std::getenv("MPIRUN") != nullptr; }
 
 std::vector<std::string> mpirun(int n) {
-  return {env_path("MPIRUN"), "--bind-to", "none", "-np", std::to_string(n), env_path("FAULT_TRAINER"),
-          "mpi", std::to_string(kForever)};
+  return {env_path("MPIRUN"),
+          "--bind-to",
+          "none",
+          "-np",
+          std::to_string(n),
+          env_path("FAULT_TRAINER"),
+          "mpi",
+          std::to_string(kForever)};
 }
 
 }  // namespace
@@ -272,7 +291,9 @@ static void mpi_trials(int sig, const char* label) {
       CHECK(exit_code(*st) != 0);
       if (sig == SIGSTOP) {
         CHECK_MESSAGE(output(job).find(fmt::format("rank {} stopped making progress", victim)) !=
-                          std::string::npos, what << ":\n" << output(job));
+                          std::string::npos,
+                      what << ":\n"
+                           << output(job));
         ::kill(pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
       }
       check_nothing_left(job, 5.0, what);

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "init" && (argc == 3 || argc == 4)) {
-      par::init_process_group({.engine = argc == 4 ? argv[3] : "ring", .init_method = argv[2],
+      par::init_process_group({.engine = argc == 4 ? argv[3] : "ring",
+                               .init_method = argv[2],
                                .timeout = par::Seconds(10.0)});
       dplab::Tensor t = dplab::full({5}, static_cast<double>(par::get_rank() + 1));
       par::default_process_group().all_reduce(t);

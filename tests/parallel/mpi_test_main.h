@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel::testing {
 

@@ -26,13 +26,16 @@ using dplab::parallel::testing::value;
 
 namespace {
 
-
 // Sizes: empty, one element, fewer elements than ranks, odd, and > 2 segments per chunk.
 const int64_t kSizes[] = {0, 1, 3, 1001, 3 * static_cast<int64_t>(kSegmentBytes / 4) + 17};
 
-template <typename T> void check_all_reduce(int n, Algorithm algo, ReduceOp op) {
+template <typename T>
+void check_all_reduce(int n, Algorithm algo, ReduceOp op) {
   for (int64_t size : kSizes) {
-    CAPTURE(n); CAPTURE(size); CAPTURE(algorithm_name(algo)); CAPTURE(reduce_op_name(op));
+    CAPTURE(n);
+    CAPTURE(size);
+    CAPTURE(algorithm_name(algo));
+    CAPTURE(reduce_op_name(op));
     std::vector<std::vector<T>> got(n);
     run_threads(n, [&](ProcessGroup& pg) {
       Tensor t = make<T>(pg.rank(), size);
@@ -80,7 +83,9 @@ TEST_CASE("broadcast from every root, and reduce to every root") {
   for (int n = 1; n <= 4; ++n)
     for (int root = 0; root < n; ++root)
       for (int64_t size : kSizes) {
-        CAPTURE(n); CAPTURE(root); CAPTURE(size);
+        CAPTURE(n);
+        CAPTURE(root);
+        CAPTURE(size);
         std::vector<std::vector<float>> bcast(n), red(n);
         run_threads(n, [&](ProcessGroup& pg) {
           Tensor t = make<float>(pg.rank(), size);
@@ -98,30 +103,33 @@ TEST_CASE("broadcast from every root, and reduce to every root") {
       }
 }
 
-TEST_CASE("reduce with the average at every root: the root divides by N, the others are untouched") {
+TEST_CASE(
+    "reduce with the average at every root: the root divides by N, the others are untouched") {
   for (int n = 1; n <= 4; ++n)
     for (int root = 0; root < n; ++root) {
-        CAPTURE(n); CAPTURE(root);
-        const int64_t size = 13;  // does not divide by 2, 3 or 4
-        std::vector<std::vector<float>> red(n);
-        run_threads(n, [&](ProcessGroup& pg) {
-          Tensor u = make<float>(pg.rank(), size, 2);
-          pg.reduce(u, root, ReduceOp::Avg);
-          red[pg.rank()] = u.to_vector<float>();
-        });
-        auto want = reference<float>(ReduceOp::Avg, n, size, 2);
-        for (int r = 0; r < n; ++r)
-          for (int64_t i = 0; i < size; ++i) {
-            float expected = r == root ? want[i] : value<float>(r, i, 2);
-            CHECK(red[r][i] == doctest::Approx(expected).epsilon(1e-6));
-          }
-      }
+      CAPTURE(n);
+      CAPTURE(root);
+      const int64_t size = 13;  // does not divide by 2, 3 or 4
+      std::vector<std::vector<float>> red(n);
+      run_threads(n, [&](ProcessGroup& pg) {
+        Tensor u = make<float>(pg.rank(), size, 2);
+        pg.reduce(u, root, ReduceOp::Avg);
+        red[pg.rank()] = u.to_vector<float>();
+      });
+      auto want = reference<float>(ReduceOp::Avg, n, size, 2);
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < size; ++i) {
+          float expected = r == root ? want[i] : value<float>(r, i, 2);
+          CHECK(red[r][i] == doctest::Approx(expected).epsilon(1e-6));
+        }
+    }
 }
 
 TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
   for (int n = 1; n <= 4; ++n)
     for (int64_t size : {int64_t{0}, int64_t{5}, int64_t{40000}}) {
-      CAPTURE(n); CAPTURE(size);
+      CAPTURE(n);
+      CAPTURE(size);
       std::vector<std::vector<std::vector<int64_t>>> gathered(n), root_gather(n);
       std::vector<std::vector<int64_t>> scattered(n);
       std::vector<std::vector<float>> rs(n);
@@ -209,7 +217,8 @@ TEST_CASE("async handles complete in call order and rethrow errors on wait()") {
 TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
   for (int n = 2; n <= 4; ++n)
     for (int64_t elems : {int64_t{12000}, int64_t{12001}, int64_t{5}, int64_t{2}}) {
-      CAPTURE(n); CAPTURE(elems);
+      CAPTURE(n);
+      CAPTURE(elems);
       const int64_t S = elems * 4;  // float32 bytes
       std::vector<CommStats> ring(n), star(n);
       run_threads(n, [&](ProcessGroup& pg) {
@@ -242,7 +251,9 @@ TEST_CASE("counters: every collective counts exactly the formula of algorithms/c
   for (int n = 1; n <= 4; ++n)
     for (int64_t elems : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{12001}})
       for (int root : {0, n - 1}) {
-        CAPTURE(n); CAPTURE(elems); CAPTURE(root);
+        CAPTURE(n);
+        CAPTURE(elems);
+        CAPTURE(root);
         const int64_t S = elems * 4;  // float32 bytes
         std::vector<std::map<std::string, Traffic>> got(n);
         run_threads(n, [&](ProcessGroup& pg) {
@@ -250,7 +261,8 @@ TEST_CASE("counters: every collective counts exactly the formula of algorithms/c
           auto measure = [&](const std::string& name, auto call) {
             pg.reset_comm_stats();
             call();
-            const CollectiveStats s = pg.comm_stats().per_collective.at(name);  // a copy: returned by value
+            const CollectiveStats s =
+                pg.comm_stats().per_collective.at(name);  // a copy: returned by value
             mine[name] = {s.bytes_sent, s.bytes_received};
           };
           Tensor t = make<float>(pg.rank(), elems);
@@ -272,7 +284,9 @@ TEST_CASE("counters: every collective counts exactly the formula of algorithms/c
             if (pg.rank() == 1) measure("recv", [&] { pg.recv(t, 0); });
           }
         });
-        auto same = [](Traffic a, Traffic b) { return a.sent == b.sent && a.received == b.received; };
+        auto same = [](Traffic a, Traffic b) {
+          return a.sent == b.sent && a.received == b.received;
+        };
         for (int r = 0; r < n; ++r) {
           CAPTURE(r);
           CHECK(same(got[r].at("all_reduce"), ring_all_reduce_cost(S, 4, r, n)));
@@ -344,8 +358,10 @@ TEST_CASE("ProcessGroup checks, calls its engine once per collective, counts wha
     CHECK(pg.transport_name(Device("cuda:0")) == "recording");
     Tensor t = make<float>(0, 6);
     std::vector<Tensor> two{make<float>(0, 6), make<float>(1, 6)};
-    CHECK_THROWS_WITH_AS(pg.broadcast(t, 2), doctest::Contains("root must be in [0, 2), got 2"), Error);
-    CHECK_THROWS_WITH_AS(pg.all_gather(two = {t}, t), doctest::Contains("must hold 2 tensors"), Error);
+    CHECK_THROWS_WITH_AS(pg.broadcast(t, 2), doctest::Contains("root must be in [0, 2), got 2"),
+                         Error);
+    CHECK_THROWS_WITH_AS(pg.all_gather(two = {t}, t), doctest::Contains("must hold 2 tensors"),
+                         Error);
     two = {make<float>(0, 6), make<float>(1, 6)};
     pg.all_reduce(t, ReduceOp::Avg);
     pg.broadcast(t, 1);
@@ -366,8 +382,9 @@ TEST_CASE("ProcessGroup checks, calls its engine once per collective, counts wha
     log.clear();
     CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("the wire broke"), CommError);
     CHECK(log == std::vector<std::string>{"failed barrier on rank 0: the wire broke"});
-    CHECK_THROWS_WITH_AS(pg.all_reduce(t), doctest::Contains("failed earlier (barrier on the "
-                                                             "recording engine: the wire broke)"),
+    CHECK_THROWS_WITH_AS(pg.all_reduce(t),
+                         doctest::Contains("failed earlier (barrier on the "
+                                           "recording engine: the wire broke)"),
                          CommError);
     log.clear();
   }
@@ -380,7 +397,9 @@ TEST_CASE("a rank that throws makes the others fail fast, naming it") {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::string> messages(3);
     try {
-      run_threads(3, [&](ProcessGroup& pg) {
+      run_threads(
+          3,
+          [&](ProcessGroup& pg) {
         if (pg.rank() == 1) throw std::runtime_error("rank 1 gives up");
         Tensor t = make<float>(pg.rank(), 100000);
         try {
@@ -390,7 +409,8 @@ TEST_CASE("a rank that throws makes the others fail fast, naming it") {
         }
         // the links' state is unknown after a failure: the group refuses further work
         CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("failed earlier"), CommError);
-      }, opts);
+          },
+          opts);
     } catch (const std::runtime_error& e) {
       CHECK(std::string(e.what()) == "rank 1 gives up");
     }
@@ -408,7 +428,9 @@ TEST_CASE("a rank that never comes times out with a CommError naming rank, peer,
   ProcessGroupOptions opts{.engine = "star", .timeout = Seconds(0.5)};
   std::string message;
   std::atomic<bool> done{false};
-  run_threads(2, [&](ProcessGroup& pg) {
+  run_threads(
+      2,
+      [&](ProcessGroup& pg) {
     if (pg.rank() == 1) {  // alive, but never joins the collective
       while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return;
@@ -420,7 +442,8 @@ TEST_CASE("a rank that never comes times out with a CommError naming rank, peer,
       message = e.what();
     }
     done = true;
-  }, opts);
+      },
+      opts);
   CAPTURE(message);
   CHECK(message.find("rank 0") != std::string::npos);
   CHECK(message.find("timed out") != std::string::npos);

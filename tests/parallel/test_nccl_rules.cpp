@@ -13,17 +13,28 @@ using namespace dplab::parallel;
 
 TEST_CASE("nccl device: the local rank, not the global one") {
   // two machines of 4 GPUs, launched by dplab-run: global rank 6 is local rank 2
-  NcclPlacement p{.rank = 6, .world_size = 8, .launcher_env = true, .local_rank = 2,
-                  .local_world_size = 4, .physical_gpus = 4, .logical_devices = 4};
+  NcclPlacement p{.rank = 6,
+                  .world_size = 8,
+                  .launcher_env = true,
+                  .local_rank = 2,
+                  .local_world_size = 4,
+                  .physical_gpus = 4,
+                  .logical_devices = 4};
   CHECK(nccl_device_for(p) == 2);
   // ranks made in one program, no launcher: all on this machine
-  CHECK(nccl_device_for({.rank = 1, .world_size = 2, .physical_gpus = 2, .logical_devices = 2}) == 1);
+  CHECK(nccl_device_for({.rank = 1, .world_size = 2, .physical_gpus = 2, .logical_devices = 2}) ==
+        1);
 }
 
 TEST_CASE("nccl device: several ranks per GPU are refused, naming the cuda_ipc ring") {
   // DPLAB_VIRTUAL_GPUS=4 on one GPU, 4 ranks on this machine
-  NcclPlacement p{.rank = 1, .world_size = 4, .launcher_env = true, .local_rank = 1,
-                  .local_world_size = 4, .physical_gpus = 1, .logical_devices = 4};
+  NcclPlacement p{.rank = 1,
+                  .world_size = 4,
+                  .launcher_env = true,
+                  .local_rank = 1,
+                  .local_world_size = 4,
+                  .physical_gpus = 1,
+                  .logical_devices = 4};
   CHECK_THROWS_WITH_AS(nccl_device_for(p), doctest::Contains("cuda_ipc"), Error);
   CHECK_THROWS_WITH_AS(nccl_device_for(p), doctest::Contains("DPLAB_VIRTUAL_GPUS"), Error);
   CHECK_THROWS_WITH_AS(nccl_device_for(p), doctest::Contains("4 ranks on 1 GPU(s)"), Error);
@@ -54,7 +65,8 @@ TEST_CASE("nccl wait: an async error aborts once and names the collective, rank 
     why = "remote process exited or there was a network error";
     return NcclPoll::Failed;
   };
-  CHECK_THROWS_WITH_AS(nccl_wait_or_abort(poll, [&] { ++aborts; }, Seconds(60.0), 3, "broadcast"),
+  CHECK_THROWS_WITH_AS(nccl_wait_or_abort(
+                           poll, [&] { ++aborts; }, Seconds(60.0), 3, "broadcast"),
                        "rank 3: broadcast on the nccl engine failed: remote process exited or "
                        "there was a network error; the communicator was aborted",
                        CommError);

@@ -27,7 +27,8 @@ TEST_CASE("ZeRO on mpi equals one process and ZeRO on the ring, stages 1 and 2, 
       const Params on_ring = zero_run(ring_group(), stage, o, WithDdp::No);
       CHECK(max_abs_diff(on_mpi, single) <= 1e-5f);
       CHECK(max_abs_diff(on_mpi, on_ring) <= 1e-6f);
-      CHECK(mpi_group()->comm_stats().total.bytes_sent == ring_group()->comm_stats().total.bytes_sent);
+      CHECK(mpi_group()->comm_stats().total.bytes_sent ==
+            ring_group()->comm_stats().total.bytes_sent);
     }
   }
 }

@@ -91,8 +91,8 @@ bool& fuse_setting() {
   static bool on = [] {
     const auto v = env("DPLAB_FUSE");
     if (!v) return true;
-    DPLAB_CHECK(*v == "0" || *v == "1", "DPLAB_FUSE: expected 0 (unfused ops) or 1 (fused), got '{}'",
-                *v);
+    DPLAB_CHECK(*v == "0" || *v == "1",
+                "DPLAB_FUSE: expected 0 (unfused ops) or 1 (fused), got '{}'", *v);
     return *v == "1";
   }();
   return on;
@@ -207,7 +207,8 @@ std::string kernels_summary() {
       get_num_threads(), get_num_threads() == 1 ? "" : "s");
   std::string chosen;
   for (const char* name : {"DPLAB_GEMM_ISA", "DPLAB_GEMM", "DPLAB_CONV", "DPLAB_FUSE"})
-    if (const auto v = env(name)) chosen += fmt::format("{}{}={}", chosen.empty() ? "" : " ", name, *v);
+    if (const auto v = env(name))
+      chosen += fmt::format("{}{}={}", chosen.empty() ? "" : " ", name, *v);
   if (!chosen.empty()) s += fmt::format(" (set by {})", chosen);
   return s;
 }

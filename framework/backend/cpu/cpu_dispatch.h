@@ -64,7 +64,7 @@ void set_fused_conv(bool on);
 enum class HalfPath { Scalar, F16c, Avx512 };
 HalfPath half_path();
 bool half_path_available(HalfPath p);
-void set_half_path(HalfPath p);  // throws Error when the CPU lacks it
+void set_half_path(HalfPath p);          // throws Error when the CPU lacks it
 const char* half_path_name(HalfPath p);  // "scalar", "f16c", "avx512"
 
 // ---- threads: DPLAB_NUM_THREADS ----

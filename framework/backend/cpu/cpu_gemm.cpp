@@ -28,14 +28,21 @@ namespace {
 // C's columns [n0, n0 + n) of one batch entry, as one tile for the kernel. A column slice of
 // B and C keeps their row stride (N), while a slice of a transposed B is a block of its rows.
 gemm_eigen::Tile column_tile(const GemmArgs& g, const float* a, const float* b, float* c,
-                              int64_t n0, int64_t n) {
+                             int64_t n0, int64_t n) {
   // (strides of at least 1: an empty dimension must not give Eigen a zero stride)
-  return {.M = g.M, .N = n, .K = g.K,
+  return {.M = g.M,
+          .N = n,
+          .K = g.K,
           .lda = std::max<int64_t>(1, g.trans_a ? g.M : g.K),
           .ldb = std::max<int64_t>(1, g.trans_b ? g.K : g.N),
           .ldc = g.N,
-          .trans_a = g.trans_a, .trans_b = g.trans_b, .alpha = g.alpha, .beta = g.beta,
-          .a = a, .b = g.trans_b ? b + n0 * g.K : b + n0, .c = c + n0};
+          .trans_a = g.trans_a,
+          .trans_b = g.trans_b,
+          .alpha = g.alpha,
+          .beta = g.beta,
+          .a = a,
+          .b = g.trans_b ? b + n0 * g.K : b + n0,
+          .c = c + n0};
 }
 
 void run_tile(GemmIsa isa, const gemm_eigen::Tile& t) {
@@ -47,8 +54,8 @@ void run_tile(GemmIsa isa, const gemm_eigen::Tile& t) {
 
 // C's rows [m0, m0 + m) of one batch entry: a row slice of A (a block of its columns when
 // transposed) and of C.
-gemm_eigen::Tile row_tile(const GemmArgs& g, const float* a, const float* b, float* c,
-                           int64_t m0, int64_t m) {
+gemm_eigen::Tile row_tile(const GemmArgs& g, const float* a, const float* b, float* c, int64_t m0,
+                          int64_t m) {
   gemm_eigen::Tile t = column_tile(g, a, b, c, 0, g.N);
   t.M = m;
   t.a = g.trans_a ? a + m0 : a + m0 * g.K;
@@ -80,11 +87,10 @@ struct DirectPlan {
 
 DirectPlan direct_plan(const GemmArgs& g) {
   using gemm_direct::kColumnBlock;
-  if (!gemm_direct_chosen() || g.alpha != 1.0f ||
-      (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 || g.K > kMaxDirectK)
+  if (!gemm_direct_chosen() || g.alpha != 1.0f || (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 ||
+      g.K > kMaxDirectK)
     return {};
-  if (!g.trans_b)
-    return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
+  if (!g.trans_b) return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
   return {.runs = g.M % kColumnBlock == 0, .copy_a_transposed = !g.trans_a, .rows = g.N};
 }
 
@@ -141,13 +147,14 @@ float* transpose_scratch(int64_t floats) {
 // Below this many multiply-adds, starting a parallel region costs more than it gains.
 constexpr int64_t kMinSplitWork = int64_t{1} << 21;
 
-void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float* a,
-                         const float* b, float* c) {
+void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float* a, const float* b,
+                         float* c) {
   const GemmIsa isa = gemm_isa();
   // Rows in parts of at least 16: each thread runs the kernel on its own rows of the kernel's
   // C. Every C[m, n] is summed in the same order whatever the split (fast/cpu_gemm_direct_kernel.h).
   const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
-  const int parts = worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
+  const int parts =
+      worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
     float* ci = c + i * g.stride_c;
@@ -162,7 +169,8 @@ void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float*
     }
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int p = 0; p < parts; ++p)
-      run_direct(isa, direct_rows(g, ai, bi, ci, plan.rows * p / parts, plan.rows * (p + 1) / parts));
+      run_direct(isa,
+                 direct_rows(g, ai, bi, ci, plan.rows * p / parts, plan.rows * (p + 1) / parts));
   }
 }
 
@@ -174,8 +182,10 @@ void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   // Split C's columns between threads; where C is too narrow for that (a classifier's 10
   // outputs), its rows. Eigen never splits a GEMM itself (set_threads is 1, cpu_threads.cpp).
   const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
-  const int column_parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
-  const int row_parts = static_cast<int>(std::clamp<int64_t>(g.M / kMinColumnsPerThread, 1, threads));
+  const int column_parts =
+      static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
+  const int row_parts =
+      static_cast<int>(std::clamp<int64_t>(g.M / kMinColumnsPerThread, 1, threads));
   const bool by_rows = column_parts == 1 && row_parts > 1 && worth_it;
   const int parts = by_rows ? row_parts : column_parts;
   for (int64_t i = 0; i < g.batch; ++i) {
@@ -203,13 +213,14 @@ void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
 
 void CpuBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* c) {
   DPLAB_CHECK(g.batch >= 0 && g.M >= 0 && g.N >= 0 && g.K >= 0,
-              "gemm: expected non-negative sizes, got batch={} M={} N={} K={}", g.batch, g.M,
-              g.N, g.K);
+              "gemm: expected non-negative sizes, got batch={} M={} N={} K={}", g.batch, g.M, g.N,
+              g.K);
   // Batch entries that share C would race on it (and sum wrongly with beta != 0).
   DPLAB_CHECK(g.batch <= 1 || g.stride_c != 0,
               "gemm: stride_c is 0 for batch={}; every batch entry needs its own C", g.batch);
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
-  if (const DirectPlan plan = direct_plan(g); plan.runs) return gemm_direct_batched(g, plan, a, b, c);
+  if (const DirectPlan plan = direct_plan(g); plan.runs)
+    return gemm_direct_batched(g, plan, a, b, c);
   gemm_batched(g, a, b, c);
 }
 

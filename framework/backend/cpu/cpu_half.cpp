@@ -71,18 +71,20 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-
 // ---- arrays: F16C / AVX-512 where the CPU has them, the scalar loop otherwise ----
 namespace {
 
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* s, float* d, int64_t n) {
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* s, float* d,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    _mm256_storeu_ps(d + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   for (; i < n; ++i) d[i] = half_to_float(s[i]);
 }
-__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d, int64_t n) {
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
@@ -92,13 +94,16 @@ __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint
 // GCC 12 warns falsely inside its own avx512fintrin.h (as cpu/meson.build notes for the GEMM)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) void half_to_float_avx512(const uint16_t* s, float* d, int64_t n) {
+__attribute__((target("avx512f"))) void half_to_float_avx512(const uint16_t* s, float* d,
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+    _mm512_storeu_ps(d + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
   for (; i < n; ++i) d[i] = half_to_float(s[i]);
 }
-__attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uint16_t* d, int64_t n) {
+__attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uint16_t* d,
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
@@ -143,8 +148,10 @@ void cpu_cast_half(DType from, const void* src, DType to, void* dst, int64_t n) 
     if (n > 0 && src != dst) std::memmove(dst, src, static_cast<std::size_t>(n) * 2);
     return;
   }
-  if (from == DType::Float32) return from_float(to, static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
-  if (to == DType::Float32) return to_float(from, static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (from == DType::Float32)
+    return from_float(to, static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  if (to == DType::Float32)
+    return to_float(from, static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
   constexpr int64_t kBlock = 1024;
   float block[kBlock];
   for (int64_t i = 0; i < n; i += kBlock) {
@@ -185,7 +192,8 @@ void cpu_reduce_into_half(ReduceKind op, DType t, void* dst, const void* src, in
 
 void cpu_fill_half(DType t, void* out, int64_t n, double value) {
   const float v = static_cast<float>(value);
-  std::fill_n(static_cast<uint16_t*>(out), n, t == DType::BFloat16 ? float_to_bfloat16(v) : float_to_half(v));
+  std::fill_n(static_cast<uint16_t*>(out), n,
+              t == DType::BFloat16 ? float_to_bfloat16(v) : float_to_half(v));
 }
 
 }  // namespace dplab

@@ -55,8 +55,10 @@ void set_num_threads(int n) {
   init_threads_once();
   DPLAB_CHECK(n >= 1, "set_num_threads: expected n >= 1, got {}", n);
 #ifndef _OPENMP
-  DPLAB_CHECK(n == 1, "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
-              "is available", n);
+  DPLAB_CHECK(n == 1,
+              "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
+              "is available",
+              n);
 #endif
   apply_threads(n);
 }
@@ -84,8 +86,7 @@ int CpuBackend::lanes() const { return kernel_threads(); }
 // too, so a thread's images stay in its own cache from op to op (LeNet's step on two threads
 // 1.6-4.6% faster in five runs on this VM, where data moving between the two cores is slow).
 // An exception cannot leave an OpenMP region: the first is kept and rethrown after it.
-void CpuBackend::run_pieces(int64_t n, int lanes,
-                            const std::function<void(int64_t, int)>& piece) {
+void CpuBackend::run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) {
   if (lanes <= 1 || n <= 1) {
     for (int64_t i = 0; i < n; ++i) piece(i, 0);
     return;

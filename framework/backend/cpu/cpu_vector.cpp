@@ -34,8 +34,8 @@ void transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_
 }  // namespace
 
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
-void transpose_floats(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                      float* dst, int64_t dst_stride) {
+void transpose_floats(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+                      int64_t dst_stride) {
   int64_t r0 = 0;
   for (; r0 + 8 <= rows; r0 += 8) {
     int64_t c0 = 0;

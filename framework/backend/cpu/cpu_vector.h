@@ -19,7 +19,7 @@ inline void store8(float* p, Floats8 v) { *reinterpret_cast<Floats8Any*>(p) = v;
 
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols, in 8 x 8 tiles
 // (element by element, a layout change costs a strided read or write per float).
-void transpose_floats(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                      float* dst, int64_t dst_stride);
+void transpose_floats(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst,
+                      int64_t dst_stride);
 
 }  // namespace dplab

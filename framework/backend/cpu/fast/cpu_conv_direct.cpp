@@ -40,7 +40,8 @@ struct Kernels {
 // The build the GEMM runs (cpu_dispatch.h's DPLAB_GEMM_ISA), so one setting picks both.
 Kernels kernels() {
 #if defined(DPLAB_HAVE_AVX512_GEMM)
-  if (gemm_isa() == GemmIsa::Avx512) return {conv_kernel::forward_avx512, conv_kernel::weight_grad_avx512};
+  if (gemm_isa() == GemmIsa::Avx512)
+    return {conv_kernel::forward_avx512, conv_kernel::weight_grad_avx512};
 #endif
   return {conv_kernel::forward_baseline, conv_kernel::weight_grad_baseline};
 }
@@ -73,8 +74,8 @@ std::vector<float> pack_input_grad_weight(const float* weight, const Window2d& w
     for (int64_t c = 0; c < w.C; ++c)
       for (int64_t i = 0; i < w.kh; ++i)
         for (int64_t j = 0; j < w.kw; ++j)
-          packed[static_cast<std::size_t>((((w.kh - 1 - i) * w.kw + (w.kw - 1 - j)) * O_pad + o) *
-                                              C_pad + c)] =
+          packed[static_cast<std::size_t>(
+              (((w.kh - 1 - i) * w.kw + (w.kw - 1 - j)) * O_pad + o) * C_pad + c)] =
               weight[((o * w.C + c) * w.kh + i) * w.kw + j];
   return packed;
 }
@@ -158,9 +159,17 @@ void forward_images(CpuBackend& cpu, const float* x, const float* weight, const 
     Scratch& s = Scratch::mine();
     s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
     s.out.resize(static_cast<std::size_t>(L * O_pad));
-    k.forward({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C, .weight = packed.data(),
-               .O_pad = O_pad, .kh = w.kh, .kw = w.kw, .stride = w.stride,
-               .out = s.out.data(), .out_h = w.out_h, .out_w = w.out_w});
+    k.forward({.in = s.in.data.data(),
+               .in_cols = w.W + 2 * w.pad,
+               .C = w.C,
+               .weight = packed.data(),
+               .O_pad = O_pad,
+               .kh = w.kh,
+               .kw = w.kw,
+               .stride = w.stride,
+               .out = s.out.data(),
+               .out_h = w.out_h,
+               .out_w = w.out_w});
     store(n, s.out.data(), O_pad);
   });
 }
@@ -171,33 +180,51 @@ void backward_images(CpuBackend& cpu, const float* x, const float* weight, const
   const int64_t O_pad = round_up(O, kOutBlock), C_pad = round_up(w.C, kOutBlock);
   const int64_t image = w.C * w.H * w.W;
   // gy is padded for the input gradient; the weight gradient reads its interior.
-  const int64_t ph = gx != nullptr ? w.kh - 1 - w.pad : 0, pw = gx != nullptr ? w.kw - 1 - w.pad : 0;
+  const int64_t ph = gx != nullptr ? w.kh - 1 - w.pad : 0,
+                pw = gx != nullptr ? w.kw - 1 - w.pad : 0;
   const int64_t gy_cols = w.out_w + 2 * pw;
   const std::vector<float> flipped =
       gx != nullptr ? pack_input_grad_weight(weight, w, O, O_pad, C_pad) : std::vector<float>();
   const int lanes = static_cast<int>(std::min<int64_t>(kernel_threads(), w.N));
   // Each lane sums its images' weight and bias gradients on its own; lanes are added in order.
   const int64_t taps = w.kh * w.kw * w.C;
-  std::vector<std::vector<float>> gw_lane(static_cast<std::size_t>(gw != nullptr ? lanes : 0),
-                                          std::vector<float>(static_cast<std::size_t>(taps * O_pad)));
+  std::vector<std::vector<float>> gw_lane(
+      static_cast<std::size_t>(gw != nullptr ? lanes : 0),
+      std::vector<float>(static_cast<std::size_t>(taps * O_pad)));
   std::vector<std::vector<float>> gb_lane(static_cast<std::size_t>(gb != nullptr ? lanes : 0),
                                           std::vector<float>(static_cast<std::size_t>(O)));
   cpu.run_pieces(w.N, lanes, [&](int64_t n, int lane) {
     Scratch& s = Scratch::mine();
-    load_grad(n, s.grad, ph, pw, O_pad, gb != nullptr ? gb_lane[static_cast<std::size_t>(lane)].data() : nullptr);
+    load_grad(n, s.grad, ph, pw, O_pad,
+              gb != nullptr ? gb_lane[static_cast<std::size_t>(lane)].data() : nullptr);
     if (gx != nullptr) {
       s.out.resize(static_cast<std::size_t>(w.H * w.W * C_pad));
-      k.forward({.in = s.grad.data.data(), .in_cols = gy_cols, .C = O_pad, .weight = flipped.data(),
-                 .O_pad = C_pad, .kh = w.kh, .kw = w.kw, .stride = 1, .out = s.out.data(),
-                 .out_h = w.H, .out_w = w.W});
+      k.forward({.in = s.grad.data.data(),
+                 .in_cols = gy_cols,
+                 .C = O_pad,
+                 .weight = flipped.data(),
+                 .O_pad = C_pad,
+                 .kh = w.kh,
+                 .kw = w.kw,
+                 .stride = 1,
+                 .out = s.out.data(),
+                 .out_h = w.H,
+                 .out_w = w.W});
       from_hwc(s.out.data(), C_pad, w.C, w.H * w.W, nullptr, gx + n * image);
     }
     if (gw != nullptr) {
       s.in.load(x + n * image, w.C, w.H, w.W, w.pad, w.pad, w.C);
-      k.weight_grad({.in = s.in.data.data(), .in_cols = w.W + 2 * w.pad, .C = w.C,
+      k.weight_grad({.in = s.in.data.data(),
+                     .in_cols = w.W + 2 * w.pad,
+                     .C = w.C,
                      .gout = s.grad.data.data() + (ph * gy_cols + pw) * O_pad,
-                     .gout_row_stride = gy_cols * O_pad, .O_pad = O_pad, .kh = w.kh, .kw = w.kw,
-                     .stride = w.stride, .out_h = w.out_h, .out_w = w.out_w,
+                     .gout_row_stride = gy_cols * O_pad,
+                     .O_pad = O_pad,
+                     .kh = w.kh,
+                     .kw = w.kw,
+                     .stride = w.stride,
+                     .out_h = w.out_h,
+                     .out_w = w.out_w,
                      .gweight = gw_lane[static_cast<std::size_t>(lane)].data()});
     }
   });
@@ -227,7 +254,8 @@ bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float*
                                const Window2d& w, int64_t O, float* y) {
   if (!conv_images::direct_runs(w, O, /*with_input_grad=*/false)) return false;
   const int64_t L = w.out_h * w.out_w;
-  conv_images::forward_images(*this, x, weight, w, O, [&](int64_t n, const float* out, int64_t O_pad) {
+  conv_images::forward_images(*this, x, weight, w, O,
+                              [&](int64_t n, const float* out, int64_t O_pad) {
     conv_images::from_hwc(out, O_pad, O, L, bias, y + n * O * L);
   });
   return true;
@@ -239,12 +267,13 @@ bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const f
   if (!conv_images::direct_runs(w, O, /*with_input_grad=*/gx != nullptr)) return false;
   const int64_t L = w.out_h * w.out_w;
   conv_images::backward_images(*this, x, weight, w, O, gx, gw, gb,
-      [&](int64_t n, conv_images::PaddedImage& grad, int64_t ph, int64_t pw, int64_t O_pad, float* sums) {
-        const float* gy_n = gy + n * O * L;
-        grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
-        if (sums != nullptr)
-          for (int64_t o = 0; o < O; ++o) sums[o] += conv_images::sum_of(gy_n + o * L, L);
-      });
+                               [&](int64_t n, conv_images::PaddedImage& grad, int64_t ph,
+                                   int64_t pw, int64_t O_pad, float* sums) {
+    const float* gy_n = gy + n * O * L;
+    grad.load(gy_n, O, w.out_h, w.out_w, ph, pw, O_pad);
+    if (sums != nullptr)
+      for (int64_t o = 0; o < O; ++o) sums[o] += conv_images::sum_of(gy_n + o * L, L);
+  });
   return true;
 }
 

@@ -37,8 +37,8 @@ void forward_block(const Forward& f, int64_t oh, int64_t ow0, int64_t o0) {
     multiply_accumulate(acc, x, pixel_step, 1, w, f.O_pad, run);
   }
   float* out = f.out + (oh * f.out_w + ow0) * f.O_pad + o0;
-  DPLAB_UNROLL for (int p = 0; p < P; ++p)
-    DPLAB_UNROLL for (int v = 0; v < V; ++v) store(out + p * f.O_pad + v * kLanes, acc[p][v]);
+  DPLAB_UNROLL for (int p = 0; p < P; ++p) DPLAB_UNROLL for (int v = 0; v < V; ++v)
+      store(out + p * f.O_pad + v * kLanes, acc[p][v]);
 }
 
 // gweight[i, e0 + r, o0 + v*kLanes ...] += for r < R, v < V, where e = j*C + c runs over
@@ -54,8 +54,8 @@ void weight_grad_block(const WeightGrad& g, int64_t i, int64_t e0, int64_t o0) {
     multiply_accumulate(acc, x, 1, pixel_step, gy, g.O_pad, g.out_w);
   }
   float* gw = g.gweight + (i * g.kw * g.C + e0) * g.O_pad + o0;
-  DPLAB_UNROLL for (int r = 0; r < R; ++r)
-    DPLAB_UNROLL for (int v = 0; v < V; ++v) store(gw + r * g.O_pad + v * kLanes, load(gw + r * g.O_pad + v * kLanes) + acc[r][v]);
+  DPLAB_UNROLL for (int r = 0; r < R; ++r) DPLAB_UNROLL for (int v = 0; v < V; ++v)
+      store(gw + r * g.O_pad + v * kLanes, load(gw + r * g.O_pad + v * kLanes) + acc[r][v]);
 }
 
 // The block for a run-time size n in [1, max_block(V)]: a switch over the instantiations.

@@ -31,8 +31,8 @@ using conv_images::PaddedImage;
 // direct input gradient (its backward has no other way to the input gradient), and a window
 // to pool.
 bool fusable(const Window2d& w, int64_t O) {
-  return fused_conv() && conv_images::direct_runs(w, O, /*with_input_grad=*/true) &&
-         w.out_h >= 2 && w.out_w >= 2;
+  return fused_conv() && conv_images::direct_runs(w, O, /*with_input_grad=*/true) && w.out_h >= 2 &&
+         w.out_w >= 2;
 }
 
 // ReLU as the unfused op computes it (Eigen's max(x, 0): x unless x < 0, so NaN stays NaN).
@@ -75,16 +75,20 @@ void relu_pool_image(const float* out, int64_t O_pad, int64_t O, int64_t out_h, 
       float* best = tile.data() + (i * pw + j) * O;
       uint8_t* won = route + (i * pw + j) * O;
       for (int64_t o = 0; o < O; ++o) {
-        const float va = relu(HasBias ? a[o] + bias[o] : a[o]), vb = relu(HasBias ? b[o] + bias[o] : b[o]);
-        const float vc = relu(HasBias ? c[o] + bias[o] : c[o]), vd = relu(HasBias ? d[o] + bias[o] : d[o]);
+        const float va = relu(HasBias ? a[o] + bias[o] : a[o]),
+                    vb = relu(HasBias ? b[o] + bias[o] : b[o]);
+        const float vc = relu(HasBias ? c[o] + bias[o] : c[o]),
+                    vd = relu(HasBias ? d[o] + bias[o] : d[o]);
         const float upper = std::max(va, vb), lower = std::max(vc, vd), m = std::max(upper, lower);
         best[o] = m;
         // arithmetic, not branches, and ints of the floats' width: the loop vectorises
-        const int32_t b_wins = vb > va, d_wins = vd > vc, lower_wins = lower > upper, stopped = !(m > 0.0f);
+        const int32_t b_wins = vb > va, d_wins = vd > vc, lower_wins = lower > upper,
+                      stopped = !(m > 0.0f);
         const int32_t q = b_wins + lower_wins * (2 + d_wins - b_wins);
         code[static_cast<std::size_t>(o)] = q + stopped * (kStopped - q);
       }
-      for (int64_t o = 0; o < O; ++o) won[o] = static_cast<uint8_t>(code[static_cast<std::size_t>(o)]);
+      for (int64_t o = 0; o < O; ++o)
+        won[o] = static_cast<uint8_t>(code[static_cast<std::size_t>(o)]);
     }
   conv_images::from_hwc(tile.data(), O, O, PL, nullptr, y);
 }
@@ -103,7 +107,7 @@ void route_gradient(const float* g, const uint8_t* route, int64_t O, int64_t out
   std::vector<float>& gt = Tiles::mine().pooled;
   gt.resize(static_cast<std::size_t>(PL * O));
   transpose_floats(g, PL, O, PL, gt.data(), O);  // [O, PL] -> [PL, O]
-  auto pixel = [&](int64_t row, int64_t col) {  // grad's channels at a plane position
+  auto pixel = [&](int64_t row, int64_t col) {   // grad's channels at a plane position
     return grad.data.data() + ((row + ph) * grad.cols + col + pw) * O_pad;
   };
   for (int64_t i = 0; i < pooled_h; ++i)
@@ -139,9 +143,14 @@ bool CpuBackend::conv2d_relu_pool_direct(const float* x, const float* weight, co
                                          const Window2d& w, int64_t O, float* y, uint8_t* route) {
   if (!fusable(w, O)) return false;
   const int64_t PL = (w.out_h / 2) * (w.out_w / 2);
-  conv_images::forward_images(*this, x, weight, w, O, [&](int64_t n, const float* out, int64_t O_pad) {
-    if (bias != nullptr) relu_pool_image<true>(out, O_pad, O, w.out_h, w.out_w, bias, y + n * O * PL, route + n * O * PL);
-    else relu_pool_image<false>(out, O_pad, O, w.out_h, w.out_w, bias, y + n * O * PL, route + n * O * PL);
+  conv_images::forward_images(*this, x, weight, w, O,
+                              [&](int64_t n, const float* out, int64_t O_pad) {
+    if (bias != nullptr)
+      relu_pool_image<true>(out, O_pad, O, w.out_h, w.out_w, bias, y + n * O * PL,
+                            route + n * O * PL);
+    else
+      relu_pool_image<false>(out, O_pad, O, w.out_h, w.out_w, bias, y + n * O * PL,
+                             route + n * O * PL);
   });
   return true;
 }
@@ -152,9 +161,11 @@ bool CpuBackend::conv2d_relu_pool_direct_backward(const float* g, const uint8_t*
                                                   float* gw, float* gb) {
   if (!fusable(w, O)) return false;
   const int64_t PL = (w.out_h / 2) * (w.out_w / 2);
-  conv_images::backward_images(*this, x, weight, w, O, gx, gw, gb,
+  conv_images::backward_images(
+      *this, x, weight, w, O, gx, gw, gb,
       [&](int64_t n, PaddedImage& grad, int64_t ph, int64_t pw, int64_t O_pad, float* sums) {
-        route_gradient(g + n * O * PL, route + n * O * PL, O, w.out_h, w.out_w, grad, ph, pw, O_pad, sums);
+    route_gradient(g + n * O * PL, route + n * O * PL, O, w.out_h, w.out_w, grad, ph, pw, O_pad,
+                   sums);
       });
   return true;
 }

@@ -24,7 +24,8 @@ struct PaddedImage {
   int64_t rows = -1, cols = -1, Cs = -1, C = -1;
 
   // data <- src [C, H, W], padded by ph rows and pw columns on each side.
-  void load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw, int64_t Cs_);
+  void load(const float* src, int64_t C_, int64_t H, int64_t W, int64_t ph, int64_t pw,
+            int64_t Cs_);
   // Shapes data as [rows_, cols_, Cs_] for a caller that writes some of it itself (the fused
   // backward: every pixel a pooling window covers, channels below its C). All of it is zeroed
   // where the geometry or the previous user differs; what the caller never writes stays zero.

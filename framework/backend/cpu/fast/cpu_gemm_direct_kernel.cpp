@@ -37,17 +37,16 @@ void block(const Gemm& g, int64_t m0, int64_t n0) {
   multiply_accumulate(acc, g.a + m0 * g.a_row, g.a_row, g.a_step, g.b + n0, g.ldb, g.K);
   if (!g.transpose_c) {
     float* c = g.c + m0 * g.ldc + n0;
-    DPLAB_UNROLL for (int p = 0; p < P; ++p)
-      DPLAB_UNROLL for (int v = 0; v < V; ++v) {
-        float* cv = c + p * g.ldc + v * kLanes;
-        store(cv, g.accumulate ? load(cv) + acc[p][v] : acc[p][v]);
-      }
+    DPLAB_UNROLL for (int p = 0; p < P; ++p) DPLAB_UNROLL for (int v = 0; v < V; ++v) {
+      float* cv = c + p * g.ldc + v * kLanes;
+      store(cv, g.accumulate ? load(cv) + acc[p][v] : acc[p][v]);
+    }
     return;
   }
   // C stored transposed: through a small tile, P floats to each of C's stored rows.
   float tile[P][V * kLanes];
-  DPLAB_UNROLL for (int p = 0; p < P; ++p)
-    DPLAB_UNROLL for (int v = 0; v < V; ++v) store(&tile[p][v * kLanes], acc[p][v]);
+  DPLAB_UNROLL for (int p = 0; p < P; ++p) DPLAB_UNROLL for (int v = 0; v < V; ++v)
+      store(&tile[p][v * kLanes], acc[p][v]);
   for (int n = 0; n < V * kLanes; ++n) {
     float* c = g.c + (n0 + n) * g.ldc + m0;
     for (int p = 0; p < P; ++p) c[p] = g.accumulate ? c[p] + tile[p][n] : tile[p][n];
@@ -75,9 +74,8 @@ void block_of(int vectors, int rows, const Gemm& g, int64_t m0, int64_t n0) {
 void KERNEL_NAME(run)(const Gemm& g) {
   // Columns of blocks outermost: a column's slice of B stays in cache while its rows run.
   for_column_blocks<kMaxV>(g.N, [&](int64_t n0, int vectors) {
-    for_blocks(g.M, max_block(vectors), [&](int64_t m0, int rows) {
-      block_of(vectors, rows, g, m0, n0);
-    });
+    for_blocks(g.M, max_block(vectors),
+               [&](int64_t m0, int rows) { block_of(vectors, rows, g, m0, n0); });
   });
 }
 

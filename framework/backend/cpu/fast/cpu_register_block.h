@@ -78,8 +78,8 @@ inline void multiply_accumulate(Vec (&acc)[P][V], const float* a, int64_t a_row,
 
 template <int P, int V>
 inline void clear(Vec (&acc)[P][V]) {
-  DPLAB_UNROLL for (int p = 0; p < P; ++p)
-    DPLAB_UNROLL for (int v = 0; v < V; ++v) acc[p][v] = Vec{};
+  DPLAB_UNROLL for (int p = 0; p < P; ++p) DPLAB_UNROLL for (int v = 0; v < V; ++v) acc[p][v] =
+      Vec{};
 }
 
 // Splits [0, total) into the fewest blocks of at most `most`, of near-equal sizes (14 = 14,

@@ -9,8 +9,8 @@
 // Cost: im2col writes C*kh*kw*out_h*out_w floats per image, kh*kw times the input.
 // Read next: cpu_optim.cpp.
 #include <algorithm>
-#include <vector>
 #include <limits>
+#include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
@@ -95,7 +95,7 @@ struct PaddedPlane {
 void CpuBackend::im2col_kernel(const float* x, const Window2d& w, float* cols) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
   const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
-#pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, w.kh* w.kw* L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     PaddedPlane padded(w);
     padded.load(x + nc * plane, w.H, w.W);
@@ -122,7 +122,7 @@ void CpuBackend::im2col_kernel(const float* x, const Window2d& w, float* cols) {
 void CpuBackend::col2im_kernel(const float* cols, const Window2d& w, float* gx) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, NL = w.N * L;
   const int64_t oh_n = w.out_h, ow_n = w.out_w, s = w.stride;
-#pragma omp parallel for num_threads(plane_threads(w, w.kh * w.kw * L)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, w.kh* w.kw* L)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     PaddedPlane padded(w);
     const int64_t dst_step = s * padded.cols;  // one output row down
@@ -187,7 +187,7 @@ static void max_pool2x2(const float* x, const Window2d& w, float* y, int64_t* ar
 // Same rule as below: the first maximum in row-major order wins.
 static void max_pool2d_unpadded(const float* x, const Window2d& w, float* y, int64_t* argmax) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w, kh = w.kh, kw = w.kw;
-#pragma omp parallel for num_threads(plane_threads(w, L * kh * kw)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, L* kh* kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     for (int64_t oh = 0; oh < w.out_h; ++oh) {
@@ -213,7 +213,7 @@ void CpuBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y, 
   if (w.pad == 0 && w.kh == 2 && w.kw == 2 && w.stride == 2) return max_pool2x2(x, w, y, argmax);
   if (w.pad == 0) return max_pool2d_unpadded(x, w, y, argmax);
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
-#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, L* w.kh* w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     each_window(w, [&](int64_t k, const WindowSpan& s) {
@@ -236,8 +236,8 @@ void CpuBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y, 
   }
 }
 
-void CpuBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
-                                            float* gx) {
+void CpuBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax,
+                                            const Window2d& w, float* gx) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   int64_t bad = -1;  // an output whose argmax is outside its plane (reported after the loop)
 #pragma omp parallel for num_threads(plane_threads(w, plane)) schedule(static)
@@ -263,7 +263,7 @@ void CpuBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argm
 void CpuBackend::avg_pool2d_kernel(const float* x, const Window2d& w, float* y) {
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
-#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, L* w.kh* w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     const float* img = x + nc * plane;
     each_window(w, [&](int64_t k, const WindowSpan& s) {
@@ -281,7 +281,7 @@ void CpuBackend::avg_pool2d_backward_kernel(const float* gy, const Window2d& w, 
   const int64_t plane = w.H * w.W, L = w.out_h * w.out_w;
   const float scale = 1.0f / static_cast<float>(w.kh * w.kw);
   std::fill_n(gx, w.N * w.C * plane, 0.0f);
-#pragma omp parallel for num_threads(plane_threads(w, L * w.kh * w.kw)) schedule(static)
+#pragma omp parallel for num_threads(plane_threads(w, L* w.kh* w.kw)) schedule(static)
   for (int64_t nc = 0; nc < w.N * w.C; ++nc) {
     float* img = gx + nc * plane;
     each_window(w, [&](int64_t k, const WindowSpan& s) {

@@ -22,7 +22,8 @@ struct Tile {
 };
 
 void run_baseline(const Tile& t);
-void set_threads_baseline(int n);  // Eigen's own thread count, for a GEMM run outside a parallel region
+void set_threads_baseline(
+    int n);  // Eigen's own thread count, for a GEMM run outside a parallel region
 #ifdef DPLAB_HAVE_AVX512_GEMM
 void run_avx512(const Tile& t);
 void set_threads_avx512(int n);
