@@ -10,15 +10,15 @@
 // busbw(mpi): >= 1 where dplab's choice is at least as fast as MPI_Allreduce.
 // Last, the alpha-beta fit of the recursive-doubling rows at N = 2 (one step: t = alpha +
 // S·(beta + gamma)), and the wake-up of the one-shot rows at 4 KiB where ranks outnumber
-// cores (a wait on each peer, each for the scheduler), beside the numbers comm/cost.cpp's
+// cores (a wait on each peer, each for the scheduler), beside the numbers algorithms/cost.cpp's
 // shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
 // against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
-// Usage: bench_allreduce [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
+// Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi]
 //                        [--ranks 2,3,4] [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
-// Read next: ../parallel/comm/ring.cpp, ../tutorials/05_collectives.md.
+// Read next: ../parallel/algorithms/ring.cpp, ../tutorials/05_collectives.md.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,9 +35,10 @@
 
 #include "benchmarks/plot_runner.h"
 #include "framework/tensor/tensor.h"
-#include "parallel/rendezvous/file_store.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/rendezvous/file_store.h"
+#include "parallel/transport/mailbox_transport.h"  // cpu_cores
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -49,7 +50,7 @@ struct Row {
   std::string algo;  // ring, recursive_doubling, halving_doubling, one_shot, auto, star, mpi
   int64_t bytes;
   double seconds;
-  std::string ran;   // what ran: for auto, the algorithm it picked; else algo
+  std::string ran;  // what ran: for auto, the algorithm it picked; else algo
 };
 
 int iterations_for(int64_t bytes) {
@@ -58,8 +59,8 @@ int iterations_for(int64_t bytes) {
 
 // Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
 // into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
-std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::vector<Algorithm>& algos,
-                          double link_gbps, int trials) {
+std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
+                          const std::vector<Algorithm>& algos, double link_gbps, int trials) {
   std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
   std::filesystem::remove(store_path);
   int fds[2];
@@ -74,7 +75,8 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
       int code = 0;
       try {
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
-        auto pg = create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps});
+        auto pg =
+            create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps});
         std::string out;
         for (int64_t bytes : sizes) {
           Tensor t = Tensor::empty({bytes / 4});
@@ -94,8 +96,9 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes, const std::v
               auto t0 = std::chrono::steady_clock::now();
               for (int i = 0; i < iters; ++i) pg->all_reduce(t, ReduceOp::Sum, algos[k]);
               Tensor slowest = Tensor::empty({1});
-              slowest.fill_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                            iters);
+              slowest.fill_(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                  iters);
               pg->all_reduce(slowest, ReduceOp::Max, Algorithm::Star);
               best[k] = std::min(best[k], double(slowest.item()));
             }
@@ -152,7 +155,8 @@ bool on_path(const std::string& prog) {
   return false;
 }
 
-std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::string& btl, int trials) {
+std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::string& btl,
+                         int trials) {
   std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
   std::string prog = self + "/allreduce_mpi";
   if (!on_path("mpirun") || access(prog.c_str(), X_OK) != 0) {
@@ -161,13 +165,15 @@ std::vector<Row> run_mpi(int n, const std::vector<int64_t>& sizes, const std::st
     return {};
   }
   std::string cmd = fmt::format("mpirun --allow-run-as-root --oversubscribe --bind-to none -np {} "
-                                "--mca btl self,{} {} --trials {}", n, btl, prog, trials);
+                                "--mca btl self,{} {} --trials {}",
+                                n, btl, prog, trials);
   for (int64_t b : sizes) cmd += fmt::format(" {}", b);
   std::vector<Row> rows;
   if (FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r")) {
     long long bytes;
     double secs;
-    while (std::fscanf(f, "%lld %lf", &bytes, &secs) == 2) rows.push_back({n, "mpi", bytes, secs, "mpi"});
+    while (std::fscanf(f, "%lld %lf", &bytes, &secs) == 2)
+      rows.push_back({n, "mpi", bytes, secs, "mpi"});
     pclose(f);
   }
   return rows;
@@ -179,7 +185,8 @@ int run_gpu_bench(const std::string& ranks, const std::string& max_bytes) {
   std::string prog = self + "/bench_allreduce_gpu";
   if (access(prog.c_str(), X_OK) != 0) {
     std::printf("bench_allreduce --device cuda: this dplab was built without CUDA (no %s): "
-                "skipped\n", prog.c_str());
+                "skipped\n",
+                prog.c_str());
     return 0;
   }
   std::vector<std::string> args = {prog};
@@ -237,8 +244,8 @@ std::vector<std::string> split(const std::string& list) {
 
 int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 3, 4};
-  std::vector<std::string> backends = {"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto",
-                                       "star", "mpi"};
+  std::vector<std::string> engines = {
+      "ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star", "mpi"};
   int64_t max_bytes = int64_t{64} << 20;
   int trials = 5;
   std::string csv, btl = "vader";
@@ -248,21 +255,27 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) csv = argv[++i];
-    else if (a == "--max-bytes" && i + 1 < argc) max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
+    else if (a == "--max-bytes" && i + 1 < argc)
+      max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
-    else if (a == "--no-mpi") std::erase(backends, "mpi");
+    else if (a == "--no-mpi") std::erase(engines, "mpi");
     else if (a == "--no-plot") plot = false;
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
     else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
-    else if (a == "--backend" && i + 1 < argc) backends = split(argv[++i]);
+    else if ((a == "--engine" || a == "--backend") && i + 1 < argc)
+      engines = split(argv[++i]);  // --backend: the old name
     else if (a == "--ranks" && i + 1 < argc) {
       ranks.clear();
-      for (const std::string& n : split(ranks_arg = argv[++i])) ranks.push_back(std::atoi(n.c_str()));
+      for (const std::string& n : split(ranks_arg = argv[++i]))
+        ranks.push_back(std::atoi(n.c_str()));
     } else {
-      std::fprintf(stderr, "usage: %s [--backend ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
-                   "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
-                   "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi] "
+          "[--ranks 2,3,4] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
+          "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -272,22 +285,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Algorithm> ours;
-  for (const std::string& b : backends) {
+  for (const std::string& b : engines) {
     if (b == "mpi") continue;
     try {
       ours.push_back(algorithm_from_name(b));
     } catch (const Error& e) {
-      std::fprintf(stderr, "bench_allreduce: --backend takes those and mpi: %s\n", e.what());
+      std::fprintf(stderr, "bench_allreduce: --engine takes those and mpi: %s\n", e.what());
       return 2;
     }
   }
-  const bool mpi = std::find(backends.begin(), backends.end(), "mpi") != backends.end();
+  const bool mpi = std::find(engines.begin(), engines.end(), "mpi") != engines.end();
   if (btl != "vader" && btl != "tcp") {
     std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
     return 2;
   }
   if (link_gbps < 0) {
-    std::fprintf(stderr, "bench_allreduce: --link-gbps must be >= 0 (0: none), got %g\n", link_gbps);
+    std::fprintf(stderr, "bench_allreduce: --link-gbps must be >= 0 (0: none), got %g\n",
+                 link_gbps);
     return 2;
   }
   if (trials < 1) {
@@ -326,25 +340,29 @@ int main(int argc, char** argv) {
     return it == at.end() || it->second->seconds <= 0 ? nullptr : it->second;
   };
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
-  std::printf("all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over its shm "
-              "transport, mpi = dplab's mpi backend over OpenMPI's %s; time = slowest rank, best of %d "
-              "(GB/s = 1e9 bytes/s)\n", cpu_cores(), btl.c_str(), trials);
+  std::printf(
+      "all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over its shm "
+      "transport, mpi = dplab's mpi engine over OpenMPI's %s; time = slowest rank, best of %d "
+      "(GB/s = 1e9 bytes/s)\n",
+      cpu_cores(), btl.c_str(), trials);
   if (link_gbps > 0)
-    std::printf("dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
-                "a bandwidth-optimal ring's busbw approaches it, the star's time is N x the ring's\n",
-                link_gbps, link_gbps / 8);
+    std::printf(
+        "dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
+        "a bandwidth-optimal ring's busbw approaches it, the star's time is N x the ring's\n",
+        link_gbps, link_gbps / 8);
   const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
   const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  for (const std::string& b : backends) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
+  for (const std::string& b : engines) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
   std::printf("\n");
   for (int n : ranks)
     for (int64_t b : sizes) {
       std::printf("%2d %8s", n, human(b).c_str());
-      for (const std::string& name : backends) {
-        if (const Row* r = find(n, name, b)) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
+      for (const std::string& name : engines) {
+        if (const Row* r = find(n, name, b))
+          std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
       }
       if (has_auto) {
@@ -358,29 +376,33 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N * bytes / time; "
+  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N "
+              "* bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
+  const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine
   std::vector<std::pair<double, double>> rd2;
   for (const Row& r : rows)
     if (r.n == 2 && r.algo == "recursive_doubling") rd2.push_back({double(r.bytes), r.seconds});
   if (auto [alpha, beta] = fit_alpha_beta(rd2); beta > 0)
-    std::printf("alpha-beta fit of recursive doubling at N = 2 (one exchange of S, reduced: t = alpha + "
-                "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
-                "(comm/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n", alpha * 1e6, 1e-9 / beta,
-                shm_link_cost().alpha * 1e6, 1e-9 / (shm_link_cost().beta + shm_link_cost().gamma));
+    std::printf(
+        "alpha-beta fit of recursive doubling at N = 2 (one exchange of S, reduced: t = alpha + "
+        "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
+        "(algorithms/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n",
+        alpha * 1e6, 1e-9 / beta, model.alpha * 1e6, 1e-9 / (model.beta + model.gamma));
   // wake: a one-shot of 4 KiB is one slot, a wait on each of N-1 peers; where ranks outnumber
   // cores, what it takes beyond the model's time without wake-ups is the scheduler bringing
   // ranks back, that many times (the model's count: its time with wake = 1 s, less without)
-  LinkCost no_wake = shm_link_cost(), unit_wake = shm_link_cost();
+  LinkCost no_wake = model, unit_wake = model;
   no_wake.wake = 0;
   unit_wake.wake = 1;
   for (int n : ranks)
     if (const Row* r = find(n, "one_shot", 4096); r && n > cpu_cores()) {
       const double base = all_reduce_seconds(Algorithm::OneShot, n, 4096, no_wake);
       const double wakes = all_reduce_seconds(Algorithm::OneShot, n, 4096, unit_wake) - base;
-      std::printf("wake-up at N = %d (one-shot of 4 KiB, less its modelled time, over its %.0f waits): "
-                  "%.1f us; the model auto uses: %.1f us\n", n, wakes, (r->seconds - base) / wakes * 1e6,
-                  shm_link_cost().wake * 1e6);
+      std::printf(
+          "wake-up at N = %d (one-shot of 4 KiB, less its modelled time, over its %.0f waits): "
+          "%.1f us; the model auto uses: %.1f us\n",
+          n, wakes, (r->seconds - base) / wakes * 1e6, model.wake * 1e6);
     }
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
@@ -397,7 +419,8 @@ int main(int argc, char** argv) {
     std::printf("wrote %s\n", csv.c_str());
     if (plot) {
       const std::string png = std::filesystem::path(csv).replace_extension(".png").string();
-      const dplab::bench::PlotRun run = dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {csv, png});
+      const dplab::bench::PlotRun run =
+          dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {csv, png});
       if (run.ok) std::printf("%s: %s\n", run.note.c_str(), png.c_str());
       else std::printf("%s\n", run.note.c_str());
       if (run.failed) return 1;

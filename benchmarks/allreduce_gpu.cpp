@@ -19,8 +19,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <optional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -52,10 +52,10 @@ std::vector<int64_t> sizes_up_to(int64_t max_bytes) {
 // One rank of one job: times each algorithm on cuda:rank for every size (the algorithms take
 // turns within a size, so a slow stretch of the machine costs each one a row, not one all);
 // rank 0 appends "name n bytes secs" lines to the file named by DPLAB_BENCH_GPU_OUT. Times
-// are the slowest rank's. backend "nccl" runs NCCL's all-reduce (names = {"nccl"}).
-void rank_main(int rank, int n, const std::string& backend, const std::vector<std::string>& names,
+// are the slowest rank's. engine "nccl" runs NCCL's all-reduce (names = {"nccl"}).
+void rank_main(int rank, int n, const std::string& engine, const std::vector<std::string>& names,
                const std::vector<int64_t>& sizes) {
-  init_process_group({.backend = backend, .timeout = Seconds(120.0)});
+  init_process_group({.engine = engine, .timeout = Seconds(120.0)});
   ProcessGroup& pg = default_process_group();
   const Device gpu(DeviceKind::CUDA, rank);
   std::string lines;
@@ -64,7 +64,7 @@ void rank_main(int rank, int n, const std::string& backend, const std::vector<st
     t.fill_(1.0);
     for (const std::string& name : names) {
       const std::optional<Algorithm> algorithm =
-          backend == "nccl" ? std::nullopt : std::optional(algorithm_from_name(name));
+          engine == "nccl" ? std::nullopt : std::optional(algorithm_from_name(name));
       pg.all_reduce(t, ReduceOp::Sum, algorithm);  // warm-up: opens the peers' buffers,
       pg.all_reduce(t, ReduceOp::Sum, algorithm);  // fills the caches and the clocks
       const int iters = iterations_for(bytes);
@@ -89,7 +89,8 @@ void rank_main(int rank, int n, const std::string& backend, const std::vector<st
 // Device-to-device copy rate on cuda:0, bytes copied per second.
 double d2d_seconds(int64_t bytes) {
   const Device gpu(DeviceKind::CUDA, 0);
-  Tensor a = Tensor::empty({bytes / 4}, {.device = gpu}), b = Tensor::empty({bytes / 4}, {.device = gpu});
+  Tensor a = Tensor::empty({bytes / 4}, {.device = gpu}),
+         b = Tensor::empty({bytes / 4}, {.device = gpu});
   a.fill_(1.0);
   Backend& be = backend_for(gpu);
   be.copy_device(gpu, b.raw_data(), gpu, a.raw_data(), static_cast<std::size_t>(bytes));  // warm-up
@@ -138,9 +139,11 @@ int main(int argc, char** argv) {
     else if (a == "--nccl") with_nccl = true;
     else if (a == "--device" && i + 1 < argc) ++i;  // forwarded by bench_allreduce: cuda
     else {
-      std::fprintf(stderr, "usage: %s [--ranks 2,4,8] [--algorithms ring,one_shot,"
+      std::fprintf(stderr,
+                   "usage: %s [--ranks 2,4,8] [--algorithms ring,one_shot,"
                    "recursive_doubling,halving_doubling,star] [--nccl] [--max-bytes N] "
-                   "[--csv FILE]\n", argv[0]);
+                   "[--csv FILE]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -154,7 +157,8 @@ int main(int argc, char** argv) {
     if (!is_spawned_child()) {
       if (cuda_device_count() == 0) {
         std::printf("bench_allreduce_gpu: no GPU visible (CUDA compiled: %s): cuda_ipc benchmark "
-                    "skipped\n", cuda_compiled() ? "yes" : "no");
+                    "skipped\n",
+                    cuda_compiled() ? "yes" : "no");
         return 0;
       }
       const int most = *std::max_element(ranks.begin(), ranks.end());
@@ -177,17 +181,20 @@ int main(int argc, char** argv) {
     std::map<int64_t, double> d2d;
     for (int64_t b : sizes) d2d[b] = d2d_seconds(b);
     std::printf("all-reduce of float32, N processes on one GPU: dplab's algorithms over cuda_ipc"
-                "%s (GB/s = 1e9 bytes/s)\n", with_nccl ? ", and NCCL at N = 1" : "");
+                "%s (GB/s = 1e9 bytes/s)\n",
+                with_nccl ? ", and NCCL at N = 1" : "");
     std::printf("%-19s %2s %8s | %10s %8s %8s | %12s\n", "algorithm", "N", "size", "time us",
                 "algbw", "busbw", "D2D copy GB/s");
     std::string rows = "algorithm,ranks,bytes,seconds,algbw_gbps,busbw_gbps,d2d_copy_gbps\n";
     for (const auto& [key, t] : secs) {
       const auto& [algo, r, b] = key;
       const double busbw = 2.0 * (r - 1) / r * static_cast<double>(b) / t / 1e9;
-      const double algbw = static_cast<double>(b) / t / 1e9, copy = static_cast<double>(b) / d2d[b] / 1e9;
+      const double algbw = static_cast<double>(b) / t / 1e9,
+                   copy = static_cast<double>(b) / d2d[b] / 1e9;
       std::printf("%-19s %2d %5lld MiB | %10.1f %8.2f %8.2f | %12.2f\n", algo.c_str(), r,
                   static_cast<long long>(b >> 20), t * 1e6, algbw, busbw, copy);
-      rows += fmt::format("{},{},{},{:.9f},{:.3f},{:.3f},{:.3f}\n", algo, r, b, t, algbw, busbw, copy);
+      rows +=
+          fmt::format("{},{},{},{:.9f},{:.3f},{:.3f},{:.3f}\n", algo, r, b, t, algbw, busbw, copy);
     }
     std::printf("busbw = 2(N-1)/N * bytes / time (0 at N = 1: nothing crosses); D2D = "
                 "cudaMemcpyAsync device to device on cuda:0, same run\n");

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -24,7 +24,7 @@
 #include "benchmarks/ops_eigen_direct.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/ops/ops.h"
 
@@ -95,8 +95,9 @@ double measured_fma_peak_gflops() {
       a8 = _mm256_fmadd_ps(a8, mul, add);
       a9 = _mm256_fmadd_ps(a9, mul, add);
       // Keeps the loop from being folded away, at no cost (an empty asm in registers).
-      asm volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6),
-                   "+x"(a7), "+x"(a8), "+x"(a9));
+      asm volatile(""
+                   : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5), "+x"(a6), "+x"(a7),
+                     "+x"(a8), "+x"(a9));
     }
     best = std::min(best, now_s() - t0);
   }
@@ -143,8 +144,9 @@ std::vector<StepGemm> mlp_step_gemms(int64_t n) {
 // and "mlp_gemm_eigen" (op_ms / op_gflops) to `rows`.
 void time_mlp_step_gemms(dplab::Backend& be, int64_t n, double budget, std::vector<Row>& rows) {
   std::printf("\nthe MLP's training-step GEMMs at batch %lld, through Backend::gemm:\n"
-              "%-24s %-14s %10s %9s %10s %9s\n", static_cast<long long>(n), "gemm", "M x N x K",
-              "direct us", "GFLOP/s", "Eigen us", "GFLOP/s");
+              "%-24s %-14s %10s %9s %10s %9s\n",
+              static_cast<long long>(n), "gemm", "M x N x K", "direct us", "GFLOP/s", "Eigen us",
+              "GFLOP/s");
   const dplab::GemmAlgorithm before = dplab::gemm_algorithm();
   for (const StepGemm& sg : mlp_step_gemms(n)) {
     const dplab::GemmArgs& g = sg.args;
@@ -178,7 +180,8 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {256, 512, 1024};
   app.add_option("--csv", csv_path, "where to write the CSV")->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (default: DPLAB_NUM_THREADS, else 1)");
-  app.add_option("--budget", budget, "seconds of timed runs per measurement")->capture_default_str();
+  app.add_option("--budget", budget, "seconds of timed runs per measurement")
+      ->capture_default_str();
   app.add_option("--sizes", sizes, "matmul sizes n for [n,n]@[n,n]")->capture_default_str();
   int64_t mlp_batch = 64;
   app.add_option("--mlp-batch", mlp_batch,
@@ -198,13 +201,13 @@ int main(int argc, char** argv) {
     dplab::set_gemm_isa(dplab::parse_gemm_isa(gemm_isa));
     const int nthreads = dplab::get_num_threads();
     const double mhz = cpu_mhz();
-    const double theory = 2.0 * 8 * 2 * mhz * 1e-3;  // 2 FMA units x 8 floats x 2 flops x GHz
+    const double theory = 2.0 * 8 * 2 * mhz * 1e-3;      // 2 FMA units x 8 floats x 2 flops x GHz
     const double measured = measured_fma_peak_gflops();  // one thread: on its CPU clock
     g_use_thread_clock = nthreads == 1;
-    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s; dplab's GEMM "
-                "kernel: %s\n", nthreads, dplab::bench::eigen_threads(),
+    std::printf("bench_ops: %d thread(s) (Eigen reports %d); timed on the %s\nkernels: %s\n",
+                nthreads, dplab::bench::eigen_threads(),
                 g_use_thread_clock ? "thread's CPU clock" : "wall clock",
-                dplab::gemm_isa_name(dplab::gemm_isa()));
+                dplab::kernels_summary().c_str());
     std::printf("single-thread peak context: AVX2 FMA loop measures %.1f GFLOP/s; theory "
                 "2 FMA x 8 floats x 2 flops x %.2f GHz (/proc/cpuinfo) = %.1f GFLOP/s\n"
                 "  (cpuinfo shows the nominal clock; turbo runs above it, so the loop can beat "
@@ -216,20 +219,24 @@ int main(int argc, char** argv) {
     for (int64_t n : sizes) {
       dplab::NoGradGuard no_grad;  // matmul rows time the forward only, with no graph kept
       dplab::Tensor a = dplab::randn({n, n}), b = dplab::randn({n, n});
-      dplab::Tensor c_backend = dplab::Tensor::empty({n, n}), c_eigen = dplab::Tensor::empty({n, n});
+      dplab::Tensor c_backend = dplab::Tensor::empty({n, n}),
+                    c_eigen = dplab::Tensor::empty({n, n});
       dplab::Tensor sink;
       const float *pa = a.data<float>(), *pb = b.data<float>();
-      auto t = best_times({[&] { sink = dplab::matmul(a, b); },
-                           [&] { be.gemm({.M = n, .N = n, .K = n}, pa, pb, c_backend.data<float>()); },
-                           [&] { dplab::bench::eigen_gemm_direct(pa, pb, c_eigen.data<float>(), n, n, n); }},
-                          budget);
+      auto t = best_times(
+          {[&] { sink = dplab::matmul(a, b); },
+           [&] { be.gemm({.M = n, .N = n, .K = n}, pa, pb, c_backend.data<float>()); },
+           [&] { dplab::bench::eigen_gemm_direct(pa, pb, c_eigen.data<float>(), n, n, n); }},
+          budget);
       const double flops = 2.0 * n * n * n;
       rows.push_back({"matmul", fmt::format("{0}x{0}x{0}", n), t[0] * 1e3, flops / t[0] * 1e-9,
                       flops / t[1] * 1e-9, flops / t[2] * 1e-9});
     }
 
     // conv2d forward + backward (weight, bias and input gradients), autograd on.
-    struct Conv { int64_t N, C, H, O, k, pad; };
+    struct Conv {
+      int64_t N, C, H, O, k, pad;
+    };
     for (Conv cv : {Conv{64, 1, 28, 16, 5, 2}, Conv{64, 16, 14, 32, 5, 2}}) {
       // The first layer's input (C = 1, the images) needs no gradient, as in training.
       const bool x_grad = cv.C > 1;
@@ -239,15 +246,15 @@ int main(int argc, char** argv) {
       const int64_t oh = cv.H + 2 * cv.pad - cv.k + 1;
       dplab::Tensor gy = dplab::ones({cv.N, cv.O, oh, oh});
       auto t = best_times({[&] {
-                             dplab::Tensor y = dplab::conv2d(x, w, bias, 1, cv.pad);
-                             y.backward(gy);
-                           }},
+                            dplab::Tensor y = dplab::conv2d(x, w, bias, 1, cv.pad);
+                            y.backward(gy);
+                          }},
                           budget);
       // forward, dW and dx are each one GEMM of 2*N*O*C*k*k*oh*ow flops
       const double flops = (x_grad ? 3.0 : 2.0) * 2 * cv.N * cv.O * cv.C * cv.k * cv.k * oh * oh;
       rows.push_back({"conv2d_fwd_bwd",
-                      fmt::format("x{}x{}x{}x{} w{}x{}x{}x{} pad{}{}", cv.N, cv.C, cv.H, cv.H,
-                                  cv.O, cv.C, cv.k, cv.k, cv.pad, x_grad ? "" : " no dx"),
+                      fmt::format("x{}x{}x{}x{} w{}x{}x{}x{} pad{}{}", cv.N, cv.C, cv.H, cv.H, cv.O,
+                                  cv.C, cv.k, cv.k, cv.pad, x_grad ? "" : " no dx"),
                       t[0] * 1e3, flops / t[0] * 1e-9, 0, 0});
     }
 
@@ -266,19 +273,21 @@ int main(int argc, char** argv) {
                     r.op_ms, r.op_gflops, "-", "-", "-");
       }
     }
-    std::printf("(Eigen / op: how many times faster Eigen alone is than dplab::matmul; target <= 1.5x)\n");
+    std::printf(
+        "(Eigen / op: how many times faster Eigen alone is than dplab::matmul; target <= 1.5x)\n");
 
     std::ofstream csv(csv_path);
     DPLAB_CHECK(csv.good(), "bench_ops: cannot open '{}' for writing", csv_path);
     csv << "benchmark,shape,threads,clock,op_ms,op_gflops,kernel_gflops,eigen_gflops,eigen_over_op,"
            "fma_peak_measured_gflops,fma_peak_theory_gflops\n";
     for (const Row& r : rows) {
-      csv << fmt::format("{},{},{},{},{:.4f},{:.2f},{},{},{},{:.1f},{:.1f}\n", r.bench, r.shape, nthreads,
-                         g_use_thread_clock ? "thread_cpu" : "wall", r.op_ms, r.op_gflops,
-                         r.backend_gflops > 0 ? fmt::format("{:.2f}", r.backend_gflops) : "",
-                         r.eigen_gflops > 0 ? fmt::format("{:.2f}", r.eigen_gflops) : "",
-                         r.eigen_gflops > 0 ? fmt::format("{:.3f}", r.eigen_gflops / r.op_gflops) : "",
-                         measured, theory);
+      csv << fmt::format(
+          "{},{},{},{},{:.4f},{:.2f},{},{},{},{:.1f},{:.1f}\n", r.bench, r.shape, nthreads,
+          g_use_thread_clock ? "thread_cpu" : "wall", r.op_ms, r.op_gflops,
+          r.backend_gflops > 0 ? fmt::format("{:.2f}", r.backend_gflops) : "",
+          r.eigen_gflops > 0 ? fmt::format("{:.2f}", r.eigen_gflops) : "",
+          r.eigen_gflops > 0 ? fmt::format("{:.3f}", r.eigen_gflops / r.op_gflops) : "", measured,
+          theory);
     }
     std::printf("wrote %s\n", csv_path.c_str());
   } catch (const std::exception& e) {

@@ -72,17 +72,20 @@ void run_matmul(Device d, int64_t n, std::vector<Row>& rows) {
   const int ni = static_cast<int>(n);
   const double ref_ms = time_ms(
       [&] {
-        CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data<float>(),
-                                 ni, a.data<float>(), ni, &beta, c.data<float>(), ni));
+    CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data<float>(), ni,
+                             a.data<float>(), ni, &beta, c.data<float>(), ni));
       },
       [] { CUDA_CHECK(cudaDeviceSynchronize()); }, iters);
   CUBLAS_CHECK(cublasDestroy(h));
 
   const double gflop = 2.0 * static_cast<double>(n) * n * n / 1e9;
   const std::string size = std::to_string(n) + "^3";
-  rows.push_back({"matmul", "op", size, "GFLOP/s", op_ms, gflop / op_ms * 1e3, gflop / ref_ms * 1e3, 90});
-  rows.push_back({"matmul", "backend", size, "GFLOP/s", be_ms, gflop / be_ms * 1e3, gflop / ref_ms * 1e3, 90});
-  rows.push_back({"cublasSgemm", "direct", size, "GFLOP/s", ref_ms, gflop / ref_ms * 1e3, gflop / ref_ms * 1e3, 0});
+  rows.push_back(
+      {"matmul", "op", size, "GFLOP/s", op_ms, gflop / op_ms * 1e3, gflop / ref_ms * 1e3, 90});
+  rows.push_back(
+      {"matmul", "backend", size, "GFLOP/s", be_ms, gflop / be_ms * 1e3, gflop / ref_ms * 1e3, 90});
+  rows.push_back({"cublasSgemm", "direct", size, "GFLOP/s", ref_ms, gflop / ref_ms * 1e3,
+                  gflop / ref_ms * 1e3, 0});
 }
 
 void run_elementwise(Device d, std::vector<Row>& rows) {
@@ -97,8 +100,8 @@ void run_elementwise(Device d, std::vector<Row>& rows) {
 
   const double copy_ms = time_ms(
       [&] {
-        CUDA_CHECK(cudaMemcpy(z.data<float>(), x.data<float>(), static_cast<size_t>(bytes),
-                              cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaMemcpy(z.data<float>(), x.data<float>(), static_cast<size_t>(bytes),
+                          cudaMemcpyDeviceToDevice));
       },
       [] { CUDA_CHECK(cudaDeviceSynchronize()); }, iters);
   const double copy_gbs = 2.0 * bytes / copy_ms / 1e6;  // read + write
@@ -109,17 +112,24 @@ void run_elementwise(Device d, std::vector<Row>& rows) {
   flat.strides[0] = 1;
   const double add_op_ms = time_ms([&] { Tensor r = dplab::add(x, y); }, sync, iters);
   const double add_be_ms = time_ms(
-      [&] { be.binary(dplab::BinaryOp::Add, x.data<float>(), flat, y.data<float>(), flat, z.data<float>()); },
+      [&] {
+    be.binary(dplab::BinaryOp::Add, x.data<float>(), flat, y.data<float>(), flat, z.data<float>());
+      },
       sync, iters);
   const double relu_op_ms = time_ms([&] { Tensor r = dplab::relu(x); }, sync, iters);
-  const double relu_be_ms = time_ms(
-      [&] { be.unary(dplab::UnaryOp::Relu, x.data<float>(), z.data<float>(), n, 0.0f); }, sync, iters);
+  const double relu_be_ms =
+      time_ms([&] { be.unary(dplab::UnaryOp::Relu, x.data<float>(), z.data<float>(), n, 0.0f); },
+              sync, iters);
 
   rows.push_back({"memcpy d2d", "direct", "64M", "GB/s", copy_ms, copy_gbs, copy_gbs, 0});
-  rows.push_back({"add", "op", "64M", "GB/s", add_op_ms, 3.0 * bytes / add_op_ms / 1e6, copy_gbs, 75});
-  rows.push_back({"add", "backend", "64M", "GB/s", add_be_ms, 3.0 * bytes / add_be_ms / 1e6, copy_gbs, 75});
-  rows.push_back({"relu", "op", "64M", "GB/s", relu_op_ms, 2.0 * bytes / relu_op_ms / 1e6, copy_gbs, 75});
-  rows.push_back({"relu", "backend", "64M", "GB/s", relu_be_ms, 2.0 * bytes / relu_be_ms / 1e6, copy_gbs, 75});
+  rows.push_back(
+      {"add", "op", "64M", "GB/s", add_op_ms, 3.0 * bytes / add_op_ms / 1e6, copy_gbs, 75});
+  rows.push_back(
+      {"add", "backend", "64M", "GB/s", add_be_ms, 3.0 * bytes / add_be_ms / 1e6, copy_gbs, 75});
+  rows.push_back(
+      {"relu", "op", "64M", "GB/s", relu_op_ms, 2.0 * bytes / relu_op_ms / 1e6, copy_gbs, 75});
+  rows.push_back(
+      {"relu", "backend", "64M", "GB/s", relu_be_ms, 2.0 * bytes / relu_be_ms / 1e6, copy_gbs, 75});
 
   // Reductions read 4 B per element and write almost nothing: compare with the copy's read
   // rate, bytes / copy_ms (the copy reads and writes them).
@@ -135,18 +145,19 @@ void run_elementwise(Device d, std::vector<Row>& rows) {
                           {"rows", "1Mx64", int64_t{1} << 20, 64, 1},
                           {"columns", "1Mx64", 1, int64_t{1} << 20, 64}};
   for (const Shape& sh : shapes) {
-    for (auto [op, op_name] : {std::pair{dplab::ReduceKind::Sum, "sum"},
-                               std::pair{dplab::ReduceKind::Max, "max"},
-                               std::pair{dplab::ReduceKind::ArgMax, "argmax"}}) {
-      const double ms = time_ms(
-          [&] { be.reduce(op, x.data<float>(), out.raw_data(), sh.outer, sh.r, sh.inner); }, sync,
-          iters);
+    for (auto [op, op_name] :
+         {std::pair{dplab::ReduceKind::Sum, "sum"}, std::pair{dplab::ReduceKind::Max, "max"},
+          std::pair{dplab::ReduceKind::ArgMax, "argmax"}}) {
+      const double ms =
+          time_ms([&] { be.reduce(op, x.data<float>(), out.raw_data(), sh.outer, sh.r, sh.inner); },
+                  sync, iters);
       rows.push_back({std::string(op_name) + " " + sh.name, "backend", sh.size, "GB/s", ms,
                       bytes / ms / 1e6, read_gbs, 75});
     }
   }
   const double sum_op_ms = time_ms([&] { Tensor r = dplab::sum(x); }, sync, iters);
-  rows.push_back({"sum all", "op", "64M", "GB/s", sum_op_ms, bytes / sum_op_ms / 1e6, read_gbs, 75});
+  rows.push_back(
+      {"sum all", "op", "64M", "GB/s", sum_op_ms, bytes / sum_op_ms / 1e6, read_gbs, 75});
 }
 
 }  // namespace
@@ -181,9 +192,9 @@ int main(int argc, char** argv) {
                   r.layer.c_str(), r.size.c_str(), r.ms, r.rate, r.unit.c_str(), r.ref_rate,
                   r.unit.c_str(), r.pct(), target.c_str());
       if (csv != nullptr) {
-        std::fprintf(csv, "%s,%s,%s,%.4f,%.2f,%.2f,%s,%.2f,%.0f,%s\n", r.op.c_str(), r.layer.c_str(),
-                     r.size.c_str(), r.ms, r.rate, r.ref_rate, r.unit.c_str(), r.pct(),
-                     r.target_pct, met);
+        std::fprintf(csv, "%s,%s,%s,%.4f,%.2f,%.2f,%s,%.2f,%.0f,%s\n", r.op.c_str(),
+                     r.layer.c_str(), r.size.c_str(), r.ms, r.rate, r.ref_rate, r.unit.c_str(),
+                     r.pct(), r.target_pct, met);
       }
     }
     if (csv != nullptr) {

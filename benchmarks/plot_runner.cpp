@@ -19,13 +19,16 @@ PlotRun run_plot_script(const std::string& script, const std::vector<std::string
       break;
     }
   if (python.empty())
-    return {.note = "plots skipped: no python3 with matplotlib found (tried $DPLAB_PYTHON, python3, "
-                    "/usr/bin/python3; on Debian: apt-get install python3-matplotlib)"};
-  if (!std::filesystem::exists(script)) return {.note = "plots skipped: plot script " + script + " not found"};
+    return {.note =
+                "plots skipped: no python3 with matplotlib found (tried $DPLAB_PYTHON, python3, "
+                "/usr/bin/python3; on Debian: apt-get install python3-matplotlib)"};
+  if (!std::filesystem::exists(script))
+    return {.note = "plots skipped: plot script " + script + " not found"};
   std::string cmd = fmt::format("'{}' '{}'", python, script);
   for (const std::string& a : args) cmd += fmt::format(" '{}'", a);
   if (std::system(cmd.c_str()) != 0)
-    return {.failed = true, .note = "plots FAILED: `" + cmd + "` exited non-zero (its message is above)"};
+    return {.failed = true,
+            .note = "plots FAILED: `" + cmd + "` exited non-zero (its message is above)"};
   return {.ok = true, .note = "plots written with " + python};
 }
 

@@ -11,11 +11,11 @@
 // --gpu-only leaves the CPU rows out (train_throughput_torch_gpu.py's paired rounds).
 // train_throughput_torch.py is PyTorch's side (and runs both in paired rounds).
 // --gemm-isa baseline runs the AVX2 GEMM and convolution kernels on a CPU with AVX-512
-// (cpu_isa.h); DPLAB_GEMM=eigen runs every GEMM on Eigen (cpu_isa.h); DPLAB_CONV=im2col runs
-// the reference convolution (cpu_conv_direct.h).
+// (cpu_dispatch.h); DPLAB_GEMM=eigen runs every GEMM on Eigen; DPLAB_CONV=im2col runs
+// the reference convolution (cpu_dispatch.h).
 // Run: bench_train_throughput [--min-time 3] [--threads 1,2] [--data synthetic] [--csv out.csv]
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -25,13 +25,12 @@
 #include <sstream>
 #include <thread>
 
+#include "datasets/fashion_mnist.h"
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
-#include "datasets/fashion_mnist.h"
 #include "models/models.h"
 
 using namespace dplab;
@@ -76,8 +75,8 @@ Batches synthetic_batches(int64_t batch, Device d) {
 Batches fashion_mnist_batches(int64_t batch, int64_t limit, Device d) {
   datasets::FashionMNIST train("train", {.limit = limit});
   const int64_t count = train.size() / batch;
-  DPLAB_CHECK(count >= 1, "--limit {}: fewer images ({}) than one batch of {}", limit,
-              train.size(), batch);
+  DPLAB_CHECK(count >= 1, "--limit {}: fewer images ({}) than one batch of {}", limit, train.size(),
+              batch);
   Batches b;
   for (int64_t i = 0; i < count; ++i) {
     b.x.push_back(train.data().narrow(i * batch, batch).contiguous_copy_on(d));
@@ -122,8 +121,8 @@ CpuInfo cpu_info() {
 // The tutorials' learning rates: 02 trains the MLP at 0.1, 03 the CNN at 0.05.
 double recipe_lr(const std::string& model) { return model == "cnn" ? 0.05 : 0.1; }
 
-Row run(const std::string& name, Device d, int threads, int64_t batch, int warmup,
-        double min_time, double lr, double momentum, const std::string& data_kind, int64_t limit) {
+Row run(const std::string& name, Device d, int threads, int64_t batch, int warmup, double min_time,
+        double lr, double momentum, const std::string& data_kind, int64_t limit) {
   set_num_threads(threads);
   manual_seed(0);
   std::shared_ptr<nn::Module> model = models::make_model(name);
@@ -167,13 +166,15 @@ std::vector<int> parse_threads(const std::string& spec, int all) {
   size_t start = 0;
   while (start <= spec.size()) {
     size_t comma = spec.find(',', start);
-    std::string item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (item == "all") out.push_back(all);
     else if (!item.empty()) out.push_back(std::stoi(item));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  DPLAB_CHECK(!out.empty(), "--threads: expected a list like \"1,all\" or \"1,2\", got \"{}\"", spec);
+  DPLAB_CHECK(!out.empty(), "--threads: expected a list like \"1,all\" or \"1,2\", got \"{}\"",
+              spec);
   return out;
 }
 
@@ -194,9 +195,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads_spec, "comma list; 'all' = hardware threads");
   app.add_option("--models", models_spec, "comma list of mlp, cnn");
   app.add_option("--lr", lr, "SGD lr for every model (default: the tutorials', 0.1 MLP, 0.05 CNN)");
-  app.add_option("--data", data_kind, "fashion-mnist (the first --limit training images) or synthetic")
+  app.add_option("--data", data_kind,
+                 "fashion-mnist (the first --limit training images) or synthetic")
       ->check(CLI::IsMember({"fashion-mnist", "synthetic"}));
-  app.add_option("--limit", limit, "Fashion-MNIST images to cycle through")->check(CLI::PositiveNumber);
+  app.add_option("--limit", limit, "Fashion-MNIST images to cycle through")
+      ->check(CLI::PositiveNumber);
   app.add_option("--momentum", momentum);
   app.add_option("--csv", csv, "also write the rows to this CSV file");
   app.add_option("--device", device_spec,
@@ -219,15 +222,17 @@ int main(int argc, char** argv) {
     if (!gemm_isa_spec.empty()) set_gemm_isa(parse_gemm_isa(gemm_isa_spec));
     const CpuInfo cpu = cpu_info();
     auto lr_of = [&](const std::string& model) { return lr > 0 ? lr : recipe_lr(model); };
-    // the convolution, and whether LeNet's conv + ReLU + pool run as one op (DPLAB_FUSE)
-    const std::string conv = fmt::format("{}{}", conv_algorithm_name(conv_algorithm()),
-                                         fused_ops() ? "+fused" : "");
+    // the CSV's conv column: the convolution, and whether LeNet's conv + ReLU + pool run as one
+    // kernel (DPLAB_FUSE)
+    const std::string conv =
+        fmt::format("{}{}", conv_algorithm_name(conv_algorithm()), fused_conv() ? "+fused" : "");
     fmt::print("dplab training throughput: batch {}, SGD momentum {}, lr {}, data: {}\n"
-               "CPU: {} ({}); GEMM and conv kernels: {}, GEMM: {}, convolution: {}\n", batch, momentum,
+               "CPU: {} ({})\nkernels: {}\n",
+               batch, momentum,
                lr > 0 ? fmt::format("{}", lr) : "0.1 MLP / 0.05 CNN (the tutorials')",
                data_kind == "synthetic" ? std::string("8 synthetic batches")
                                         : fmt::format("Fashion-MNIST, the first {} images", limit),
-               cpu.model, cpu.vector_extensions, gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv);
+               cpu.model, cpu.vector_extensions, kernels_summary());
     fmt::print("{:<6} {:<7} {:>7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>12}\n", "model", "device",
                "threads", "steps", "ms/step", "fwd ms", "bwd ms", "step ms", "samples/s");
     std::vector<Row> rows;
@@ -272,10 +277,12 @@ int main(int argc, char** argv) {
       f << "framework,model,threads,batch,steps,ms_per_step,forward_ms,backward_ms,step_ms,"
            "samples_per_s,device,gemm_isa,gemm,conv,data,lr,momentum,cpu,vector_extensions\n";
       for (const Row& r : rows)
-        f << fmt::format("dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{},{}\n",
-                         r.model, r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
-                         r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
-                         gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv, data_kind, lr_of(r.model), momentum, cpu.model, cpu.vector_extensions);
+        f << fmt::format(
+            "dplab,{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.2f},{},{},{},{},{},{},{},{},{}\n",
+            r.model, r.threads, r.batch, r.steps, r.ms(r.seconds), r.ms(r.forward_s),
+            r.ms(r.backward_s), r.ms(r.step_s), r.samples_per_s(), r.device.str(),
+            gemm_isa_name(gemm_isa()), gemm_kernel_in_use(), conv, data_kind, lr_of(r.model),
+            momentum, cpu.model, cpu.vector_extensions);
       fmt::print("wrote {}\n", csv);
     }
   } catch (const Error& e) {

@@ -39,7 +39,8 @@ std::vector<std::string> fashion_mnist_search_path() {
     std::error_code ec;
     if (!fs::is_directory(env, ec) && first_time_for(env))  // not once per split
       log_warning("DPLAB_DATA={} is not a directory; looking for Fashion-MNIST in the usual "
-                  "places instead", env);
+                  "places instead",
+                  env);
     dirs.push_back(env);
     dirs.push_back((fs::path(env) / "fashion-mnist").string());
   }
@@ -59,8 +60,10 @@ std::string find_file(const std::string& dir, const std::string& name, std::stri
     const fs::file_status st = fs::status(p, ec);
     if (fs::is_regular_file(st)) return p.string();
     if (fs::exists(st)) {
-      const char* kind = fs::is_directory(st) ? "a directory" : fs::is_fifo(st) ? "a FIFO"
-                         : fs::is_socket(st) ? "a socket" : "not a regular file";
+      const char* kind = fs::is_directory(st) ? "a directory"
+                         : fs::is_fifo(st)    ? "a FIFO"
+                         : fs::is_socket(st)  ? "a socket"
+                                              : "not a regular file";
       odd += fmt::format("{}{} is {}", odd.empty() ? "" : "; ", p.string(), kind);
     }
   }
@@ -77,8 +80,8 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
   const std::string images_name = prefix + "-images-idx3-ubyte";
   const std::string labels_name = prefix + "-labels-idx1-ubyte";
 
-  std::vector<std::string> dirs = o.root.empty() ? fashion_mnist_search_path()
-                                                 : std::vector<std::string>{o.root};
+  std::vector<std::string> dirs =
+      o.root.empty() ? fashion_mnist_search_path() : std::vector<std::string>{o.root};
   Loaded out;
   std::string looked, odd;
   const char* env = std::getenv("DPLAB_DATA");
@@ -86,7 +89,8 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
   const size_t env_dirs = o.root.empty() && env && *env ? 2 : 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
     const std::string& dir = dirs[i];
-    std::string images = find_file(dir, images_name, odd), labels = find_file(dir, labels_name, odd);
+    std::string images = find_file(dir, images_name, odd),
+                labels = find_file(dir, labels_name, odd);
     if (!images.empty() && !labels.empty()) {
       out.images_path = images;
       out.labels_path = labels;
@@ -96,8 +100,8 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
       if (i >= env_dirs && env_dirs > 0 && fs::is_directory(env, ec) &&
           first_time_for(std::string(env) + "/" + split))
         log_warning("DPLAB_DATA={} holds no usable {} split ({}[.gz] and {}[.gz]{}); took it from "
-                    "{} instead", env, split, images_name, labels_name,
-                    odd.empty() ? "" : "; " + odd, dir);
+                    "{} instead",
+                    env, split, images_name, labels_name, odd.empty() ? "" : "; " + odd, dir);
       break;
     }
     looked += fmt::format("\n  {}/{}[.gz] and {}[.gz]", dir, images_name, labels_name);
@@ -106,7 +110,8 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
   DPLAB_CHECK(!out.images_path.empty(),
               "FashionMNIST: the {} split was not found; looked for:{}\ninstall Debian's "
               "dataset-fashion-mnist package (apt-get install dataset-fashion-mnist) or set "
-              "DPLAB_DATA to a directory holding the four IDX files", split, looked);
+              "DPLAB_DATA to a directory holding the four IDX files",
+              split, looked);
 
   IdxData images = read_idx_u8(out.images_path, 3, o.limit);
   IdxData labels = read_idx_u8(out.labels_path, 1, o.limit);
@@ -139,7 +144,6 @@ FashionMNIST::FashionMNIST(const std::string& split, FashionMNISTOptions options
 
 FashionMNIST::FashionMNIST(Loaded loaded)
     : data::TensorDataset(std::move(loaded.images), std::move(loaded.labels)),
-      images_path_(std::move(loaded.images_path)),
-      labels_path_(std::move(loaded.labels_path)) {}
+      images_path_(std::move(loaded.images_path)), labels_path_(std::move(loaded.labels_path)) {}
 
 }  // namespace dplab::datasets

@@ -17,9 +17,9 @@
 namespace dplab::datasets {
 
 struct FashionMNISTOptions {
-  std::string root = "";   // a directory holding the files; empty: the search path above
-  bool normalize = true;   // pixels/255, then (x - kMean) / kStd; false: pixels/255 in [0, 1]
-  int64_t limit = 0;       // > 0: only the first `limit` examples (quick tests, tutorials)
+  std::string root = "";  // a directory holding the files; empty: the search path above
+  bool normalize = true;  // pixels/255, then (x - kMean) / kStd; false: pixels/255 in [0, 1]
+  int64_t limit = 0;      // > 0: only the first `limit` examples (quick tests, tutorials)
 };
 
 // images [N, 1, 28, 28] float32 on cpu, labels [N] int64 in [0, 10).

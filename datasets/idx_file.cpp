@@ -28,7 +28,8 @@ using GzHandle = std::unique_ptr<std::remove_pointer_t<gzFile>, GzCloser>;
   if (msg.starts_with(path + ": ")) msg.erase(0, path.size() + 2);  // zlib names the file too
   if (code == Z_DATA_ERROR)
     DPLAB_FAIL("{}: the file is corrupt: its gzip data or check failed ({}; {}); the bytes do not "
-               "match what was compressed", path, msg, where);
+               "match what was compressed",
+               path, msg, where);
   DPLAB_FAIL("{}: file is truncated or corrupt: {}: {}", path, where, msg);
 }
 
@@ -40,11 +41,13 @@ void read_exact(gzFile f, const std::string& path, void* dst, size_t n, const ch
     // gzread takes an unsigned count: read in slices of at most 1 GiB.
     unsigned want = static_cast<unsigned>(std::min<size_t>(n - done, size_t{1} << 30));
     int got = gzread(f, out + done, want);
-    if (got < 0) gz_failed(f, path, fmt::format("reading {} failed after {} of {} bytes", what, done, n));
+    if (got < 0)
+      gz_failed(f, path, fmt::format("reading {} failed after {} of {} bytes", what, done, n));
     if (got == 0) break;
     done += static_cast<size_t>(got);
   }
-  DPLAB_CHECK(done == n, "{}: file is truncated: expected {} bytes of {}, got {}", path, n, what, done);
+  DPLAB_CHECK(done == n, "{}: file is truncated: expected {} bytes of {}, got {}", path, n, what,
+              done);
 }
 
 // Reads n bytes of data, growing `out` a slice at a time as they arrive: a corrupt header
@@ -57,10 +60,13 @@ void read_growing(gzFile f, const std::string& path, std::vector<uint8_t>& out, 
     slice = std::min(slice * 2, size_t{64} << 20);
     out.resize(done + want);
     int got = gzread(f, out.data() + done, static_cast<unsigned>(want));
-    if (got < 0) gz_failed(f, path, fmt::format("reading data failed after {} of {} bytes", done, n));
+    if (got < 0)
+      gz_failed(f, path, fmt::format("reading data failed after {} of {} bytes", done, n));
     out.resize(done + static_cast<size_t>(got));
-    DPLAB_CHECK(got > 0, "{}: file is truncated: the header promises {} bytes of data, the file "
-                "holds {}", path, n, out.size());
+    DPLAB_CHECK(got > 0,
+                "{}: file is truncated: the header promises {} bytes of data, the file "
+                "holds {}",
+                path, n, out.size());
   }
 }
 
@@ -80,8 +86,8 @@ IdxData read_idx_u8(const std::string& path, int expected_ndims, int64_t limit) 
   const uint32_t expected_magic = 0x0800u | static_cast<uint32_t>(expected_ndims);
   DPLAB_CHECK(big_endian_u32(magic) == expected_magic,
               "{}: bad magic number: expected 0x{:08x} (uint8 data, {} dims), got 0x{:08x}; "
-              "not an IDX file of this kind", path, expected_magic, expected_ndims,
-              big_endian_u32(magic));
+              "not an IDX file of this kind",
+              path, expected_magic, expected_ndims, big_endian_u32(magic));
 
   IdxData out;
   int64_t item_bytes = 1;
@@ -102,8 +108,10 @@ IdxData read_idx_u8(const std::string& path, int expected_ndims, int64_t limit) 
     unsigned char extra;
     int got = gzread(f.get(), &extra, 1);
     if (got < 0) gz_failed(f.get(), path, "at the end of the data");
-    DPLAB_CHECK(got == 0, "{}: {} bytes of data expected after the header, but the file has more; "
-                "the header's counts do not match the file", path, out.bytes.size());
+    DPLAB_CHECK(got == 0,
+                "{}: {} bytes of data expected after the header, but the file has more; "
+                "the header's counts do not match the file",
+                path, out.bytes.size());
   }
   return out;
 }
@@ -114,8 +122,8 @@ void write_idx_u8(const std::string& path, const std::vector<int64_t>& dims,
               dims.size());
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  DPLAB_CHECK(n == static_cast<int64_t>(bytes.size()),
-              "write_idx_u8: dims hold {} bytes, got {}", n, bytes.size());
+  DPLAB_CHECK(n == static_cast<int64_t>(bytes.size()), "write_idx_u8: dims hold {} bytes, got {}",
+              n, bytes.size());
   // "wb" writes gzip; "wT" writes plain bytes through the same interface.
   GzHandle f(gzopen(path.c_str(), gzip ? "wb" : "wT"));
   DPLAB_CHECK(f != nullptr, "{}: cannot create: {}", path, std::strerror(errno));

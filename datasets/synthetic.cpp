@@ -19,8 +19,8 @@ std::vector<float> normals(Generator& gen, int64_t n, float scale) {
 }
 
 Tensor random_rows(int64_t size, int64_t length, uint64_t seed) {
-  DPLAB_CHECK(size > 0 && length >= 0, "RandomDataset: expected size > 0 and length >= 0, got {} and {}",
-              size, length);
+  DPLAB_CHECK(size > 0 && length >= 0,
+              "RandomDataset: expected size > 0 and length >= 0, got {} and {}", size, length);
   Generator gen(seed);
   return from_vector(normals(gen, size * length, 1.0f), {length, size});
 }
@@ -28,7 +28,8 @@ Tensor random_rows(int64_t size, int64_t length, uint64_t seed) {
 }  // namespace
 
 RandomDataset::RandomDataset(int64_t size, int64_t length, uint64_t seed)
-    : data::TensorDataset(random_rows(size, length, seed), arange(length, {.dtype = DType::Int64})) {}
+    : data::TensorDataset(random_rows(size, length, seed),
+                          arange(length, {.dtype = DType::Int64})) {}
 
 std::shared_ptr<data::TensorDataset> make_regression(int64_t n, int64_t in, int64_t out,
                                                      uint64_t seed) {
@@ -54,8 +55,8 @@ std::shared_ptr<data::TensorDataset> make_regression(int64_t n, int64_t in, int6
 std::shared_ptr<data::TensorDataset> make_classification(int64_t n, int64_t features,
                                                          int64_t classes, uint64_t seed) {
   DPLAB_CHECK(n > 0 && features > 0 && classes >= 2,
-              "make_classification: expected n > 0, features > 0, classes >= 2, got {}, {}, {}",
-              n, features, classes);
+              "make_classification: expected n > 0, features > 0, classes >= 2, got {}, {}, {}", n,
+              features, classes);
   Generator gen(seed);
   std::vector<float> centres = normals(gen, classes * features, 3.0f);
   std::vector<float> x = normals(gen, n * features, 1.0f);

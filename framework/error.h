@@ -27,10 +27,9 @@ namespace detail {
 }  // namespace dplab
 
 // DPLAB_CHECK(cond, "matmul: inner dims differ: a is {}, b is {}", a, b)
-#define DPLAB_CHECK(cond, ...)                                                  \
-  do {                                                                          \
-    if (!(cond)) ::dplab::detail::throw_error(__FILE__, __LINE__,               \
-                                              ::fmt::format(__VA_ARGS__));      \
+#define DPLAB_CHECK(cond, ...)                                                                 \
+  do {                                                                                         \
+    if (!(cond)) ::dplab::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 #define DPLAB_FAIL(...) ::dplab::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))

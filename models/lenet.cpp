@@ -7,8 +7,10 @@
 namespace dplab::models {
 
 LeNet::LeNet(int64_t classes) : num_classes(classes) {
-  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(1, 16, 5, nn::Conv2dOptions{.padding = 2}));
-  conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(16, 32, 5, nn::Conv2dOptions{.padding = 2}));
+  conv1 = register_module("conv1",
+                          std::make_shared<nn::Conv2d>(1, 16, 5, nn::Conv2dOptions{.padding = 2}));
+  conv2 = register_module("conv2",
+                          std::make_shared<nn::Conv2d>(16, 32, 5, nn::Conv2dOptions{.padding = 2}));
   relu = register_module("relu", std::make_shared<nn::ReLU>());
   pool = register_module("pool", std::make_shared<nn::MaxPool2d>(2));
   flatten = register_module("flatten", std::make_shared<nn::Flatten>());
@@ -22,7 +24,8 @@ Tensor LeNet::forward(const Tensor& x) {
   // computes the same numbers without writing the full-size convolution output on the CPU.
   // Tutorial 03 runs the stages unfused, module by module.
   auto stage = [&](const nn::Conv2d& conv, const Tensor& h) {
-    return conv2d_relu_max_pool2d(h, conv.weight, conv.bias, conv.options.stride, conv.options.padding);
+    return conv2d_relu_max_pool2d(h, conv.weight, conv.bias, conv.options.stride,
+                                  conv.options.padding);
   };
   Tensor h = stage(*conv1, x);              // [N, 16, 14, 14]
   h = stage(*conv2, h);                     // [N, 32, 7, 7]

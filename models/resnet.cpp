@@ -8,8 +8,8 @@ namespace dplab::models {
 
 namespace {
 std::shared_ptr<nn::Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride) {
-  return std::make_shared<nn::Conv2d>(in, out, 3,
-                                      nn::Conv2dOptions{.stride = stride, .padding = 1, .bias = false});
+  return std::make_shared<nn::Conv2d>(
+      in, out, 3, nn::Conv2dOptions{.stride = stride, .padding = 1, .bias = false});
 }
 }  // namespace
 
@@ -25,7 +25,8 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t s)
     downsample = register_module(
         "downsample",
         std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-            std::make_shared<nn::Conv2d>(in, out, 1, nn::Conv2dOptions{.stride = stride, .bias = false}),
+            std::make_shared<nn::Conv2d>(in, out, 1,
+                                         nn::Conv2dOptions{.stride = stride, .bias = false}),
             std::make_shared<nn::BatchNorm2d>(out)}));
   }
 }
@@ -41,7 +42,8 @@ std::shared_ptr<nn::Module> BasicBlock::make_empty_copy() const {
   return std::make_shared<BasicBlock>(in_channels, out_channels, stride);
 }
 
-bool BasicBlock::rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) {
+bool BasicBlock::rebind_child(const std::string& name,
+                              const std::shared_ptr<nn::Module>& replacement) {
   auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(replacement);
   if (!bn) return false;
   if (name == "bn1") bn1 = bn;
@@ -64,7 +66,8 @@ ResNet::ResNet(std::vector<int64_t> blocks_, int64_t classes)
   for (int i = 0; i < 3; ++i) {
     auto stage = std::make_shared<nn::Sequential>();
     for (int64_t b = 0; b < blocks[i]; ++b) {
-      const int64_t stride = (i > 0 && b == 0) ? 2 : 1;  // the first block of stages 2, 3 halves H, W
+      const int64_t stride =
+          (i > 0 && b == 0) ? 2 : 1;  // the first block of stages 2, 3 halves H, W
       stage->push_back(std::make_shared<BasicBlock>(in, widths[i], stride));
       in = widths[i];
     }
@@ -77,9 +80,9 @@ Tensor ResNet::forward(const Tensor& x) {
   DPLAB_CHECK(x.dim() == 4 && x.size(1) == 1, "ResNet: expected input [N, 1, H, W], got {}",
               shape_str(x.shape()));
   Tensor h = relu->forward(bn1->forward(conv1->forward(x)));  // [N, 16, H, W]
-  h = layer3->forward(layer2->forward(layer1->forward(h)));    // [N, 64, H/4, W/4]
-  h = mean(h, {2, 3});                                         // global average pool: [N, 64]
-  return fc->forward(h);                                       // [N, num_classes]
+  h = layer3->forward(layer2->forward(layer1->forward(h)));   // [N, 64, H/4, W/4]
+  h = mean(h, {2, 3});                                        // global average pool: [N, 64]
+  return fc->forward(h);                                      // [N, num_classes]
 }
 
 std::shared_ptr<nn::Module> ResNet::make_empty_copy() const {

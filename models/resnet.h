@@ -26,7 +26,8 @@ class BasicBlock : public nn::Module {
   std::shared_ptr<nn::Module> make_empty_copy() const override;
   // convert_sync_batchnorm swaps bn1 / bn2 in the module tree; this points the members at
   // the new layers too, or forward would keep calling the old ones.
-  bool rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) override;
+  bool rebind_child(const std::string& name,
+                    const std::shared_ptr<nn::Module>& replacement) override;
 
   int64_t in_channels, out_channels, stride;
   std::shared_ptr<nn::Conv2d> conv1, conv2;
@@ -41,7 +42,8 @@ class ResNet : public nn::Module {
   Tensor forward(const Tensor& x) override;  // [N, 1, H, W] -> [N, num_classes]
   std::string name() const override { return "ResNet"; }
   std::shared_ptr<nn::Module> make_empty_copy() const override;
-  bool rebind_child(const std::string& name, const std::shared_ptr<nn::Module>& replacement) override;
+  bool rebind_child(const std::string& name,
+                    const std::shared_ptr<nn::Module>& replacement) override;
 
   std::vector<int64_t> blocks;
   int64_t num_classes;

@@ -13,7 +13,9 @@ ToyModel::ToyModel() {
 
 Tensor ToyModel::forward(const Tensor& x) { return net2->forward(relu->forward(net1->forward(x))); }
 
-std::shared_ptr<nn::Module> ToyModel::make_empty_copy() const { return std::make_shared<ToyModel>(); }
+std::shared_ptr<nn::Module> ToyModel::make_empty_copy() const {
+  return std::make_shared<ToyModel>();
+}
 
 ToyMpModel::ToyMpModel(Device d0, Device d1) : dev0(d0), dev1(d1) {
   net1 = register_module("net1", std::make_shared<nn::Linear>(10, 10));

@@ -47,8 +47,8 @@ inline int gpu_suite_main(int argc, char** argv, const char* suite) {
   const int rc = context.run();
   if (context.shouldExit()) return rc;
   std::string why;
-  const int code = gpu_suite_exit_code(rc, cuda_gpu_probe(), std::getenv("DPLAB_REQUIRE_GPU"),
-                                       &why);
+  const int code =
+      gpu_suite_exit_code(rc, cuda_gpu_probe(), std::getenv("DPLAB_REQUIRE_GPU"), &why);
   if (!why.empty()) std::printf("%s: %s\n", suite, why.c_str());
   return code;
 }

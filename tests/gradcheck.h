@@ -23,7 +23,8 @@ struct GradcheckOptions {
 };
 
 // inputs must be cpu float32 leaves; those with requires_grad are checked.
-inline void gradcheck(const std::string& what, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+inline void gradcheck(const std::string& what,
+                      const std::function<Tensor(const std::vector<Tensor>&)>& f,
                       std::vector<Tensor> inputs, GradcheckOptions opt = {}) {
   Generator gen(1234);
   Tensor out = f(inputs);

@@ -35,8 +35,8 @@ inline ProgramRun run_program(const std::string& command) {
 }
 
 // A CSV with a header line and no quoted commas, as dplab's programs write them.
-inline std::vector<std::map<std::string, std::string>> read_csv(const std::filesystem::path& path,
-                                                               std::vector<std::string>* header = nullptr) {
+inline std::vector<std::map<std::string, std::string>> read_csv(
+    const std::filesystem::path& path, std::vector<std::string>* header = nullptr) {
   std::ifstream f(path);
   REQUIRE_MESSAGE(f.good(), "missing " << path);
   auto split = [](const std::string& line) {
@@ -62,7 +62,8 @@ inline std::vector<std::map<std::string, std::string>> read_csv(const std::files
 
 // main() of a test whose first argument is the path of the program under test: it goes into
 // `exe`, doctest gets the rest; `scratch` (the test's files) is removed afterwards.
-inline int program_test_main(int argc, char** argv, std::string& exe, const std::filesystem::path& scratch) {
+inline int program_test_main(int argc, char** argv, std::string& exe,
+                             const std::filesystem::path& scratch) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s PATH/TO/PROGRAM [doctest options]\n", argv[0]);
     return 2;

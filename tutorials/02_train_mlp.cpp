@@ -4,14 +4,12 @@
 // weights + gradients + optimizer state + activations, computed from shapes and checked
 // against the allocator's measured peak. Read 02_train_mlp.md beside this file.
 // Run: 02_train_mlp [--epochs 5] [--limit N] [--device cpu:1] [--threads 1]
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
 #include "framework/dplab.h"
-#include "framework/optim/lr_scheduler.h"
 #include "framework/optim/sgd.h"
 #include "models/mlp.h"
 #include "tutorials/train_common.h"
@@ -105,72 +103,35 @@ void explain_step_memory(models::MLP& model, optim::SGD& opt, data::DataLoader& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 02: train an MLP on Fashion-MNIST"};
-  int epochs = 5, threads = 1;
-  int64_t limit = 0, test_limit = 0, batch_size = 64;
-  double lr = 0.1, momentum = 0.9, min_accuracy = 0.0;
-  uint64_t seed = 0;
-  std::string device = "cpu:1", schedule = "cosine";
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--limit", limit, "use only the first N training images (0: all 60000)");
-  app.add_option("--test-limit", test_limit, "use only the first N test images (0: all 10000)");
-  app.add_option("--batch-size", batch_size)->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr);
-  app.add_option("--momentum", momentum);
-  app.add_option("--schedule", schedule, "lr per epoch: cosine (from --lr down towards 0) or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--seed", seed, "initial weights and shuffling");
-  app.add_option("--device", device, "where the model trains; the dataset stays on cpu:0");
-  app.add_option("--threads", threads, "threads for the CPU kernels")->check(CLI::PositiveNumber);
-  app.add_option("--min-accuracy", min_accuracy, "exit 1 if the final test accuracy is below this");
-  CLI11_PARSE(app, argc, argv);
-
+  tutorials::TrainArgs a{.epochs = 5, .lr = 0.1};
+  if (auto exit = tutorials::parse_train_args(argc, argv, "Tutorial 02: train an MLP on Fashion-MNIST", a)) return *exit;
   try {
-    set_num_threads(threads);
-    manual_seed(seed);
-    const Device dev(device);
-    auto train = std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = limit});
-    auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = test_limit});
-    data::DataLoader train_loader(train, {.batch_size = batch_size, .shuffle = true, .seed = seed});
+    set_num_threads(a.threads);
+    manual_seed(a.seed);
+    const Device dev(a.device);
+    auto train = std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = a.limit});
+    auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = a.test_limit});
+    data::DataLoader train_loader(train, {.batch_size = a.batch_size, .shuffle = true, .seed = a.seed});
     data::DataLoader test_loader(test, {.batch_size = 1000});
     fmt::print("Fashion-MNIST: {} training images, {} test images (from {})\n", train->size(),
                test->size(), train->images_path());
 
     auto model = std::make_shared<models::MLP>();
     model->to(dev);  // then hand the (rebound) parameters to the optimizer
-    optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
-    fmt::print("{}\n{} parameters on {}; SGD lr {} momentum {}, batch {}, {} thread(s)\n\n",
-               nn::describe(*model), bytes_of(model->parameters()) / 4, dev, lr, momentum,
-               batch_size, threads);
+    optim::SGD opt(model->parameters(), {.lr = a.lr, .momentum = a.momentum});
+    fmt::print("{}\n{} parameters on {}; SGD lr {} momentum {}, batch {}, {} thread(s)\n",
+               nn::describe(*model), bytes_of(model->parameters()) / 4, dev, a.lr, a.momentum,
+               a.batch_size, a.threads);
+    fmt::print("kernels: {}\n\n", kernels_summary());
 
-    // Cosine annealing: lr = base * (1 + cos(pi * epoch / epochs)) / 2, set once per epoch.
-    // The large early steps make fast progress; the small late ones settle into a minimum
-    // instead of bouncing around it (--schedule constant, 0.1 throughout, ends a few points lower).
-    std::unique_ptr<optim::LRScheduler> scheduler;
-    if (schedule == "cosine")
-      scheduler = std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.t_max = epochs});
-    tutorials::EvalResult last;
-    for (int e = 1; e <= epochs; ++e) {
-      const double epoch_lr = opt.lr();
-      auto r = tutorials::train_one_epoch(*model, opt, train_loader, dev, fmt::format("epoch {}/{}", e, epochs));
-      last = tutorials::evaluate(*model, test_loader, dev);
-      if (scheduler) scheduler->step();
-      fmt::print("epoch {} (lr {:.4f}): train loss {:.4f} acc {:.2f}% ({:.1f} s, {:.0f} samples/s) | test loss {:.4f} acc {:.2f}%\n",
-                 e, epoch_lr, r.loss, 100 * r.accuracy, r.seconds, static_cast<double>(r.count) / r.seconds,
-                 last.loss, 100 * last.accuracy);
-    }
+    // the epochs, with the learning rate annealed along a cosine (--schedule constant keeps it)
+    const tutorials::EvalResult last = tutorials::train_epochs(*model, opt, train_loader, test_loader, dev, a);
 
     explain_step_memory(*model, opt, train_loader, dev);
 
-    fmt::print("\nfinal test accuracy: {:.2f}%\n", 100 * last.accuracy);
-    if (last.accuracy < min_accuracy) {
-      fmt::print(stderr, "FAIL: test accuracy {:.2f}% is below --min-accuracy {:.2f}%\n",
-                 100 * last.accuracy, 100 * min_accuracy);
-      return 1;
-    }
+    return tutorials::final_accuracy_status(last, a.min_accuracy);
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  return 0;
 }

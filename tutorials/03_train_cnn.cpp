@@ -4,14 +4,12 @@
 // than the MLP of tutorial 02 yet does 12x more arithmetic per image, and that it is more
 // accurate. The loop is tutorial 02's (train_common.h). Read 03_train_cnn.md beside this.
 // Run: 03_train_cnn [--epochs 3] [--limit N] [--device cpu:1] [--threads 1]
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
 #include "framework/dplab.h"
-#include "framework/optim/lr_scheduler.h"
 #include "framework/optim/sgd.h"
 #include "models/lenet.h"
 #include "tutorials/train_common.h"
@@ -61,7 +59,7 @@ void show_shapes(models::LeNet& net, const Tensor& x) {
   row("fc 1568->10", h, count_params(*net.fc), m3);
   const bool same = net.forward(x).to_vector<float>() == h.to_vector<float>();
   fmt::print("  LeNet::forward (conv + ReLU + pool fused{}): {}\n",
-             fused_ops() ? "" : ", switched off by DPLAB_FUSE=0",
+             fused_conv() ? "" : ", switched off by DPLAB_FUSE=0",
              same ? "the same floats as the steps above" : "DIFFERENT from the steps above");
   const int64_t mlp_macs = 784 * 256 + 256 * 128 + 128 * 10;
   fmt::print("  total: {} parameters, {:.2f} M multiply-adds per image forward\n",
@@ -75,70 +73,33 @@ void show_shapes(models::LeNet& net, const Tensor& x) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 03: train a LeNet-style CNN on Fashion-MNIST"};
-  int epochs = 3, threads = 1;
-  int64_t limit = 0, test_limit = 0, batch_size = 64;
   // lr 0.05, not tutorial 02's 0.1: with momentum 0.9 the CNN's effective step at 0.1 is too
   // large (3 epochs reach 87.9% at 0.1, 90.2% at 0.05; see the .md).
-  double lr = 0.05, momentum = 0.9, min_accuracy = 0.0;
-  uint64_t seed = 0;
-  std::string device = "cpu:1", schedule = "cosine";
-  app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--limit", limit, "use only the first N training images (0: all 60000)");
-  app.add_option("--test-limit", test_limit, "use only the first N test images (0: all 10000)");
-  app.add_option("--batch-size", batch_size)->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr);
-  app.add_option("--momentum", momentum);
-  app.add_option("--schedule", schedule, "lr per epoch: cosine (from --lr down towards 0) or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--seed", seed, "initial weights and shuffling");
-  app.add_option("--device", device, "where the model trains; the dataset stays on cpu:0");
-  app.add_option("--threads", threads, "threads for the CPU kernels")->check(CLI::PositiveNumber);
-  app.add_option("--min-accuracy", min_accuracy, "exit 1 if the final test accuracy is below this");
-  CLI11_PARSE(app, argc, argv);
-
+  tutorials::TrainArgs a{.epochs = 3, .lr = 0.05};
+  if (auto exit = tutorials::parse_train_args(argc, argv, "Tutorial 03: train a LeNet-style CNN on Fashion-MNIST", a)) return *exit;
   try {
-    set_num_threads(threads);
-    manual_seed(seed);
-    const Device dev(device);
-    auto train = std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = limit});
-    auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = test_limit});
-    data::DataLoader train_loader(train, {.batch_size = batch_size, .shuffle = true, .seed = seed});
+    set_num_threads(a.threads);
+    manual_seed(a.seed);
+    const Device dev(a.device);
+    auto train = std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = a.limit});
+    auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = a.test_limit});
+    data::DataLoader train_loader(train, {.batch_size = a.batch_size, .shuffle = true, .seed = a.seed});
     data::DataLoader test_loader(test, {.batch_size = 500});
     fmt::print("Fashion-MNIST: {} training images, {} test images\n\n", train->size(), test->size());
 
     auto model = std::make_shared<models::LeNet>();
     model->to(dev);
     show_shapes(*model, test->get_batch({0, 1, 2, 3, 4, 5, 6, 7}).data.to(dev));
-    optim::SGD opt(model->parameters(), {.lr = lr, .momentum = momentum});
-    fmt::print("SGD lr {} momentum {}, batch {}, {} epoch(s) on {}, {} thread(s)\n", lr, momentum,
-               batch_size, epochs, dev, threads);
+    optim::SGD opt(model->parameters(), {.lr = a.lr, .momentum = a.momentum});
+    fmt::print("SGD lr {} momentum {}, batch {}, {} epoch(s) on {}, {} thread(s)\n", a.lr, a.momentum,
+               a.batch_size, a.epochs, dev, a.threads);
+    fmt::print("kernels: {}\n", kernels_summary());
 
-    // Cosine annealing: lr = base * (1 + cos(pi * epoch / epochs)) / 2, set once per epoch.
-    // The large early steps make fast progress; the small late ones settle into a minimum
-    // instead of bouncing around it (--schedule constant, 0.1 throughout, ends a few points lower).
-    std::unique_ptr<optim::LRScheduler> scheduler;
-    if (schedule == "cosine")
-      scheduler = std::make_unique<optim::CosineAnnealingLR>(opt, optim::CosineAnnealingLROptions{.t_max = epochs});
-    tutorials::EvalResult last;
-    for (int e = 1; e <= epochs; ++e) {
-      const double epoch_lr = opt.lr();
-      auto r = tutorials::train_one_epoch(*model, opt, train_loader, dev, fmt::format("epoch {}/{}", e, epochs));
-      last = tutorials::evaluate(*model, test_loader, dev);
-      if (scheduler) scheduler->step();
-      fmt::print("epoch {} (lr {:.4f}): train loss {:.4f} acc {:.2f}% ({:.1f} s, {:.0f} samples/s) | test loss {:.4f} acc {:.2f}%\n",
-                 e, epoch_lr, r.loss, 100 * r.accuracy, r.seconds, static_cast<double>(r.count) / r.seconds,
-                 last.loss, 100 * last.accuracy);
-    }
-    fmt::print("\nfinal test accuracy: {:.2f}%\n", 100 * last.accuracy);
-    if (last.accuracy < min_accuracy) {
-      fmt::print(stderr, "FAIL: test accuracy {:.2f}% is below --min-accuracy {:.2f}%\n",
-                 100 * last.accuracy, 100 * min_accuracy);
-      return 1;
-    }
+    // the epochs, with the learning rate annealed along a cosine (--schedule constant keeps it)
+    const tutorials::EvalResult last = tutorials::train_epochs(*model, opt, train_loader, test_loader, dev, a);
+    return tutorials::final_accuracy_status(last, a.min_accuracy);
   } catch (const Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  return 0;
 }

@@ -125,7 +125,7 @@ int main() {
       int code = 0;
       try {
         auto store = std::make_shared<FileStore>(store_path, kRanks);
-        auto pg = create_process_group(store, r, kRanks, {.backend = "ring"});
+        auto pg = create_process_group(store, r, kRanks, {.engine = "ring"});
         rank_main(*pg);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());

@@ -24,7 +24,7 @@ constexpr int kWorldSize = 3;  // used when the program spawns its own ranks
 // TCP store that rank 0 hosts on MASTER_ADDR:MASTER_PORT.
 void worker(int rank) {
   par::RankInfo info = par::rank_info_from_env();
-  par::init_process_group({.backend = "ring", .timeout = par::Seconds(30.0)});
+  par::init_process_group({.engine = "ring", .timeout = par::Seconds(30.0)});
   int world = par::get_world_size();
   std::printf("rank %d of %d: local rank %d, store at %s:%d\n", rank, world, info.local_rank,
               info.master_addr.c_str(), info.master_port);

@@ -6,7 +6,6 @@
 //     with identical parameters (DDP broadcasts rank 0's weights once, then averages grads);
 //   - how to check that claim across processes: all_reduce Max and Min of the parameters.
 // Run: 08_ddp_basic [--nproc N]   (spawns N ranks, default 2). Read 08_ddp_basic.md.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <string>
@@ -18,6 +17,7 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/distributed_eval.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -39,7 +39,7 @@ float max_param_spread(nn::Module& m, par::ProcessGroup& pg) {
 }
 
 void demo_basic(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   const Device dev(DeviceKind::CPU, rank);  // on a GPU box: Device(DeviceKind::CUDA, rank)
 
@@ -87,17 +87,11 @@ void demo_basic(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 08: DistributedDataParallel, the basic use"};
   int nproc = 2;
-  app.add_option("--nproc", nproc, "ranks to spawn")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-  try {
-    if (!par::is_spawned_child()) fmt::print("running DDP on {} ranks\n", nproc);
-    par::spawn(demo_basic, nproc);
-    fmt::print("all {} ranks finished with identical parameters\n", nproc);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "08_ddp_basic: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(argc, argv, "Tutorial 08: DistributedDataParallel, the basic use",
+                                                {{"--nproc", &nproc, "ranks to spawn", 1, 64}}))
+    return *exit;
+  if (!par::is_spawned_child()) fmt::print("running DDP on {} ranks\n", nproc);
+  return tutorials::run_spawned("08_ddp_basic", nproc, demo_basic,
+                                fmt::format("all {} ranks finished with identical parameters", nproc));
 }

@@ -9,7 +9,6 @@
 //     terminal: print_in_rank_order takes turns (a barrier per rank) so the output reads in
 //     the order things happened.
 // Run: 09_ddp_checkpoint [--nproc N]   (default 2). Read 09_ddp_checkpoint.md.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/distributed_eval.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -61,7 +61,7 @@ void train_step(par::DistributedDataParallel& ddp, optim::SGD& opt, Device dev) 
 }
 
 void demo_checkpoint(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   std::shared_ptr<par::ProcessGroup> pg_ptr(&pg, [](par::ProcessGroup*) {});
   const Device dev(DeviceKind::CPU, rank);
@@ -121,16 +121,11 @@ void demo_checkpoint(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 09: checkpoints under DDP"};
   int nproc = 2;
-  app.add_option("--nproc", nproc, "ranks to spawn")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-  try {
-    par::spawn(demo_checkpoint, nproc);
-    fmt::print("checkpoint saved by rank 0, loaded by all {} ranks, training continued\n", nproc);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "09_ddp_checkpoint: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(argc, argv, "Tutorial 09: checkpoints under DDP",
+                                                {{"--nproc", &nproc, "ranks to spawn", 1, 64}}))
+    return *exit;
+  return tutorials::run_spawned(
+      "09_ddp_checkpoint", nproc, demo_checkpoint,
+      fmt::format("checkpoint saved by rank 0, loaded by all {} ranks, training continued", nproc));
 }

@@ -18,6 +18,7 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/sync_batch_norm.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -112,16 +113,9 @@ void worker(int rank) {
 }
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--ranks") g_ranks = std::atoi(argv[i + 1]);
-    else if (a == "--rows") g_rows = std::atoll(argv[i + 1]);
-  }
-  try {
-    par::spawn(worker, g_ranks);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "10_sync_batchnorm: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(argc, argv, "Tutorial 10: SyncBatchNorm",
+                                                {{"--ranks", &g_ranks, "ranks to spawn", 1, 64},
+                                                 {"--rows", &g_rows, "rows of the batch per rank", 1}}))
+    return *exit;
+  return tutorials::run_spawned("10_sync_batchnorm", g_ranks, worker);
 }

@@ -19,6 +19,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -103,17 +104,10 @@ void worker(int rank) {
 }
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--ranks") g_ranks = std::atoi(argv[i + 1]);
-    else if (a == "--micro") g_micro = std::atoi(argv[i + 1]);
-    else if (a == "--steps") g_steps = std::atoi(argv[i + 1]);
-  }
-  try {
-    par::spawn(worker, g_ranks);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "11_no_sync_accumulation: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(argc, argv, "Tutorial 11: gradient accumulation with no_sync",
+                                                {{"--ranks", &g_ranks, "ranks to spawn", 1, 64},
+                                                 {"--micro", &g_micro, "micro-batches per step", 1},
+                                                 {"--steps", &g_steps, "optimizer steps", 1}}))
+    return *exit;
+  return tutorials::run_spawned("11_no_sync_accumulation", g_ranks, worker);
 }

@@ -9,7 +9,6 @@
 // Run: 12_distributed_eval [--nproc N] [--limit L] [--train T]   (default 3 ranks, the whole
 // test set, after one epoch on 3000 training images)
 // Read 12_distributed_eval.md.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 #include "parallel/ddp/distributed_eval.h"
 #include "parallel/ddp/distributed_sampler.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -83,7 +83,7 @@ Predictions predict(nn::Module& model, data::DataLoader& loader, int64_t real, p
 }
 
 void evaluate(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   auto test = std::make_shared<datasets::FashionMNIST>("test", datasets::FashionMNISTOptions{.limit = g_limit});
   const int64_t n = test->size();
@@ -131,12 +131,13 @@ void evaluate(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 12: distributed evaluation that equals one process"};
   int nproc = 3;
-  app.add_option("--nproc", nproc, "ranks to spawn")->check(CLI::PositiveNumber);
-  app.add_option("--limit", g_limit, "evaluate only the first L test images (0: all 10000)");
-  app.add_option("--train", g_train, "training images for the short training first")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (auto exit = tutorials::parse_int_options(
+          argc, argv, "Tutorial 12: distributed evaluation that equals one process",
+          {{"--nproc", &nproc, "ranks to spawn", 1, 64},
+           {"--limit", &g_limit, "evaluate only the first L test images (0: all 10000)"},
+           {"--train", &g_train, "training images for the short training first", 1}}))
+    return *exit;
   try {
     // Check the data before starting ranks: without it the tutorial is skipped (exit 77).
     datasets::FashionMNIST probe("test", {.limit = 1});
@@ -144,11 +145,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "12_distributed_eval: skipped, no Fashion-MNIST: %s\n", e.what());
     return 77;
   }
-  try {
-    par::spawn(evaluate, nproc);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "12_distributed_eval: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return tutorials::run_spawned("12_distributed_eval", nproc, evaluate);
 }

@@ -7,7 +7,6 @@
 //   - rank-0 logging: info lines once (rank 0), warnings from every rank, each tagged;
 //   - ZeroFirst: rank 0 prepares a shared cache first, the others wait, then reuse it.
 // Run: 13_seeds_logging_barriers [--nproc N]   (default 3). Read 13_seeds_logging_barriers.md.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include <cstdlib>
@@ -25,6 +24,7 @@
 #include "parallel/ddp/distributed_eval.h"
 #include "parallel/ddp/rank_utils.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -56,7 +56,7 @@ std::string crops_str(const std::vector<int64_t>& c) {
 }
 
 void worker(int rank) {
-  par::init_process_group({.backend = "ring"});
+  par::init_process_group({.engine = "ring"});
   par::ProcessGroup& pg = par::default_process_group();
   const int world = pg.size();
 
@@ -138,15 +138,10 @@ void worker(int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Tutorial 13: per-rank seeds, rank-0 logging, zero_first"};
   int nproc = 3;
-  app.add_option("--nproc", nproc, "ranks to spawn (at least 2, or nothing differs)")->check(CLI::Range(2, 64));
-  CLI11_PARSE(app, argc, argv);
-  try {
-    par::spawn(worker, nproc);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "13_seeds_logging_barriers: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(
+          argc, argv, "Tutorial 13: per-rank seeds, rank-0 logging, zero_first",
+          {{"--nproc", &nproc, "ranks to spawn (at least 2, or nothing differs)", 2, 64}}))
+    return *exit;
+  return tutorials::run_spawned("13_seeds_logging_barriers", nproc, worker);
 }

@@ -18,6 +18,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -79,12 +80,4 @@ void worker(int rank) {
   par::destroy_process_group();
 }
 
-int main() {
-  try {
-    par::spawn(worker, kRanks);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "14_ddp_model_parallel: %s\n", e.what());
-    return 1;
-  }
-  return 0;
-}
+int main() { return tutorials::run_spawned("14_ddp_model_parallel", kRanks, worker); }

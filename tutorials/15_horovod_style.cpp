@@ -20,6 +20,7 @@
 #include "models/mlp.h"
 #include "parallel/ddp/horovod.h"
 #include "parallel/launch/spawn.h"
+#include "tutorials/train_common.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;
@@ -91,17 +92,10 @@ void worker(int) {
 }
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--ranks") g_ranks = std::atoi(argv[i + 1]);
-    else if (a == "--train") g_train = std::atoll(argv[i + 1]);
-    else if (a == "--epochs") g_epochs = std::atoi(argv[i + 1]);
-  }
-  try {
-    par::spawn(worker, g_ranks);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "15_horovod_style: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  if (auto exit = tutorials::parse_int_options(argc, argv, "Tutorial 15: the Horovod-style API",
+                                                {{"--ranks", &g_ranks, "ranks to spawn", 1, 64},
+                                                 {"--train", &g_train, "training images", 1},
+                                                 {"--epochs", &g_epochs, "passes over them", 1}}))
+    return *exit;
+  return tutorials::run_spawned("15_horovod_style", g_ranks, worker);
 }

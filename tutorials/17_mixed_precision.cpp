@@ -16,7 +16,7 @@
 
 #include "datasets/fashion_mnist.h"
 #include "framework/backend/cpu/cpu_half.h"
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/amp/master_weights.h"
 #include "framework/amp/precision.h"
 #include "framework/data/dataloader.h"
@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     // LeNet's conv -> ReLU -> pool stages run fused in float32 (ops.h: conv2d_relu_max_pool2d)
     // and as three ops in 16 bits; unfused throughout, the three precisions run the same ops.
-    set_fused_ops(false);
+    set_fused_conv(false);
     show_formats();
     underflow_demo();
 

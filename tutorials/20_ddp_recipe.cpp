@@ -89,7 +89,7 @@ int epoch_from(const Metadata& meta, const std::string& path) {
 int run(const Args& a) {
   // 1. Rendezvous. dplab-run sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT.
   set_num_threads(1);  // one process per core: N processes with N threads each would fight
-  par::init_process_group({.backend = "ring", .timeout = par::Seconds(a.timeout_s)});
+  par::init_process_group({.engine = "ring", .timeout = par::Seconds(a.timeout_s)});
   par::ProcessGroup& pg = par::default_process_group();
   const int rank = pg.rank(), world = pg.size();
   const par::RankInfo info = par::rank_info_from_env();

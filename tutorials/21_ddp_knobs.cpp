@@ -226,7 +226,7 @@ void spawned_ways(Rank& r) {
 
 void knobs(int rank) {
   set_num_threads(1);
-  par::init_process_group({.backend = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
+  par::init_process_group({.engine = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
   Rank r{.rank = rank, .world = par::get_world_size(), .pg = par::default_process_group()};
   bucket_sweep(r);
   unused_branch(r);
@@ -239,7 +239,7 @@ void knobs(int rank) {
 // The same DDP run, started by dplab-run (this program in its --dplab-run-worker mode).
 void dplab_run_worker() {
   set_num_threads(1);
-  par::init_process_group({.backend = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
+  par::init_process_group({.engine = "ring", .timeout = par::Seconds(120.0), .link_gbps = g_gbps});
   const int rank = par::get_rank(), world = par::get_world_size();
   datasets::FashionMNIST train("train", {.limit = kTrain});
   auto m = mlp();

@@ -1,16 +1,23 @@
-// train_common.cpp: the loops of train_common.h. Nothing here is specific to a model:
-// any Module that maps a batch [B, ...] to class scores [B, C] trains with it.
+// train_common.cpp: the loops of train_common.h, and the tutorials' command lines and launch
+// block. Nothing here is specific to a model: any Module that maps a batch [B, ...] to class
+// scores [B, C] trains with it.
 // Read next: 02_train_mlp.cpp (uses all of this), 04_checkpoint.cpp (resumes it).
 #include "tutorials/train_common.h"
 
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
 #include <chrono>
 #include <cmath>
-
-#include <fmt/format.h>
+#include <cstdio>
+#include <memory>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/io/progress.h"
 #include "framework/ops/ops.h"
+#include "framework/optim/lr_scheduler.h"
+#include "parallel/launch/spawn.h"
 
 namespace dplab::tutorials {
 namespace {
@@ -113,6 +120,100 @@ std::string format_bytes(int64_t bytes) {
   if (bytes < 1000 * 1000) return fmt::format("{:.1f} KB", b / 1e3);
   if (bytes < 1000LL * 1000 * 1000) return fmt::format("{:.2f} MB", b / 1e6);
   return fmt::format("{:.2f} GB", b / 1e9);
+}
+
+std::optional<int> parse_train_args(int argc, char** argv, const std::string& title, TrainArgs& a) {
+  CLI::App app{title};
+  app.add_option("--epochs", a.epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--limit", a.limit, "use only the first N training images (0: all 60000)");
+  app.add_option("--test-limit", a.test_limit, "use only the first N test images (0: all 10000)");
+  app.add_option("--batch-size", a.batch_size)->check(CLI::PositiveNumber);
+  app.add_option("--lr", a.lr);
+  app.add_option("--momentum", a.momentum);
+  app.add_option("--schedule", a.schedule, "lr per epoch: cosine (from --lr down towards 0) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--seed", a.seed, "initial weights and shuffling");
+  app.add_option("--device", a.device, "where the model trains; the dataset stays on cpu:0");
+  app.add_option("--threads", a.threads, "threads for the CPU kernels")->check(CLI::PositiveNumber);
+  app.add_option("--min-accuracy", a.min_accuracy, "exit 1 if the final test accuracy is below this");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+EvalResult train_epochs(nn::Module& model, optim::Optimizer& optimizer, data::DataLoader& train,
+                        data::DataLoader& test, Device device, const TrainArgs& a) {
+  // The large early steps make fast progress; the small late ones settle into a minimum
+  // instead of bouncing around it (--schedule constant ends a few points lower).
+  std::unique_ptr<optim::LRScheduler> scheduler;
+  if (a.schedule == "cosine")
+    scheduler = std::make_unique<optim::CosineAnnealingLR>(optimizer, optim::CosineAnnealingLROptions{.t_max = a.epochs});
+  EvalResult last;
+  for (int e = 1; e <= a.epochs; ++e) {
+    const double epoch_lr = optimizer.lr();
+    auto r = train_one_epoch(model, optimizer, train, device, fmt::format("epoch {}/{}", e, a.epochs));
+    last = evaluate(model, test, device);
+    if (scheduler) scheduler->step();
+    fmt::print("epoch {} (lr {:.4f}): train loss {:.4f} acc {:.2f}% ({:.1f} s, {:.0f} samples/s) | test loss {:.4f} acc {:.2f}%\n",
+               e, epoch_lr, r.loss, 100 * r.accuracy, r.seconds, static_cast<double>(r.count) / r.seconds,
+               last.loss, 100 * last.accuracy);
+  }
+  return last;
+}
+
+int final_accuracy_status(const EvalResult& last, double min_accuracy) {
+  fmt::print("\nfinal test accuracy: {:.2f}%\n", 100 * last.accuracy);
+  if (last.accuracy >= min_accuracy) return 0;
+  fmt::print(stderr, "FAIL: test accuracy {:.2f}% is below --min-accuracy {:.2f}%\n",
+             100 * last.accuracy, 100 * min_accuracy);
+  return 1;
+}
+
+std::optional<int> parse_int_options(int argc, char** argv, const std::string& title,
+                                     const std::vector<IntOption>& options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s\noptions:\n", title.c_str());
+      for (const IntOption& o : options) std::printf("  %-12s N  %s\n", o.name.c_str(), o.help.c_str());
+      return 0;
+    }
+    const IntOption* opt = nullptr;
+    for (const IntOption& o : options) opt = o.name == arg ? &o : opt;
+    std::string known;
+    for (const IntOption& o : options) known += (known.empty() ? "" : ", ") + o.name;
+    if (opt == nullptr) {
+      std::fprintf(stderr, "%s: unknown option '%s' (expected %s, or --help)\n", argv[0], arg.c_str(),
+                   known.c_str());
+      return 2;
+    }
+    const char* v = i + 1 < argc ? argv[++i] : "";
+    int64_t n = 0;
+    const char* end = v + std::char_traits<char>::length(v);
+    const auto [p, ec] = std::from_chars(v, end, n);
+    if (*v == '\0' || ec != std::errc() || p != end || n < opt->min || n > opt->max) {
+      std::fprintf(stderr, "%s: %s expects an integer in [%lld, %lld], got '%s'\n", argv[0], arg.c_str(),
+                   static_cast<long long>(opt->min), static_cast<long long>(opt->max), v);
+      return 2;
+    }
+    opt->set(n);
+  }
+  return std::nullopt;
+}
+
+int run_spawned(const std::string& name, int ranks, const std::function<void(int rank)>& fn,
+                const std::string& done) {
+  try {
+    parallel::spawn(fn, ranks);
+    if (!done.empty()) fmt::print("{}\n", done);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace dplab::tutorials

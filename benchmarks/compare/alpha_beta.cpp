@@ -16,9 +16,10 @@
 #include "benchmarks/compare/training.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
 #include "parallel/launch/spawn.h"
+#include "parallel/transport/mailbox_transport.h"  // shm_segment_bytes
 
 namespace dplab::compare {
 
@@ -26,12 +27,14 @@ AlphaBeta fit_alpha_beta(const std::vector<PingPongSample>& samples) {
   // Minimise sum w_i (t_i - a - b m_i)^2 with w_i = 1/t_i^2: the 2x2 normal equations.
   double sw = 0, swm = 0, swmm = 0, swt = 0, swmt = 0;
   for (const PingPongSample& s : samples) {
-    DPLAB_CHECK(s.seconds > 0, "ping-pong sample of {} bytes has time {} s, expected > 0", s.bytes, s.seconds);
+    DPLAB_CHECK(s.seconds > 0, "ping-pong sample of {} bytes has time {} s, expected > 0", s.bytes,
+                s.seconds);
     const double w = 1.0 / (s.seconds * s.seconds), m = double(s.bytes);
     sw += w, swm += w * m, swmm += w * m * m, swt += w * s.seconds, swmt += w * m * s.seconds;
   }
   const double det = sw * swmm - swm * swm;
-  DPLAB_CHECK(samples.size() >= 2 && det > 0, "alpha-beta fit: expected >= 2 distinct message sizes, got {} samples",
+  DPLAB_CHECK(samples.size() >= 2 && det > 0,
+              "alpha-beta fit: expected >= 2 distinct message sizes, got {} samples",
               samples.size());
   AlphaBeta ab{(swmm * swt - swm * swmt) / det, (sw * swmt - swm * swt) / det};
   if (ab.alpha < 0) {  // refit the slope through the origin
@@ -44,36 +47,38 @@ AlphaBeta fit_alpha_beta(const std::vector<PingPongSample>& samples) {
 void pingpong_worker_main(const Config& cfg) {
   parallel::spawn(
       [&](int rank) {
-        auto pg = parallel::init_process_group({.backend = "ring", .link_gbps = link_gbps(cfg, "ring", 2)});
-        std::vector<PingPongSample> out;
-        for (int64_t bytes = 256; bytes <= (16 << 20); bytes *= 4) {
-          Tensor buf = zeros({bytes / 4});
-          const int reps = bytes <= (64 << 10) ? 200 : bytes <= (1 << 20) ? 40 : 8;
-          for (int warm = 0; warm < 3; ++warm) {  // first touches map the pages
-            if (rank == 0) pg->send(buf, 1), pg->recv(buf, 1);
-            else pg->recv(buf, 0), pg->send(buf, 0);
-          }
-          // Best of 3 trials: on a shared machine a descheduled rank only makes a trial slower.
-          double best = 1e300;
-          for (int trial = 0; trial < 3; ++trial) {
-            pg->barrier();
-            const auto t0 = Clock::now();
-            for (int i = 0; i < reps; ++i) {
-              if (rank == 0) pg->send(buf, 1), pg->recv(buf, 1);
-              else pg->recv(buf, 0), pg->send(buf, 0);
-            }
-            best = std::min(best, seconds_between(t0, Clock::now()));
-          }
-          out.push_back({bytes, best / reps / 2});
+    auto pg =
+        parallel::init_process_group({.engine = "ring", .link_gbps = link_gbps(cfg, "ring", 2)});
+    std::vector<PingPongSample> out;
+    for (int64_t bytes = 256; bytes <= (16 << 20); bytes *= 4) {
+      Tensor buf = zeros({bytes / 4});
+      const int reps = bytes <= (64 << 10) ? 200 : bytes <= (1 << 20) ? 40 : 8;
+      for (int warm = 0; warm < 3; ++warm) {  // first touches map the pages
+        if (rank == 0) pg->send(buf, 1), pg->recv(buf, 1);
+        else pg->recv(buf, 0), pg->send(buf, 0);
+      }
+      // Best of 3 trials: on a shared machine a descheduled rank only makes a trial slower.
+      double best = 1e300;
+      for (int trial = 0; trial < 3; ++trial) {
+        pg->barrier();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < reps; ++i) {
+          if (rank == 0) pg->send(buf, 1), pg->recv(buf, 1);
+          else pg->recv(buf, 0), pg->send(buf, 0);
         }
-        if (rank == 0) {
-          const std::string path = run_file(cfg, "pingpong", 2, -1, "txt");
-          std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-          std::ofstream f(path);
-          for (const PingPongSample& s : out) f << s.bytes << ' ' << fmt::format("{:.9g}", s.seconds) << '\n';
-          DPLAB_CHECK(f.good(), "could not write {}", path);
-        }
-        parallel::destroy_process_group();
+        best = std::min(best, seconds_between(t0, Clock::now()));
+      }
+      out.push_back({bytes, best / reps / 2});
+    }
+    if (rank == 0) {
+      const std::string path = run_file(cfg, "pingpong", 2, -1, "txt");
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      std::ofstream f(path);
+      for (const PingPongSample& s : out)
+        f << s.bytes << ' ' << fmt::format("{:.9g}", s.seconds) << '\n';
+      DPLAB_CHECK(f.good(), "could not write {}", path);
+    }
+    parallel::destroy_process_group();
       },
       2);
 }
@@ -94,13 +99,13 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
 }
 
 double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores) {
-  const parallel::Algorithm algo = p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
+  const parallel::Algorithm algo =
+      p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
   // the model auto uses (the reduction's gamma, the wake-ups past `cores`, the shm slots for
   // n ranks), with alpha and beta of the ping-pong over this run's links
-  parallel::LinkCost link = parallel::shm_link_cost();
+  parallel::LinkCost link = parallel::shm_link_cost(cores);
   link.alpha = ab.alpha;
   link.beta = ab.beta;
-  link.cores = cores;
   link.segment = double(parallel::shm_segment_bytes(n, cores));
   return parallel::all_reduce_seconds(algo, n, bytes, link);
 }
@@ -118,7 +123,8 @@ double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, dou
   return std::max(compute_s, comm - last) + last;
 }
 
-std::vector<ProjectionRow> project(const AlphaBeta& ab, const std::vector<std::pair<std::string, double>>& models,
+std::vector<ProjectionRow> project(const AlphaBeta& ab,
+                                   const std::vector<std::pair<std::string, double>>& models,
                                    double base_params, double base_compute_s, double bucket_bytes) {
   std::vector<ProjectionRow> rows;
   for (const auto& [name, params] : models) {
@@ -140,8 +146,9 @@ void write_projection_csv(const std::string& path, const std::vector<ProjectionR
   std::ofstream f(path);
   f << "model,params,N,pattern,overlap,compute_ms,comm_ms,step_ms,efficiency\n";
   for (const ProjectionRow& r : rows)
-    f << fmt::format("{},{:.0f},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.params, r.n, r.pattern,
-                     r.overlap ? 1 : 0, 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.step_s, r.efficiency());
+    f << fmt::format("{},{:.0f},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.model, r.params, r.n,
+                     r.pattern, r.overlap ? 1 : 0, 1e3 * r.compute_s, 1e3 * r.comm_s,
+                     1e3 * r.step_s, r.efficiency());
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
 

@@ -5,7 +5,7 @@
 //   ring  T = 2(N-1)·alpha + 2(N-1)/N · S·beta   (reduce-scatter + all-gather, every rank busy)
 //   star  T = 2(N-1)·alpha + 2(N-1)   · S·beta   (the master receives N-1 copies, then sends
 //                                                  N-1 copies back, one after the other)
-// (parallel/comm/cost.h writes these, for every algorithm, in one place: this calls it) and
+// (parallel/algorithms/cost.h writes these, for every algorithm, in one place: this calls it) and
 // with more ranks than cores (N > C) the ranks take turns: the ring, whose N ranks all work
 // in every step, takes N/C times as long; the star's leaves sit idle while rank 0 works, so
 // its time stays rank 0's (all_reduce_seconds' two bounds, cost.h);
@@ -63,7 +63,8 @@ struct ProjectionRow {
 };
 // Weak scaling (every device keeps its batch, so compute per step stays compute_s) for
 // N = 1, 2, 4, ..., 1024, for the named models; compute time scales with parameter count.
-std::vector<ProjectionRow> project(const AlphaBeta& ab, const std::vector<std::pair<std::string, double>>& models,
+std::vector<ProjectionRow> project(const AlphaBeta& ab,
+                                   const std::vector<std::pair<std::string, double>>& models,
                                    double base_params, double base_compute_s, double bucket_bytes);
 void write_projection_csv(const std::string& path, const std::vector<ProjectionRow>& rows);
 

@@ -6,11 +6,11 @@
 // files under <out>/runs. The ping-pong for the alpha-beta model is one more worker run.
 // CLI11 lives in this file only (it is slow to compile).
 // Read next: compare.h, then run_local.cpp and run_ddp.cpp.
+#include <fmt/core.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
-#include <fmt/core.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
@@ -21,6 +21,7 @@
 #include "benchmarks/compare/report.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
 
@@ -41,14 +42,17 @@ std::vector<std::pair<std::string, double>> projection_models(const Config& cfg,
   return {{cfg.model, params}, {"resnet50", 25.6e6}, {"gpt2-small", 124e6}};
 }
 
-int run_all(const Config& cfg, const std::vector<std::string>& worker_args, const std::string& plot_script) {
+int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
+            const std::string& plot_script) {
   std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
+  std::cout << fmt::format("device: {}; kernels: {}\n", cfg.device, kernels_summary());
   if (cfg.device == "cuda") {
     int max_n = 1;
     for (int n : cfg.ns) max_n = std::max(max_n, n);
     if (cuda_logical_device_count() < max_n) {
-      std::cout << fmt::format("--device cuda: {} GPU(s) seen, {} asked for: using {} logical GPUs on them\n",
-                               cuda_logical_device_count(), max_n, max_n);
+      std::cout << fmt::format(
+          "--device cuda: {} GPU(s) seen, {} asked for: using {} logical GPUs on them\n",
+          cuda_logical_device_count(), max_n, max_n);
       set_virtual_gpus(max_n);
     }
   }
@@ -59,7 +63,8 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
     for (int n : cfg.ns) {
       if (mode == "single" && n != 1) continue;
       if (cfg.global_batch % n != 0)
-        DPLAB_FAIL("--global-batch {} does not split evenly over N = {}: pick a multiple", cfg.global_batch, n);
+        DPLAB_FAIL("--global-batch {} does not split evenly over N = {}: pick a multiple",
+                   cfg.global_batch, n);
       TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
       if (mode == "single") {
         runs.push_back(run_single(cfg));
@@ -72,8 +77,9 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
       runs.back().precision = cfg.precision;
       if (mode == "single" || mode == "dp") {
         tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
-        tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())
-                                              : device_of(cfg, 0).str());
+        tr.track_names.push_back(mode == "dp"
+                                     ? fmt::format("master thread ({})", device_of(cfg, 0).str())
+                                     : device_of(cfg, 0).str());
       } else {
         for (int r = 0; r < n; ++r) {
           tr.fragments.push_back(run_file(cfg, mode, n, r, "trace"));
@@ -95,9 +101,10 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
     double base_compute = first.compute_s;
     for (const RunResult& r : runs)
       if (r.mode == "single") base_compute = r.compute_s;
-    write_projection_csv((std::filesystem::path(cfg.out) / "projection.csv").string(),
-                         project(*ab, projection_models(cfg, double(first.param_count)), double(first.param_count),
-                                 base_compute, cfg.bucket_cap_mb * (1 << 20)));
+    write_projection_csv(
+        (std::filesystem::path(cfg.out) / "projection.csv").string(),
+        project(*ab, projection_models(cfg, double(first.param_count)), double(first.param_count),
+                base_compute, cfg.bucket_cap_mb * (1 << 20)));
   }
 
   const std::filesystem::path out(cfg.out);
@@ -106,32 +113,38 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
   Agreement agreement = check_agreement(cfg, runs);
   if (!initial_model(cfg)->buffers().empty())
     agreement.lines.push_back(fmt::format(
-        "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same computation "
-        "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead", cfg.model));
+        "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same "
+        "computation "
+        "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead",
+        cfg.model));
 
   std::cout << '\n' << format_table(runs) << '\n' << link_note(cfg) << '\n';
-  std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and communication):\n"
+  std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and "
+               "communication):\n"
             << format_memory_table(runs);
-  std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the single device:\n";
+  std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the "
+               "single device:\n";
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
   std::cout << (agreement.ok ? "all modes agree: accuracy within 0.5 points of the single device\n"
                              : "WARNING: some modes DISAGREE with the single device (see above)\n");
   if (ab)
-    std::cout << fmt::format("alpha-beta fit: alpha = {:.2f} us, beta = {:.4f} ns/byte ({:.2f} GB/s); "
-                             "pred ms = the model's DDP step (overlap) for this machine's {} cores\n",
-                             1e6 * ab->alpha, 1e9 * ab->beta, ab->bandwidth_gbs(), std::thread::hardware_concurrency());
+    std::cout << fmt::format(
+        "alpha-beta fit: alpha = {:.2f} us, beta = {:.4f} ns/byte ({:.2f} GB/s); "
+        "pred ms = the model's DDP step (overlap) for this machine's {} cores\n",
+        1e6 * ab->alpha, 1e9 * ab->beta, ab->bandwidth_gbs(), std::thread::hardware_concurrency());
   if (cfg.trace) {
     const int64_t events = merge_traces(traces, (out / "trace.json").string());
-    std::cout << fmt::format("trace: {} events in {} (open in https://ui.perfetto.dev or chrome://tracing)\n",
-                             events, (out / "trace.json").string());
+    std::cout << fmt::format(
+        "trace: {} events in {} (open in https://ui.perfetto.dev or chrome://tracing)\n", events,
+        (out / "trace.json").string());
   }
   std::string plot_note = "plots not asked for (--no-plots)";
   std::vector<std::string> plots;
   if (cfg.plots) plots = make_plots(cfg, plot_script, plot_note);
   std::cout << plot_note << '\n';
   write_report_md((out / "report.md").string(), cfg, runs, agreement, ab, plots, plot_note);
-  std::cout << fmt::format("wrote {}, {}, {}\n", (out / "results.csv").string(), (out / "per_device.csv").string(),
-                           (out / "report.md").string());
+  std::cout << fmt::format("wrote {}, {}, {}\n", (out / "results.csv").string(),
+                           (out / "per_device.csv").string(), (out / "report.md").string());
   return agreement.ok ? 0 : 3;
 }
 
@@ -151,64 +164,87 @@ CLI::Validator at_least(double min, const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dplab-compare: the same training as a single device, DataParallel (parameter server), "
-               "DDP star and DDP ring, side by side"};
+  CLI::App app{
+      "dplab-compare: the same training as a single device, DataParallel (parameter server), "
+      "DDP star and DDP ring, side by side"};
   Config cfg;
   std::string worker, plot_script;
   int worker_n = 0;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet | wide_mlp")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp"}));
-  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")->delimiter(',')
+  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")
+      ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
-  app.add_option("--modes,--backend", cfg.modes, "any of single,dp,star,ring,zero1,zero2,mpi,nccl (zero1/zero2: "
-                 "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi backend, ranks started by mpirun; "
+  app.add_option("--modes,--backend", cfg.modes,
+                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl (zero1/zero2: "
+                 "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started "
+                 "by mpirun; "
                  "nccl: with --device cuda, one GPU per rank)")
-      ->delimiter(',')->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl"}));
+      ->delimiter(',')
+      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl"}));
   app.add_option("--optimizer", cfg.optimizer, "sgd (with --momentum) or adam (lr = --lr)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(at_least(1, "steps >= 1"));
   int64_t epochs = 0;
-  app.add_option("--epochs", epochs,
-                 "passes over the training subset; sets --steps to epochs x (train-limit / global-batch)")
+  app.add_option(
+         "--epochs", epochs,
+         "passes over the training subset; sets --steps to epochs x (train-limit / global-batch)")
       ->check(at_least(1, "epochs >= 1"));
-  app.add_option("--warmup", cfg.warmup, "steps left out of the timing")->check(at_least(0, "warm-up steps >= 0"));
+  app.add_option("--warmup", cfg.warmup, "steps left out of the timing")
+      ->check(at_least(0, "warm-up steps >= 0"));
   app.add_option("--global-batch", cfg.global_batch,
-                 "samples per step in all (GLOBAL): each of N devices gets global/N, so every mode sees the "
-                 "same samples per step")->check(at_least(1, "a global batch >= 1"));
+                 "samples per step in all (GLOBAL): each of N devices gets global/N, so every mode "
+                 "sees the "
+                 "same samples per step")
+      ->check(at_least(1, "a global batch >= 1"));
   app.add_option("--train-limit", cfg.train_limit, "training subset of Fashion-MNIST")
       ->check(at_least(1, "a training subset >= 1 example"));
-  app.add_option("--test-limit", cfg.test_limit, "test subset")->check(at_least(1, "a test subset >= 1 example"));
+  app.add_option("--test-limit", cfg.test_limit, "test subset")
+      ->check(at_least(1, "a test subset >= 1 example"));
   app.add_option("--lr", cfg.lr)->check(at_least(0, "a learning rate >= 0"));
   app.add_option("--momentum", cfg.momentum)->check(at_least(0, "a momentum >= 0"));
   app.add_option("--bucket-cap-mb", cfg.bucket_cap_mb, "DDP bucket size in MiB")
       ->check(at_least(1e-6, "a bucket size > 0 MiB"));
   app.add_option("--link-gbps", cfg.link_gbps,
-                 "emulated link per device in Gbit/s, as between machines (default 10 on cpu, none on cuda; "
-                 "0: none, raw shared memory)")->check(at_least(0, "a link speed >= 0 Gbit/s (0: no emulated link)"));
-  app.add_option("--device", cfg.device, "cpu (logical cpu:k devices) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+                 "emulated link per device in Gbit/s, as between machines (default 10 on cpu, none "
+                 "on cuda; "
+                 "0: none, raw shared memory)")
+      ->check(at_least(0, "a link speed >= 0 Gbit/s (0: no emulated link)"));
+  app.add_option("--device", cfg.device, "cpu (logical cpu:k devices) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--out", cfg.out, "output directory");
-  app.add_option("--data", cfg.data_root, "Fashion-MNIST directory (default: the usual search path)");
+  app.add_option("--data", cfg.data_root,
+                 "Fashion-MNIST directory (default: the usual search path)");
   app.add_option("--seed", cfg.seed, "seed of the initial weights");
   app.add_flag("--trace", cfg.trace, "write trace.json (Chrome trace: Perfetto, chrome://tracing)");
-  app.add_flag("!--no-projection", cfg.projection, "skip the ping-pong and the alpha-beta projection");
+  app.add_flag("!--no-projection", cfg.projection,
+               "skip the ping-pong and the alpha-beta projection");
   app.add_flag("!--no-plots", cfg.plots, "skip plot_results.py");
-  app.add_option("--plot-script", plot_script, "path of plot_results.py (default: next to the source)");
-  app.add_option("--worker", worker, "internal: ring | star | zero1 | zero2 | mpi | nccl | pingpong")->group("");
+  app.add_option("--plot-script", plot_script,
+                 "path of plot_results.py (default: next to the source)");
+  app.add_option("--worker", worker,
+                 "internal: ring | star | zero1 | zero2 | mpi | nccl | pingpong")
+      ->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
-  app.add_option("--precision", cfg.precision, "fp32, or fp16 / bf16: Apex O2 (16-bit weights, gradients and "
-                 "all-reduces, float32 master weights; fp16 with a GradScaler). Modes single, star, ring, mpi, nccl")
+  app.add_option("--precision", cfg.precision,
+                 "fp32, or fp16 / bf16: Apex O2 (16-bit weights, gradients and "
+                 "all-reduces, float32 master weights; fp16 with a GradScaler). Modes single, "
+                 "star, ring, mpi, nccl")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   if (epochs > 0) {
     constexpr int64_t kTrainExamples = 60000;  // Fashion-MNIST's training split
-    cfg.steps = epochs * std::max<int64_t>(1, std::min(cfg.train_limit, kTrainExamples) / cfg.global_batch);
+    cfg.steps =
+        epochs * std::max<int64_t>(1, std::min(cfg.train_limit, kTrainExamples) / cfg.global_batch);
   }
 
   try {
     if (cfg.precision != "fp32")
       for (const std::string& m : cfg.modes)
-        DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2", "--precision {}: mode {} is not supported (its "
-                    "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl", cfg.precision, m);
+        DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2",
+                    "--precision {}: mode {} is not supported (its "
+                    "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl",
+                    cfg.precision, m);
     if (!worker.empty()) {
       if (worker == "pingpong") pingpong_worker_main(cfg);
       else ddp_worker_main(cfg, worker, worker_n);

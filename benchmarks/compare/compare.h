@@ -16,29 +16,29 @@
 namespace dplab::compare {
 
 struct Config {
-  std::string model = "mlp";             // mlp | cnn | resnet
-  std::vector<int> ns{1, 2, 4};          // device counts
+  std::string model = "mlp";     // mlp | cnn | resnet
+  std::vector<int> ns{1, 2, 4};  // device counts
   std::vector<std::string> modes{"single", "dp", "star", "ring"};
-  int64_t steps = 100;                   // optimizer steps per run (same in every mode)
-  int64_t warmup = 3;                    // first steps left out of the timing (allocations)
-  int64_t global_batch = 256;            // samples per step in all; each of N devices gets global/N
-  int64_t train_limit = 12800;           // training subset of Fashion-MNIST
-  int64_t test_limit = 2000;             // test subset for the final accuracy and loss
+  int64_t steps = 100;          // optimizer steps per run (same in every mode)
+  int64_t warmup = 3;           // first steps left out of the timing (allocations)
+  int64_t global_batch = 256;   // samples per step in all; each of N devices gets global/N
+  int64_t train_limit = 12800;  // training subset of Fashion-MNIST
+  int64_t test_limit = 2000;    // test subset for the final accuracy and loss
   double lr = 0.05;
   double momentum = 0.9;
-  std::string optimizer = "sgd";         // sgd (with momentum) | adam (lr = cfg.lr)
-  double bucket_cap_mb = 25.0;           // DDP bucket size
-  std::string device = "cpu";            // cpu | cuda
+  std::string optimizer = "sgd";  // sgd (with momentum) | adam (lr = cfg.lr)
+  double bucket_cap_mb = 25.0;    // DDP bucket size
+  std::string device = "cpu";     // cpu | cuda
   // Emulated link per device / rank in Gbit/s (parallel/transport/link_model.h), so that the
   // parameter server's single link shows as it does between machines. < 0: 10 on cpu (10 GbE
   // between machines), none on cuda; 0: none (raw shared memory, see the README).
   double link_gbps = -1;
   std::string out = "results";
-  std::string data_root = "";            // Fashion-MNIST directory; empty: the search path
-  bool trace = false;                    // write trace.json (Chrome trace)
-  bool projection = true;                // ping-pong, alpha-beta fit, projection to 1024
-  bool plots = true;                     // run plot_results.py
-  uint64_t seed = 0;                     // the initial weights
+  std::string data_root = "";  // Fashion-MNIST directory; empty: the search path
+  bool trace = false;          // write trace.json (Chrome trace)
+  bool projection = true;      // ping-pong, alpha-beta fit, projection to 1024
+  bool plots = true;           // run plot_results.py
+  uint64_t seed = 0;           // the initial weights
   // fp32 | fp16 | bf16. 16-bit runs are Apex O2 (amp/master_weights.h): the model's weights
   // (batch norm's aside) and its gradients are 16-bit, so the all-reduces move half the
   // bytes and activations take half the memory; the optimizer updates float32 master
@@ -49,7 +49,7 @@ struct Config {
 // One device (single, dp) or one rank (star, ring).
 struct DeviceFigures {
   int64_t peak_bytes = 0;
-  int64_t bytes_sent = 0, bytes_received = 0;  // all traffic of this device / rank
+  int64_t bytes_sent = 0, bytes_received = 0;                // all traffic of this device / rank
   int64_t weight_bytes_sent = 0, weight_bytes_received = 0;  // weights & gradients only
   // What holds the memory (fill_memory in training.cpp): parameters, gradients (full, or
   // ZeRO-2's shard), optimizer state (ZeRO: this rank's shard) after training, and the
@@ -59,18 +59,20 @@ struct DeviceFigures {
 };
 
 struct RunResult {
-  std::string mode;  // single | dp | star | ring | zero1 | zero2 | mpi | nccl
+  std::string mode;                // single | dp | star | ring | zero1 | zero2 | mpi | nccl
   std::string precision = "fp32";  // Config::precision, a column of results.csv
   int n = 1;
   int64_t steps = 0, timed_steps = 0, global_batch = 0;
-  double seconds = 0;                     // median step time x timed_steps (training.h: median)
+  double seconds = 0;  // median step time x timed_steps (training.h: median)
   double compute_s = 0, comm_s = 0, wait_s = 0;  // per step, see report.cpp for meanings
-  std::vector<DeviceFigures> devices{};     // index = device / rank; 0 = master for dp/star
+  std::vector<DeviceFigures> devices{};          // index = device / rank; 0 = master for dp/star
   double test_accuracy = 0, test_loss = 0;
   int64_t param_count = 0;
-  double predicted_step_s = -1;           // alpha-beta prediction (DDP rows), -1: none
-  double link_gbps = 0;                   // the emulated link this run crossed (0: none)
-  double samples_per_s() const { return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0; }
+  double predicted_step_s = -1;  // alpha-beta prediction (DDP rows), -1: none
+  double link_gbps = 0;          // the emulated link this run crossed (0: none)
+  double samples_per_s() const {
+    return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0;
+  }
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };
 
@@ -81,13 +83,15 @@ double link_gbps(const Config& cfg, const std::string& mode, int n);
 // Device k of the configured kind ("cpu" -> cpu:k, "cuda" -> cuda:k).
 Device device_of(const Config& cfg, int k);
 // Where each run leaves its files: <out>/runs/<mode>_n<N>[_rank<r>].<ext>
-std::string run_file(const Config& cfg, const std::string& mode, int n, int rank, const std::string& ext);
+std::string run_file(const Config& cfg, const std::string& mode, int n, int rank,
+                     const std::string& ext);
 
 // The optimizer of every mode but zero1/zero2: SGD (cfg.lr, cfg.momentum) or Adam (cfg.lr).
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<Tensor> params);
 // Fills d's memory split after training: parameter and gradient bytes of params (plus
 // extra_grad_bytes, ZeRO-2's shards) and the optimizer's state_bytes.
-void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes, int64_t extra_grad_bytes);
+void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes,
+                 int64_t extra_grad_bytes);
 int64_t optimizer_state_bytes(const optim::Optimizer& opt);
 
 // The modes (run_single.cpp, run_dp.cpp, run_ddp.cpp). The DDP ones start N processes of
@@ -99,8 +103,8 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
 // Runs `self_exe args...` in its own process group and waits (deadline 30 minutes); throws
 // Error naming `label` when it exits non-zero or is killed.
 // Runs self_exe with args (under `launcher`, e.g. {"mpirun", "-np", "4"}, when given).
-void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label,
-                        const std::vector<std::string>& launcher = {});
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args,
+                        const std::string& label, const std::vector<std::string>& launcher = {});
 // The body of `dplab-compare --worker ring|star --worker-n N`: spawns N ranks and trains.
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n);
 

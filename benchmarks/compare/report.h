@@ -19,7 +19,8 @@ const std::vector<std::string>& csv_columns();
 // Fills predicted_step_s of the star and ring rows: the run's own compute time per step
 // (compute_s: its step less its wait) plus what the alpha-beta model says the all-reduces
 // add to it (step_seconds with overlap; N ranks share `cores` cores here).
-void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Config& cfg, int cores);
+void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Config& cfg,
+                     int cores);
 
 struct Agreement {
   std::vector<std::string> lines;  // one per run: max |param diff| and accuracy difference
@@ -43,6 +44,7 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
 
 // Finds a python3 with matplotlib ($DPLAB_PYTHON, python3, /usr/bin/python3) and runs
 // plot_results.py on the out dir. Returns the PNGs written; `note` says why none were.
-std::vector<std::string> make_plots(const Config& cfg, const std::string& script, std::string& note);
+std::vector<std::string> make_plots(const Config& cfg, const std::string& script,
+                                    std::string& note);
 
 }  // namespace dplab::compare

@@ -1,7 +1,7 @@
 // run_ddp.cpp: the DDP modes, star (a parameter server over processes) and ring, both
 // DistributedDataParallel over the shm process group, one process per device; and mpi, DDP
-// on the mpi backend (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
-// nccl, DDP on the nccl backend (--device cuda, one GPU per rank), started by spawn().
+// on the mpi engine (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
+// nccl, DDP on the nccl engine (--device cuda, one GPU per rank), started by spawn().
 //   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
 //            one child in its own process group, waits (with a deadline), reads each
 //            rank's result file; a non-zero exit or a missing file is an Error naming the run.
@@ -39,11 +39,11 @@
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
-#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/launch/spawn.h"
 #include "parallel/launch/supervisor.h"
 
@@ -87,8 +87,14 @@ class CommThread {
     std::lock_guard lock(mu_);
     comm_s_ = wait_s_ = 0;
   }
-  double comm_seconds() const { std::lock_guard lock(mu_); return comm_s_; }
-  double wait_seconds() const { std::lock_guard lock(mu_); return wait_s_; }
+  double comm_seconds() const {
+    std::lock_guard lock(mu_);
+    return comm_s_;
+  }
+  double wait_seconds() const {
+    std::lock_guard lock(mu_);
+    return wait_s_;
+  }
 
  private:
   struct Task {
@@ -127,12 +133,14 @@ class CommThread {
       const double t0 = now_us();
       try {
         if (is_low_precision(task.bucket.dtype())) {  // --precision fp16 / bf16: as DDP's own hook
-          parallel::all_reduce_average_async(pg_, task.bucket, parallel::Compression::none, algo_)->wait();
+          parallel::all_reduce_average_async(pg_, task.bucket, parallel::Compression::none, algo_)
+              ->wait();
         } else {
           pg_.all_reduce(task.bucket, parallel::ReduceOp::Avg, algo_);
         }
         const double t1 = now_us();
-        trace_.add(fmt::format("allreduce bucket {} ({:.2f} MiB)", task.index, double(task.bucket.nbytes()) / (1 << 20)),
+        trace_.add(fmt::format("allreduce bucket {} ({:.2f} MiB)", task.index,
+                               double(task.bucket.nbytes()) / (1 << 20)),
                    pg_.rank(), t0, t1);
         {
           std::lock_guard lock(mu_);
@@ -158,20 +166,22 @@ class CommThread {
 };
 
 // ZeRO's optimizer for `zero1` / `zero2`: the configured one, sharded.
-std::unique_ptr<parallel::ZeroRedundancyOptimizer> make_zero(const Config& cfg, int stage, nn::Module& model,
+std::unique_ptr<parallel::ZeroRedundancyOptimizer> make_zero(const Config& cfg, int stage,
+                                                             nn::Module& model,
                                                              std::shared_ptr<ProcessGroup> pg) {
   parallel::InnerOptions inner = optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum};
   if (cfg.optimizer == "adam") inner = optim::AdamOptions{.lr = cfg.lr};
-  return std::make_unique<parallel::ZeroRedundancyOptimizer>(model.parameters(), inner,
-                                                             parallel::ZeroOptions{.stage = stage, .process_group = pg});
+  return std::make_unique<parallel::ZeroRedundancyOptimizer>(
+      model.parameters(), inner, parallel::ZeroOptions{.stage = stage, .process_group = pg});
 }
 
 void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) {
   const Algorithm algo = algo_name == "star" ? Algorithm::Star : Algorithm::Ring;
   const int zero_stage = algo_name == "zero1" ? 1 : algo_name == "zero2" ? 2 : 0;
-  const std::string backend = zero_stage ? "ring" : algo_name;
+  const std::string engine = zero_stage ? "ring" : algo_name;
   if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
-  auto pg = parallel::init_process_group({.backend = backend, .link_gbps = link_gbps(cfg, algo_name, n)});
+  auto pg =
+      parallel::init_process_group({.engine = engine, .link_gbps = link_gbps(cfg, algo_name, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
@@ -188,14 +198,18 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     optimizer = std::move(z);
   } else {
     net = std::make_shared<parallel::DistributedDataParallel>(
-        model, parallel::DDPOptions{.device = dev, .bucket_cap_mb = cfg.bucket_cap_mb, .algorithm = algo,
-                                    .process_group = pg, .comm_hook = comm.hook()});
+        model, parallel::DDPOptions{.device = dev,
+                                    .bucket_cap_mb = cfg.bucket_cap_mb,
+                                    .algorithm = algo,
+                                    .process_group = pg,
+                                    .comm_hook = comm.hook()});
     optimizer = make_optimizer(cfg, net->parameters());
   }
   optim::Optimizer& opt = *optimizer;
   ActivationMeter activations({dev});
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
-  ProgressOptions bar_opts{.total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
+  ProgressOptions bar_opts{
+      .total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
   if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
   ProgressBar bar(bar_opts);
   std::vector<double> step_times;
@@ -217,7 +231,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     const float loss_value = loss.item();
     if (step >= timed_from) activations.after_forward();
     const auto t1 = Clock::now();
-    scaler.scale(loss).backward();  // buckets all-reduce while it runs; returns when all are averaged
+    scaler.scale(loss)
+        .backward();  // buckets all-reduce while it runs; returns when all are averaged
     const auto t2 = Clock::now();
     scaler.step(opt);  // fp16: skipped when a gradient overflowed (every rank alike: averaged)
     scaler.update();
@@ -240,7 +255,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   const parallel::CommStats stats = pg->comm_stats();
   r.comm_s = comm.comm_seconds() / steps;
   r.wait_s = comm.wait_seconds() / steps;
-  if (zero_stage) r.comm_s = r.wait_s = stats.total.seconds / steps;  // ZeRO's collectives block the step
+  if (zero_stage)
+    r.comm_s = r.wait_s = stats.total.seconds / steps;  // ZeRO's collectives block the step
   r.compute_s = std::max(0.0, r.seconds / steps - r.wait_s);
   const auto ar = stats.per_collective.find("all_reduce");
   r.devices.assign(static_cast<size_t>(n), {});
@@ -257,7 +273,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
       mine.weight_bytes_sent += it->second.bytes_sent;
       mine.weight_bytes_received += it->second.bytes_received;
     }
-  fill_memory(mine, model->parameters(), zero ? zero->optimizer_state_bytes() : optimizer_state_bytes(opt),
+  fill_memory(mine, model->parameters(),
+              zero ? zero->optimizer_state_bytes() : optimizer_state_bytes(opt),
               zero ? zero->gradient_shard_bytes() : 0);
   mine.activation_bytes = activations.bytes(0);
   const std::vector<float> params = flat_params(*model);
@@ -276,8 +293,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
 }  // namespace
 
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
-  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl" || algo == "zero1" ||
-                  algo == "zero2",
+  DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl" ||
+                  algo == "zero1" || algo == "zero2",
               "--worker: expected ring, star, mpi, nccl, zero1 or zero2, got '{}'", algo);
   if (algo == "mpi") {  // mpirun started this process as one of the n ranks
     const parallel::MpiWorld w = parallel::mpi_world();
@@ -288,8 +305,8 @@ void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
   parallel::spawn([&](int rank) { ddp_rank(cfg, algo, n, rank); }, n);
 }
 
-void run_worker_process(const std::string& self_exe, std::vector<std::string> args, const std::string& label,
-                        const std::vector<std::string>& launcher) {
+void run_worker_process(const std::string& self_exe, std::vector<std::string> args,
+                        const std::string& label, const std::vector<std::string>& launcher) {
   args.insert(args.begin(), self_exe);
   args.insert(args.begin(), launcher.begin(), launcher.end());
   const std::string program = args.front();
@@ -323,10 +340,12 @@ void run_worker_process(const std::string& self_exe, std::vector<std::string> ar
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (WIFSIGNALED(status))
-    DPLAB_FAIL("{}: the worker was killed by signal {} (its ranks' messages are above)", label, WTERMSIG(status));
+    DPLAB_FAIL("{}: the worker was killed by signal {} (its ranks' messages are above)", label,
+               WTERMSIG(status));
   if (WEXITSTATUS(status) != 0)
     DPLAB_FAIL("{}: the worker exited with status {}{} (its ranks' messages are above)", label,
-               WEXITSTATUS(status), WEXITSTATUS(status) == 127 ? " (could not execute " + program + ")" : "");
+               WEXITSTATUS(status),
+               WEXITSTATUS(status) == 127 ? " (could not execute " + program + ")" : "");
 }
 
 RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::string& self_exe,
@@ -337,14 +356,15 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
   args.push_back(std::to_string(n));
   std::vector<std::string> launcher;
   if (algo == "nccl") {
-    DPLAB_CHECK(parallel::nccl_built(), "--modes nccl: dplab-compare was built without NCCL (needs "
+    DPLAB_CHECK(parallel::nccl_built(),
+                "--modes nccl: dplab-compare was built without NCCL (needs "
                 "the CUDA toolkit's NCCL; reconfigure with -Dnccl=enabled)");
     DPLAB_CHECK(cfg.device == "cuda", "--modes nccl needs --device cuda (NCCL reduces GPU tensors, "
-                "one GPU per rank); on CPUs use ring, star or mpi");
+                                      "one GPU per rank); on CPUs use ring, star or mpi");
   }
   if (algo == "mpi") {
     DPLAB_CHECK(parallel::mpi_built(), "--modes mpi: dplab-compare was built without MPI (install "
-                "libopenmpi-dev and openmpi-bin, then reconfigure)");
+                                       "libopenmpi-dev and openmpi-bin, then reconfigure)");
     launcher = {"mpirun", "--oversubscribe", "--bind-to", "none", "-np", std::to_string(n)};
     if (::geteuid() == 0) launcher.insert(launcher.begin() + 1, "--allow-run-as-root");
   }

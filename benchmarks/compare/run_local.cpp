@@ -27,14 +27,15 @@ struct LoopTimes {
   double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;  // seconds: median step x steps
   std::vector<double> step_times;
   int64_t timed_steps = 0;
-  int64_t optim_state_bytes = 0;  // the optimizer's state at the end (on the master)
+  int64_t optim_state_bytes = 0;          // the optimizer's state at the end (on the master)
   std::vector<int64_t> activation_bytes;  // per device of `devices`: what forward adds
 };
 
 // The training loop both local modes share. `net` is the model or its DataParallel
 // wrapper; `on_timing_start` resets the counters when the timed steps begin.
-LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net, const std::vector<Device>& devices,
-                     const std::string& label, TraceRecorder& trace, const std::function<void()>& on_timing_start) {
+LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
+                     const std::vector<Device>& devices, const std::string& label,
+                     TraceRecorder& trace, const std::function<void()>& on_timing_start) {
   const Device input_device = devices.at(0);
   ActivationMeter activations(devices);
   auto optimizer = make_optimizer(cfg, net.parameters());
@@ -97,9 +98,14 @@ RunResult run_single(const Config& cfg) {
   auto model = initial_model(cfg);
   model->to(dev);
   TraceRecorder trace(cfg.trace);
-  LoopTimes t = train_loop(cfg, d, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
-  RunResult r{.mode = "single", .n = 1, .steps = cfg.steps, .timed_steps = t.timed_steps,
-              .global_batch = cfg.global_batch, .seconds = t.seconds};
+  LoopTimes t =
+      train_loop(cfg, d, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
+  RunResult r{.mode = "single",
+              .n = 1,
+              .steps = cfg.steps,
+              .timed_steps = t.timed_steps,
+              .global_batch = cfg.global_batch,
+              .seconds = t.seconds};
   // One device computes everything: no communication, nothing to wait for.
   r.compute_s = t.seconds / double(t.timed_steps);
   r.devices = {DeviceFigures{.peak_bytes = memory_stats(dev).peak_bytes}};
@@ -118,10 +124,15 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   parallel::DataParallel dp(model, devices);
   dp.emulate_links(link_gbps(cfg, "dp", n));
   TraceRecorder trace(cfg.trace);
-  LoopTimes t = train_loop(cfg, d, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
+  LoopTimes t =
+      train_loop(cfg, d, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
 
-  RunResult r{.mode = "dp", .n = n, .steps = cfg.steps, .timed_steps = t.timed_steps,
-              .global_batch = cfg.global_batch, .seconds = t.seconds};
+  RunResult r{.mode = "dp",
+              .n = n,
+              .steps = cfg.steps,
+              .timed_steps = t.timed_steps,
+              .global_batch = cfg.global_batch,
+              .seconds = t.seconds};
   const std::vector<parallel::DeviceLoad> load = dp.load();
   const parallel::TrafficMatrix& tm = dp.traffic();
   using parallel::DpPhase;

@@ -44,8 +44,8 @@ std::vector<TraceEvent> read_fragment(const std::string& path) {
     std::istringstream in(line);
     TraceEvent e;
     std::string track, start, end;
-    if (std::getline(in, e.name, '\t') && std::getline(in, track, '\t') && std::getline(in, start, '\t') &&
-        std::getline(in, end)) {
+    if (std::getline(in, e.name, '\t') && std::getline(in, track, '\t') &&
+        std::getline(in, start, '\t') && std::getline(in, end)) {
       e.track = std::stoi(track);
       e.start_us = std::stod(start);
       e.end_us = std::stod(end);
@@ -88,15 +88,19 @@ int64_t merge_traces(const std::vector<TraceRun>& runs, const std::string& path)
   for (size_t i = 0; i < runs.size(); ++i) {
     const int pid = static_cast<int>(i) + 1;
     comma();
-    json += fmt::format(R"({{"ph": "M", "name": "process_name", "pid": {}, "args": {{"name": )", pid);
+    json +=
+        fmt::format(R"({{"ph": "M", "name": "process_name", "pid": {}, "args": {{"name": )", pid);
     append_json_string(json, runs[i].label);
     json += "}}";
     comma();
-    json += fmt::format(R"({{"ph": "M", "name": "process_sort_index", "pid": {}, "args": {{"sort_index": {}}}}})",
-                        pid, pid);
+    json += fmt::format(
+        R"({{"ph": "M", "name": "process_sort_index", "pid": {}, "args": {{"sort_index": {}}}}})",
+        pid, pid);
     for (size_t t = 0; t < runs[i].track_names.size(); ++t) {
       comma();
-      json += fmt::format(R"({{"ph": "M", "name": "thread_name", "pid": {}, "tid": {}, "args": {{"name": )", pid, t);
+      json += fmt::format(
+          R"({{"ph": "M", "name": "thread_name", "pid": {}, "tid": {}, "args": {{"name": )", pid,
+          t);
       append_json_string(json, runs[i].track_names[t]);
       json += "}}";
     }
@@ -105,7 +109,8 @@ int64_t merge_traces(const std::vector<TraceRun>& runs, const std::string& path)
       json += R"({"ph": "X", "name": )";
       append_json_string(json, e.name);
       json += fmt::format(R"(, "cname": "{}", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}}})",
-                          colour_of(e.name), pid, e.track, e.start_us - t0, std::max(0.0, e.end_us - e.start_us));
+                          colour_of(e.name), pid, e.track, e.start_us - t0,
+                          std::max(0.0, e.end_us - e.start_us));
     }
   }
   json += "\n]}\n";

@@ -15,8 +15,8 @@
 namespace dplab::compare {
 
 struct TraceEvent {
-  std::string name;   // "forward", "allreduce bucket 2", ...
-  int track = 0;      // rank or device index
+  std::string name;  // "forward", "allreduce bucket 2", ...
+  int track = 0;     // rank or device index
   double start_us = 0, end_us = 0;
 };
 
@@ -37,7 +37,7 @@ class TraceRecorder {
 
 // One run's fragments: the process label shown in the viewer and its fragment files.
 struct TraceRun {
-  std::string label;                 // "ring N=2"
+  std::string label;  // "ring N=2"
   std::vector<std::string> fragments{};
   std::vector<std::string> track_names{};  // "rank 0", "cpu:1 (master)", ...
 };

@@ -28,7 +28,9 @@
 namespace dplab::compare {
 
 double link_gbps(const Config& cfg, const std::string& mode, int n) {
-  if (n < 2 || (mode != "dp" && mode != "star" && mode != "ring" && mode != "zero1" && mode != "zero2")) return 0.0;
+  if (n < 2 ||
+      (mode != "dp" && mode != "star" && mode != "ring" && mode != "zero1" && mode != "zero2"))
+    return 0.0;
   if (cfg.link_gbps >= 0) return cfg.link_gbps;
   return cfg.device == "cpu" ? 10.0 : 0.0;  // logical CPU devices stand for machines on 10 GbE
 }
@@ -39,7 +41,8 @@ Device device_of(const Config& cfg, int k) {
   DPLAB_FAIL("--device: expected cpu or cuda, got '{}'", cfg.device);
 }
 
-std::string run_file(const Config& cfg, const std::string& mode, int n, int rank, const std::string& ext) {
+std::string run_file(const Config& cfg, const std::string& mode, int n, int rank,
+                     const std::string& ext) {
   std::string name = fmt::format("{}_n{}", mode, n);
   if (rank >= 0) name += fmt::format("_rank{}", rank);
   return (std::filesystem::path(cfg.out) / "runs" / (name + "." + ext)).string();
@@ -48,17 +51,21 @@ std::string run_file(const Config& cfg, const std::string& mode, int n, int rank
 TrainData load_data(const Config& cfg) {
   datasets::FashionMNIST train("train", {.root = cfg.data_root, .limit = cfg.train_limit});
   datasets::FashionMNIST test("test", {.root = cfg.data_root, .limit = cfg.test_limit});
-  const Device host = cfg.device == "cpu" ? Device(DeviceKind::CPU, kDataDeviceIndex) : Device(DeviceKind::CPU, 0);
-  TrainData d{train.data().to(host), train.targets().to(host), test.data().to(host), test.targets().to(host), 0};
+  const Device host =
+      cfg.device == "cpu" ? Device(DeviceKind::CPU, kDataDeviceIndex) : Device(DeviceKind::CPU, 0);
+  TrainData d{train.data().to(host), train.targets().to(host), test.data().to(host),
+              test.targets().to(host), 0};
   d.batches = d.train_x.size(0) / cfg.global_batch;
-  DPLAB_CHECK(d.batches >= 1, "the training subset has {} examples, fewer than one global batch of {}",
+  DPLAB_CHECK(d.batches >= 1,
+              "the training subset has {} examples, fewer than one global batch of {}",
               d.train_x.size(0), cfg.global_batch);
   return d;
 }
 
-Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part, int parts) {
-  DPLAB_CHECK(cfg.global_batch % parts == 0, "global batch {} does not split evenly over {} devices",
-              cfg.global_batch, parts);
+Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part,
+                  int parts) {
+  DPLAB_CHECK(cfg.global_batch % parts == 0,
+              "global batch {} does not split evenly over {} devices", cfg.global_batch, parts);
   const int64_t per = cfg.global_batch / parts;
   const int64_t start = (step % d.batches) * cfg.global_batch + part * per;
   return all.narrow(start, per);
@@ -71,7 +78,9 @@ std::shared_ptr<nn::Module> initial_model(const Config& cfg) {
   return model;
 }
 
-DType model_dtype(const Config& cfg) { return amp::compute_dtype(amp::parse_precision(cfg.precision)); }
+DType model_dtype(const Config& cfg) {
+  return amp::compute_dtype(amp::parse_precision(cfg.precision));
+}
 
 Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
   const bool was_training = model.is_training();
@@ -85,9 +94,12 @@ Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
     Tensor x = d.test_x.narrow(start, len).to(device).to(dtype);
     Tensor y = d.test_y.narrow(start, len).to(device);
     Tensor logits = model.forward(x).to(DType::Float32);
-    loss_sum += double(cross_entropy(logits, y, Reduction::Sum).to(Device(DeviceKind::CPU, 0)).item());
-    const std::vector<int64_t> predicted = argmax(logits, 1).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
-    const std::vector<int64_t> truth = d.test_y.narrow(start, len).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
+    loss_sum +=
+        double(cross_entropy(logits, y, Reduction::Sum).to(Device(DeviceKind::CPU, 0)).item());
+    const std::vector<int64_t> predicted =
+        argmax(logits, 1).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
+    const std::vector<int64_t> truth =
+        d.test_y.narrow(start, len).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
     for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i] ? 1 : 0;
   }
   model.train(was_training);
@@ -113,7 +125,8 @@ std::vector<float> flat_params(const nn::Module& model) {
 void write_params(const std::string& path, const std::vector<float>& values) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+  f.write(reinterpret_cast<const char*>(values.data()),
+          std::streamsize(values.size() * sizeof(float)));
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
 
@@ -135,13 +148,16 @@ void write_rank_file(const std::string& path, const RunResult& r, int rank) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp);
-    f << fmt::format("steps {}\ntimed_steps {}\nseconds {:.9g}\n", r.steps, r.timed_steps, r.seconds);
-    f << fmt::format("compute_s {:.9g}\ncomm_s {:.9g}\nwait_s {:.9g}\n", r.compute_s, r.comm_s, r.wait_s);
-    f << fmt::format("test_accuracy {:.9g}\ntest_loss {:.9g}\nparam_count {}\n", r.test_accuracy, r.test_loss,
-                     r.param_count);
+    f << fmt::format("steps {}\ntimed_steps {}\nseconds {:.9g}\n", r.steps, r.timed_steps,
+                     r.seconds);
+    f << fmt::format("compute_s {:.9g}\ncomm_s {:.9g}\nwait_s {:.9g}\n", r.compute_s, r.comm_s,
+                     r.wait_s);
+    f << fmt::format("test_accuracy {:.9g}\ntest_loss {:.9g}\nparam_count {}\n", r.test_accuracy,
+                     r.test_loss, r.param_count);
     f << fmt::format("device {} {} {} {} {}\n", d.peak_bytes, d.bytes_sent, d.bytes_received,
                      d.weight_bytes_sent, d.weight_bytes_received);
-    f << fmt::format("memory {} {} {} {}\n", d.param_bytes, d.grad_bytes, d.optim_state_bytes, d.activation_bytes);
+    f << fmt::format("memory {} {} {} {}\n", d.param_bytes, d.grad_bytes, d.optim_state_bytes,
+                     d.activation_bytes);
     DPLAB_CHECK(f.good(), "could not write {}", tmp);
   }
   std::filesystem::rename(tmp, path);  // a reader never sees half a file
@@ -160,10 +176,12 @@ void read_rank_file(const std::string& path, RunResult& r, int rank) {
     DPLAB_CHECK(it != kv.end(), "{}: expected a line '{} ...', found none", path, k);
     return it->second;
   };
-  if (static_cast<size_t>(rank) >= r.devices.size()) r.devices.resize(static_cast<size_t>(rank) + 1);
+  if (static_cast<size_t>(rank) >= r.devices.size())
+    r.devices.resize(static_cast<size_t>(rank) + 1);
   std::istringstream dev(get("device"));
   DeviceFigures& d = r.devices[static_cast<size_t>(rank)];
-  dev >> d.peak_bytes >> d.bytes_sent >> d.bytes_received >> d.weight_bytes_sent >> d.weight_bytes_received;
+  dev >> d.peak_bytes >> d.bytes_sent >> d.bytes_received >> d.weight_bytes_sent >>
+      d.weight_bytes_received;
   DPLAB_CHECK(!dev.fail(), "{}: malformed device line '{}'", path, get("device"));
   std::istringstream mem(get("memory"));
   mem >> d.param_bytes >> d.grad_bytes >> d.optim_state_bytes >> d.activation_bytes;
@@ -184,13 +202,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& cfg, std::vector<
   if (model_dtype(cfg) != DType::Float32) {  // Apex O2: the same optimizer, on float32 masters
     Config inner = cfg;
     inner.precision = "fp32";
-    return std::make_unique<amp::MasterWeightOptimizer>(std::move(params), [inner](std::vector<Tensor> masters) {
-      return make_optimizer(inner, std::move(masters));
-    });
+    return std::make_unique<amp::MasterWeightOptimizer>(
+        std::move(params),
+        [inner](std::vector<Tensor> masters) { return make_optimizer(inner, std::move(masters)); });
   }
-  if (cfg.optimizer == "adam") return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = cfg.lr});
+  if (cfg.optimizer == "adam")
+    return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{.lr = cfg.lr});
   DPLAB_CHECK(cfg.optimizer == "sgd", "--optimizer: expected sgd or adam, got '{}'", cfg.optimizer);
-  return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
+  return std::make_unique<optim::SGD>(std::move(params),
+                                      optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum});
 }
 
 int64_t optimizer_state_bytes(const optim::Optimizer& opt) {
@@ -202,7 +222,8 @@ int64_t optimizer_state_bytes(const optim::Optimizer& opt) {
   return bytes;
 }
 
-void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes, int64_t extra_grad_bytes) {
+void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t state_bytes,
+                 int64_t extra_grad_bytes) {
   d.param_bytes = d.grad_bytes = 0;
   for (const Tensor& p : params) {
     d.param_bytes += p.nbytes();
@@ -216,7 +237,8 @@ ActivationMeter::ActivationMeter(std::vector<Device> devices)
     : devices_(std::move(devices)), before_(devices_.size()), peak_(devices_.size()) {}
 
 void ActivationMeter::before_forward() {
-  for (size_t i = 0; i < devices_.size(); ++i) before_[i] = memory_stats(devices_[i]).allocated_bytes;
+  for (size_t i = 0; i < devices_.size(); ++i)
+    before_[i] = memory_stats(devices_[i]).allocated_bytes;
 }
 
 void ActivationMeter::after_forward() {

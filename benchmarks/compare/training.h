@@ -25,7 +25,7 @@ inline constexpr int kDataDeviceIndex = 63;
 struct TrainData {
   Tensor train_x, train_y;  // [M, 1, 28, 28] float32, [M] int64 on cpu:63 (cpu runs) or cpu:0
   Tensor test_x, test_y;
-  int64_t batches = 0;      // M / G whole global batches, cycled
+  int64_t batches = 0;  // M / G whole global batches, cycled
 };
 
 // Throws when Fashion-MNIST is missing (its message says where it looked) or the subset
@@ -33,7 +33,8 @@ struct TrainData {
 TrainData load_data(const Config& cfg);
 
 // Rows of global batch `step` for part `part` of `parts` (parts = 1: the whole batch).
-Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part, int parts);
+Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part,
+                  int parts);
 
 // The model every mode starts from: manual_seed(cfg.seed), then models::make_model, then
 // cast to 16 bits for --precision fp16 / bf16 (Apex O2).

@@ -33,7 +33,7 @@ inline void run_ranks(int n, const std::function<void(std::shared_ptr<ProcessGro
   const dplab::parallel::Seconds timeout(20.0);
   auto store = std::make_shared<dplab::parallel::HashStore>(timeout);
   course::run_rank_threads(n, [&](int r) {
-    body(dplab::parallel::create_process_group(store, r, n, {.backend = "ring", .timeout = timeout}));
+    body(dplab::parallel::create_process_group(store, r, n, {.engine = "ring", .timeout = timeout}));
   });
 }
 

@@ -101,7 +101,7 @@ inline RingRun run_ranks(int n, const std::function<void(CountingTransport&, Rin
   RingRun run{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<observe::Log>(n),
               std::vector<const std::byte*>(n)};
   course::run_rank_threads(n, [&](int r) {
-    CountingTransport tr(dplab::parallel::make_thread_transport(*store, "hw3", r, n, kWait));
+    CountingTransport tr(dplab::parallel::make_thread_transport(*store, r, n, kWait));
     tr.set_context("your ring_all_reduce");
     observe::current() = &run.logs[r];
     try {

@@ -1,6 +1,6 @@
 // support.cpp: the part of hw3 that is given: exchange() and divide() (see ring.h).
 // exchange() interleaves the two directions segment by segment, as the library's ring_step
-// does (parallel/comm/ring.cpp): a rank that sent a whole chunk before receiving would fill
+// does (parallel/algorithms/ring.cpp): a rank that sent a whole chunk before receiving would fill
 // the four slots of its link and wait forever for a neighbour doing the same.
 // Both also tell a watching test what they were asked (observe.h), and exchange() marks
 // the thread's ring step, so that a crash report can say which step a rank was on.

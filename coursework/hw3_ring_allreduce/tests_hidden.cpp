@@ -56,7 +56,7 @@ Race race(int n, int64_t count, int rounds) {
   };
   run_ranks(n, [&](CountingTransport& tr, RingRun&) {
     const int r = tr.rank();
-    auto pg = dplab::parallel::create_process_group(store, r, n, {.backend = "ring", .timeout = Seconds(30.0)});
+    auto pg = dplab::parallel::create_process_group(store, r, n, {.engine = "ring", .timeout = Seconds(30.0)});
     const std::vector<std::byte> input = make_input(r, count, DType::Float32);
     std::vector<std::byte> data;
     dplab::Tensor t = dplab::Tensor::empty({count});

@@ -47,7 +47,7 @@ STATIC = [
      "expect": ["does not compile", "your files may include only"]},
     {"name": "the reference included through the course's folder", "file": '#include "@HW_DIR@/@STUDENT_FILE@"\n',
      "expect": ["does not compile", "your files may include only"]},
-    {"name": "a library header the assignment does not give", "top": '#include "parallel/comm/collectives.h"\n',
+    {"name": "a library header the assignment does not give", "top": '#include "parallel/algorithms/collectives.h"\n',
      "body": "", "expect": ["does not compile", "your files may include only"]},
     {"name": "a system call in inline assembly", "top": RAW, "body": "dplab_raw(231, 0);",
      "expect": ["makes a system call itself"]},

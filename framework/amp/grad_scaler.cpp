@@ -26,10 +26,12 @@ void check_options(const char* who, double scale, double growth, double backoff,
   DPLAB_CHECK(scale > 0 && std::isfinite(scale) && scale <= kMaxScale,
               "{}: scale must be a finite value in (0, {:g}] (float32's largest), got {}", who,
               kMaxScale, scale);
-  DPLAB_CHECK(growth > 1.0 && std::isfinite(growth), "{}: growth_factor must be a finite value "
-              "> 1, got {}", who, growth);
-  DPLAB_CHECK(backoff > 0.0 && backoff < 1.0, "{}: backoff_factor must lie in (0, 1), got {}",
-              who, backoff);
+  DPLAB_CHECK(growth > 1.0 && std::isfinite(growth),
+              "{}: growth_factor must be a finite value "
+              "> 1, got {}",
+              who, growth);
+  DPLAB_CHECK(backoff > 0.0 && backoff < 1.0, "{}: backoff_factor must lie in (0, 1), got {}", who,
+              backoff);
   DPLAB_CHECK(interval >= 1, "{}: growth_interval must be >= 1, got {}", who, interval);
 }
 
@@ -49,8 +51,10 @@ Tensor GradScaler::scale(const Tensor& loss) const {
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
   PerOptimizer& st = per_optimizer_[&optimizer];
-  DPLAB_CHECK(st.stage == Stage::Ready, "GradScaler::unscale_: already {} for this optimizer since "
-              "the last update()", st.stage == Stage::Unscaled ? "unscaled" : "stepped");
+  DPLAB_CHECK(st.stage == Stage::Ready,
+              "GradScaler::unscale_: already {} for this optimizer since "
+              "the last update()",
+              st.stage == Stage::Unscaled ? "unscaled" : "stepped");
   optimizer.sync_grads();
   // 1/S is a power of two while S is (the defaults keep it so): unscaling is exact.
   const float inv_scale = static_cast<float>(1.0 / scale_);
@@ -73,7 +77,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   }
   PerOptimizer& st = per_optimizer_[&optimizer];
   DPLAB_CHECK(st.stage != Stage::Stepped, "GradScaler::step: step() was already called for this "
-              "optimizer since the last update()");
+                                          "optimizer since the last update()");
   if (st.stage == Stage::Ready) unscale_(optimizer);
   st.stage = Stage::Stepped;
   if (st.found_inf) {
@@ -87,7 +91,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
 void GradScaler::update() {
   if (!enabled_) return;
   DPLAB_CHECK(!per_optimizer_.empty(), "GradScaler::update: no inf checks were recorded before "
-              "update() (call step() or unscale_() first)");
+                                       "update() (call step() or unscale_() first)");
   bool found_inf = false;
   for (const auto& [opt, st] : per_optimizer_) found_inf = found_inf || st.found_inf;
   // S stays a normal float32 (it is applied as one): past float32's largest value S would
@@ -114,8 +118,10 @@ GradScalerState GradScaler::parse_state_dict(const Metadata& meta) {
   const char* who = "GradScaler::load_state_dict";
   auto get = [&](const char* key) -> const std::string& {
     auto it = meta.find(key);
-    DPLAB_CHECK(it != meta.end(), "{}: missing \"{}\" (a checkpoint saved without the scaler's "
-                "state_dict?)", who, key);
+    DPLAB_CHECK(it != meta.end(),
+                "{}: missing \"{}\" (a checkpoint saved without the scaler's "
+                "state_dict?)",
+                who, key);
     return it->second;
   };
   auto number = [&](const char* key) {

@@ -57,7 +57,9 @@ class GradScaler {
   double get_scale() const { return enabled_ ? scale_ : 1.0; }
   int64_t growth_tracker() const { return growth_tracker_; }
   bool is_enabled() const { return enabled_; }
-  int64_t skipped_steps() const { return skipped_steps_; }  // since construction (a counter for reports)
+  int64_t skipped_steps() const {
+    return skipped_steps_;
+  }  // since construction (a counter for reports)
 
   // "scaler.scale", "scaler.growth_tracker", ... into a checkpoint's metadata (checkpoint.h).
   void state_dict(Metadata& meta) const;

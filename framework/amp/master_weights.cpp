@@ -22,8 +22,10 @@ void cast_in_place(Tensor& t, DType dtype) {
 std::vector<Tensor> float32_copies(const std::vector<Tensor>& params) {
   std::vector<Tensor> masters;
   for (const Tensor& p : params) {
-    DPLAB_CHECK(p.defined() && is_floating(p.dtype()), "MasterWeightOptimizer: expected floating "
-                "parameters, got {}", p.defined() ? std::string(dtype_name(p.dtype())) : "an undefined tensor");
+    DPLAB_CHECK(p.defined() && is_floating(p.dtype()),
+                "MasterWeightOptimizer: expected floating "
+                "parameters, got {}",
+                p.defined() ? std::string(dtype_name(p.dtype())) : "an undefined tensor");
     Tensor m = p.dtype() == DType::Float32 ? p.detach().clone() : p.detach().to(DType::Float32);
     m.requires_grad_(true);
     masters.push_back(m);
@@ -34,7 +36,8 @@ std::vector<Tensor> float32_copies(const std::vector<Tensor>& params) {
 }  // namespace
 
 void cast_module_(nn::Module& module, DType dtype, bool keep_batchnorm_fp32) {
-  DPLAB_CHECK(is_floating(dtype), "cast_module_: expected a floating dtype, got {}", dtype_name(dtype));
+  DPLAB_CHECK(is_floating(dtype), "cast_module_: expected a floating dtype, got {}",
+              dtype_name(dtype));
   for (auto& [name, m] : module.named_modules()) {
     if (keep_batchnorm_fp32 && m->name().find("BatchNorm") != std::string::npos) continue;
     for (auto& [pname, p] : m->own_parameters()) cast_in_place(p, dtype);
@@ -82,7 +85,8 @@ void MasterWeightOptimizer::zero_grad(bool set_to_none) {
 
 void MasterWeightOptimizer::state_dict(StateDict& tensors, Metadata& meta) const {
   inner_->state_dict(tensors, meta);
-  for (size_t i = 0; i < params_.size(); ++i) tensors.insert(fmt::format("master.{}", i), params_[i].detach());
+  for (size_t i = 0; i < params_.size(); ++i)
+    tensors.insert(fmt::format("master.{}", i), params_[i].detach());
 }
 
 void MasterWeightOptimizer::load_state_dict(const StateDict& tensors, const Metadata& meta) {

@@ -43,7 +43,7 @@ class MasterWeightOptimizer : public optim::Optimizer {
   // sync_grads, inner step, masters -> model weights; the master gradients are freed (the
   // model's 16-bit ones stay, as .grad does after any step)
   void step() override;
-  void zero_grad(bool set_to_none = true) override;  // the model's gradients and the masters' 
+  void zero_grad(bool set_to_none = true) override;  // the model's gradients and the masters'
   void state_dict(StateDict& tensors, Metadata& meta) const override;
   void load_state_dict(const StateDict& tensors, const Metadata& meta) override;
 

@@ -1,8 +1,8 @@
 // precision.cpp: see precision.h.
 #include "framework/amp/precision.h"
 
-#include "framework/amp/autocast.h"
 #include "framework/error.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/ops.h"
 
 namespace dplab::amp {
@@ -19,7 +19,9 @@ const char* precision_name(Precision p) {
 }
 
 DType compute_dtype(Precision p) {
-  return p == Precision::Fp16 ? DType::Float16 : p == Precision::Bf16 ? DType::BFloat16 : DType::Float32;
+  return p == Precision::Fp16   ? DType::Float16
+         : p == Precision::Bf16 ? DType::BFloat16
+                                : DType::Float32;
 }
 
 GradScaler make_scaler(Precision p) { return GradScaler({.enabled = p == Precision::Fp16}); }
@@ -30,7 +32,8 @@ StepResult train_step(nn::Module& model, optim::Optimizer& optimizer, GradScaler
   optimizer.zero_grad();
   Tensor loss;
   {
-    AutocastGuard autocast(p == Precision::Fp32 ? DType::Float16 : compute_dtype(p), p != Precision::Fp32);
+    AutocastGuard autocast(p == Precision::Fp32 ? DType::Float16 : compute_dtype(p),
+                           p != Precision::Fp32);
     r.logits = model.forward(x);
     loss = cross_entropy(r.logits, y);  // float32 inside autocast
   }

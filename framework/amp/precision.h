@@ -3,7 +3,7 @@
 //   fp32: plain float32, no scaler
 //   fp16: autocast(float16) forward + GradScaler (dynamic loss scaling)
 //   bf16: autocast(bfloat16) forward, no scaler (bfloat16 has float32's range)
-// Read next: autocast.h, grad_scaler.h.
+// Read next: ops/autocast.h, grad_scaler.h.
 #pragma once
 #include <optional>
 #include <string>
@@ -15,7 +15,8 @@ namespace dplab::amp {
 
 enum class Precision { Fp32, Fp16, Bf16 };
 
-Precision parse_precision(const std::string& name);  // "fp32", "fp16", "bf16"; else Error naming them
+Precision parse_precision(
+    const std::string& name);  // "fp32", "fp16", "bf16"; else Error naming them
 const char* precision_name(Precision p);
 // The dtype the GEMMs run in (and gradients of 16-bit tensors have): Float32, Float16, BFloat16.
 DType compute_dtype(Precision p);
@@ -23,8 +24,8 @@ DType compute_dtype(Precision p);
 GradScaler make_scaler(Precision p);
 
 struct StepResult {
-  Tensor logits;   // [N, classes], the dtype autocast gave (16-bit for fp16 / bf16)
-  float loss = 0;  // the unscaled cross-entropy
+  Tensor logits;        // [N, classes], the dtype autocast gave (16-bit for fp16 / bf16)
+  float loss = 0;       // the unscaled cross-entropy
   bool stepped = true;  // false when the scaler skipped the step (inf / NaN gradients)
 };
 // zero_grad; forward under autocast (fp16 / bf16); cross_entropy in float32; backward of

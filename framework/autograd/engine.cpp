@@ -102,7 +102,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     // or nodes below it, reachable by another path, would never become ready.
     const auto& next = node->next();
     DPLAB_CHECK(outs.empty() || outs.size() == next.size(),
-                "internal: {} returned {} gradients for {} inputs", node->name(), outs.size(), next.size());
+                "internal: {} returned {} gradients for {} inputs", node->name(), outs.size(),
+                next.size());
     for (size_t i = 0; i < next.size(); ++i) {
       Node* n = next[i].get();
       if (!n) continue;

@@ -33,7 +33,8 @@ Backend& backend_for(Device d) {
   return cuda_backend();
 #else
   DPLAB_FAIL("device {}: this dplab was built without CUDA (reconfigure with -Dcuda=enabled "
-             "on a machine with nvcc)", d);
+             "on a machine with nvcc)",
+             d);
 #endif
 }
 

@@ -34,21 +34,34 @@ struct Strided {
 };
 
 enum class UnaryOp {
-  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Abs,
-  PowScalar,  // x^s
-  AddScalar,  // x + s
-  MulScalar,  // x * s
-  RsubScalar, // s - x
-  RdivScalar, // s / x
-  GtScalar,   // 1 if x > s else 0
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Relu,
+  Sigmoid,
+  Tanh,
+  Abs,
+  PowScalar,   // x^s
+  AddScalar,   // x + s
+  MulScalar,   // x * s
+  RsubScalar,  // s - x
+  RdivScalar,  // s / x
+  GtScalar,    // 1 if x > s else 0
 };
 
 enum class BinaryOp {
-  Add, Sub, Mul, Div, Pow, Max, Min,
-  Eq,          // 1 if a == b else 0
-  ReluGrad,    // a * (b > 0)        a = grad, b = relu input
-  SigmoidGrad, // a * b * (1 - b)    b = sigmoid output
-  TanhGrad,    // a * (1 - b*b)      b = tanh output
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  Eq,           // 1 if a == b else 0
+  ReluGrad,     // a * (b > 0)        a = grad, b = relu input
+  SigmoidGrad,  // a * b * (1 - b)    b = sigmoid output
+  TanhGrad,     // a * (1 - b*b)      b = tanh output
 };
 
 // What a kernel computes over elements: along a dim (reduce) or elementwise into a buffer
@@ -140,8 +153,8 @@ class Backend {
   virtual void index_rows(DType t, const void* src, int64_t src_rows, const int64_t* idx,
                           int64_t n_idx, int64_t row_elems, void* out) = 0;
   // out[idx[i], :] += g[i, :]
-  virtual void index_add_rows(const float* g, const int64_t* idx, int64_t n_idx,
-                              int64_t row_elems, float* out) = 0;
+  virtual void index_add_rows(const float* g, const int64_t* idx, int64_t n_idx, int64_t row_elems,
+                              float* out) = 0;
   // out[i, j] = src[idx[i, j], j]; out and idx are [rows, cols], src is [src_rows, cols].
   virtual void gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
                            int64_t cols, float* out) = 0;
@@ -172,8 +185,8 @@ class Backend {
   // gw [O, C, kh, kw] (reads x), gb [O]. Returns false, having written nothing, where it has
   // no direct path for what was asked.
   virtual bool conv2d_direct_backward(const float* /*gy*/, const float* /*x*/,
-                                      const float* /*weight*/, const Window2d& /*w*/,
-                                      int64_t /*O*/, float* /*gx*/, float* /*gw*/, float* /*gb*/) {
+                                      const float* /*weight*/, const Window2d& /*w*/, int64_t /*O*/,
+                                      float* /*gx*/, float* /*gw*/, float* /*gb*/) {
     return false;
   }
   // conv2d_direct, ReLU and a 2x2 max-pool of stride 2 in one pass (ops/nn_conv.cpp's
@@ -182,17 +195,20 @@ class Backend {
   // output in `route`, [N, out_h/2 * out_w/2, O] (channels last): the window's winner, 0-3 in
   // row-major order, or 4 where the ReLU stopped the gradient (y not > 0). Returns false,
   // having written nothing, where it has no such path, or where the backward would have none.
+  // fuses_conv_relu_pool(): whether it may run at all (its settings are the backend's: the
+  // CPU's DPLAB_FUSE), so that conv2d_relu_max_pool2d allocates its outputs only then.
+  virtual bool fuses_conv_relu_pool() const { return false; }
   virtual bool conv2d_relu_pool_direct(const float* /*x*/, const float* /*weight*/,
-                                       const float* /*bias*/, const Window2d& /*w*/,
-                                       int64_t /*O*/, float* /*y*/, uint8_t* /*route*/) {
+                                       const float* /*bias*/, const Window2d& /*w*/, int64_t /*O*/,
+                                       float* /*y*/, uint8_t* /*route*/) {
     return false;
   }
   // Its gradients from g [N, O, out_h/2, out_w/2] and the forward's route; gx, gw, gb as
   // conv2d_direct_backward's.
   virtual bool conv2d_relu_pool_direct_backward(const float* /*g*/, const uint8_t* /*route*/,
                                                 const float* /*x*/, const float* /*weight*/,
-                                                const Window2d& /*w*/, int64_t /*O*/,
-                                                float* /*gx*/, float* /*gw*/, float* /*gb*/) {
+                                                const Window2d& /*w*/, int64_t /*O*/, float* /*gx*/,
+                                                float* /*gw*/, float* /*gb*/) {
     return false;
   }
 
@@ -228,8 +244,8 @@ class Backend {
   virtual void im2col_kernel(const float* x, const Window2d& w, float* cols) = 0;
   virtual void col2im_kernel(const float* cols, const Window2d& w, float* gx) = 0;
   virtual void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;
-  virtual void max_pool2d_backward_kernel(const float* gy, const int64_t* argmax,
-                                          const Window2d& w, float* gx) = 0;
+  virtual void max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
+                                          float* gx) = 0;
   virtual void avg_pool2d_kernel(const float* x, const Window2d& w, float* y) = 0;
   virtual void avg_pool2d_backward_kernel(const float* gy, const Window2d& w, float* gx) = 0;
   virtual void sgd_step_kernel(const SgdArgs& a, float* param, const float* grad,

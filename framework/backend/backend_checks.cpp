@@ -12,14 +12,15 @@ void check_window(const char* what, const Window2d& w) {
               w.H, w.W, w.kh, w.kw, w.stride, w.pad);
   const int64_t oh = (w.H + 2 * w.pad - w.kh) / w.stride + 1;
   const int64_t ow = (w.W + 2 * w.pad - w.kw) / w.stride + 1;
-  DPLAB_CHECK(w.out_h == oh && w.out_w == ow,
-              "{}: expected output {}x{} for input {}x{}, kernel {}x{}, stride {}, pad {}; got {}x{}",
-              what, oh, ow, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
+  DPLAB_CHECK(
+      w.out_h == oh && w.out_w == ow,
+      "{}: expected output {}x{} for input {}x{}, kernel {}x{}, stride {}, pad {}; got {}x{}", what,
+      oh, ow, w.H, w.W, w.kh, w.kw, w.stride, w.pad, w.out_h, w.out_w);
 }
 
 void check_same_shape(const char* what, const Strided& a, const Strided& b) {
-  DPLAB_CHECK(a.ndim == b.ndim, "{}: layouts must share the output shape, got {} and {} dims",
-              what, a.ndim, b.ndim);
+  DPLAB_CHECK(a.ndim == b.ndim, "{}: layouts must share the output shape, got {} and {} dims", what,
+              a.ndim, b.ndim);
   for (int d = 0; d < a.ndim; ++d)
     DPLAB_CHECK(a.shape[d] == b.shape[d], "{}: layouts differ in dim {}: {} vs {}", what, d,
                 a.shape[d], b.shape[d]);
@@ -44,7 +45,6 @@ void check_sgd_args(const SgdArgs& a, const float* momentum_buf) {
 void check_adam_args(const AdamArgs& a) {
   DPLAB_CHECK(a.step >= 1, "adam_step: expected step >= 1 (1-based), got {}", a.step);
 }
-
 
 // ---- the public Backend functions: the check, then the backend's kernel ----
 

@@ -146,7 +146,8 @@ DataLoader::Iterator DataLoader::begin() {
     batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(start),
                          order.begin() + static_cast<std::ptrdiff_t>(stop));
   }
-  return Iterator(std::make_shared<detail::EpochRun>(dataset_, std::move(batches), options_.prefetch));
+  return Iterator(
+      std::make_shared<detail::EpochRun>(dataset_, std::move(batches), options_.prefetch));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<detail::EpochRun> run)

@@ -19,10 +19,10 @@ namespace dplab::data {
 
 struct DataLoaderOptions {
   int64_t batch_size = 64;
-  bool shuffle = false;       // a RandomSampler(size, seed); not together with `sampler`
+  bool shuffle = false;  // a RandomSampler(size, seed); not together with `sampler`
   uint64_t seed = 0;
-  bool drop_last = false;     // drop the last batch when it is smaller than batch_size
-  bool prefetch = true;       // prepare batches on a background thread (queue of 2)
+  bool drop_last = false;  // drop the last batch when it is smaller than batch_size
+  bool prefetch = true;    // prepare batches on a background thread (queue of 2)
   std::shared_ptr<Sampler> sampler = nullptr;  // e.g. a DistributedSampler; default: by shuffle
 };
 

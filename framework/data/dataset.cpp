@@ -31,7 +31,8 @@ TensorDataset::TensorDataset(Tensor data, Tensor targets)
               shape_str(data_.shape()), shape_str(targets_.shape()));
   DPLAB_CHECK(data_.size(0) == targets_.size(0),
               "TensorDataset: data and targets must have the same number of rows, got data {} "
-              "and targets {}", shape_str(data_.shape()), shape_str(targets_.shape()));
+              "and targets {}",
+              shape_str(data_.shape()), shape_str(targets_.shape()));
 }
 
 namespace {
@@ -58,9 +59,10 @@ Example TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   const Shape n{static_cast<int64_t>(indices.size())};
   // The index list is made on each tensor's device, so a dataset held on a GPU gathers there.
   Tensor data_idx = from_vector(indices, n, {.dtype = DType::Int64, .device = data_.device()});
-  Tensor target_idx = targets_.device() == data_.device()
-                          ? data_idx
-                          : from_vector(indices, n, {.dtype = DType::Int64, .device = targets_.device()});
+  Tensor target_idx =
+      targets_.device() == data_.device()
+          ? data_idx
+          : from_vector(indices, n, {.dtype = DType::Int64, .device = targets_.device()});
   return {index_select(data_, data_idx), index_select(targets_, target_idx)};
 }
 

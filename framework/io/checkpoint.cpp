@@ -27,12 +27,13 @@ bool model_matches(const nn::Module& model, const StateDict& from_file) {
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer,
-                     Metadata extra) {
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer, Metadata extra) {
   StateDict all = model.state_dict();
   for (const auto& [name, t] : all)
     DPLAB_CHECK(!has_optim_prefix(name),
-                "save_checkpoint: model key \"{}\" starts with \"{}\", which checkpoints reserve for the optimizer",
+                "save_checkpoint: model key \"{}\" starts with \"{}\", which checkpoints reserve "
+                "for the optimizer",
                 name, kOptimPrefix);
   Metadata meta;
   meta["format"] = "pt";  // PyTorch's layout and names; Hugging Face loaders check this key
@@ -58,17 +59,19 @@ Metadata load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   for (const auto& [name, t] : file.tensors) {
     if (has_optim_prefix(name))
       optim_sd.insert(name.substr(std::string_view(kOptimPrefix).size()), t);
-    else
-      model_sd.insert(name, t);
+    else model_sd.insert(name, t);
   }
   // All or nothing: every part is checked before any part changes. The scaler and the model
   // are checked without loading; the optimizer's load checks everything before it commits,
   // so it runs after the checks that could still fail and before the model's copy (which,
   // checked, cannot). A refused file leaves model, optimizer and scaler as they were.
-  auto in_file = [&](const std::string& msg) { return fmt::format("load_checkpoint(\"{}\"): {}", path, msg); };
+  auto in_file = [&](const std::string& msg) {
+    return fmt::format("load_checkpoint(\"{}\"): {}", path, msg);
+  };
   try {
     if (scaler != nullptr) amp::GradScaler::parse_state_dict(file.metadata);
-    if (!model_matches(model, model_sd)) model.load_state_dict(model_sd, /*strict=*/true);  // throws, copying nothing
+    if (!model_matches(model, model_sd))
+      model.load_state_dict(model_sd, /*strict=*/true);  // throws, copying nothing
     // Without an optimizer the optim.* tensors are simply not used: a model-only load
     // (evaluation, fine-tuning) is common.
     if (optimizer != nullptr) {

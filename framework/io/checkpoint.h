@@ -25,8 +25,8 @@ inline constexpr const char* kOptimPrefix = "optim.";
 
 // Atomic (temp file + fsync + rename). Throws, writing nothing, if a model key starts with
 // "optim." or an extra metadata key collides with the optimizer's.
-void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer* optimizer = nullptr,
-                     Metadata extra = {});
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer* optimizer = nullptr, Metadata extra = {});
 
 // Reads the file with tensors placed on map_location and loads the model strictly (missing,
 // unexpected or mis-shaped keys: one error listing them), the optimizer if one is given
@@ -36,7 +36,8 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // model, the optimizer and the scaler as they were. The model's and optimizer's tensors
 // keep their own devices: values are copied into them.
 // Returns all metadata (epoch, step, optim.*, format) for the caller to resume from.
-Metadata load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer* optimizer = nullptr,
-                         Device map_location = Device("cpu"), amp::GradScaler* scaler = nullptr);
+Metadata load_checkpoint(const std::string& path, nn::Module& model,
+                         optim::Optimizer* optimizer = nullptr, Device map_location = Device("cpu"),
+                         amp::GradScaler* scaler = nullptr);
 
 }  // namespace dplab

@@ -45,15 +45,18 @@ class Parser {
  private:
   [[noreturn]] void fail(std::string_view expected) const {
     if (pos_ >= s_.size())
-      DPLAB_FAIL("invalid JSON header: expected {} at byte {}, but the header ended", expected, pos_);
+      DPLAB_FAIL("invalid JSON header: expected {} at byte {}, but the header ended", expected,
+                 pos_);
     char c = s_[pos_];
-    std::string shown = (c >= 0x20 && c < 0x7f) ? fmt::format("'{}'", c)
-                                                : fmt::format("byte 0x{:02x}", static_cast<unsigned char>(c));
+    std::string shown = (c >= 0x20 && c < 0x7f)
+                            ? fmt::format("'{}'", c)
+                            : fmt::format("byte 0x{:02x}", static_cast<unsigned char>(c));
     DPLAB_FAIL("invalid JSON header: expected {} at byte {}, found {}", expected, pos_, shown);
   }
 
   void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t'))
       ++pos_;
   }
 
@@ -66,7 +69,8 @@ class Parser {
   }
 
   JsonValue parse_value(int depth) {
-    if (depth > kMaxDepth) DPLAB_FAIL("invalid JSON header: nested deeper than {} levels", kMaxDepth);
+    if (depth > kMaxDepth)
+      DPLAB_FAIL("invalid JSON header: nested deeper than {} levels", kMaxDepth);
     if (pos_ >= s_.size()) fail("a value");
     char c = s_[pos_];
     if (c == '{') return parse_object(depth);
@@ -79,7 +83,9 @@ class Parser {
     }
     if (c == '-' || (c >= '0' && c <= '9')) return parse_integer();
     if (c == 't' || c == 'f' || c == 'n')
-      DPLAB_FAIL("invalid JSON header: true/false/null at byte {} do not occur in safetensors headers", pos_);
+      DPLAB_FAIL(
+          "invalid JSON header: true/false/null at byte {} do not occur in safetensors headers",
+          pos_);
     fail("a value (object, array, string or integer)");
   }
 
@@ -139,7 +145,8 @@ class Parser {
       ++pos_;
     }
     if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      DPLAB_FAIL("invalid JSON header: non-integer number at byte {}; safetensors headers hold integers only",
+      DPLAB_FAIL("invalid JSON header: non-integer number at byte {}; safetensors headers hold "
+                 "integers only",
                  start);
     JsonValue v;
     v.kind = JsonValue::Kind::Integer;
@@ -213,7 +220,8 @@ class Parser {
           unsigned cp = parse_hex4();
           // A high surrogate must be followed by \u and a low one: together one code point.
           if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!(consume('\\') && consume('u'))) fail("a low surrogate \\u escape after a high one");
+            if (!(consume('\\') && consume('u')))
+              fail("a low surrogate \\u escape after a high one");
             unsigned lo = parse_hex4();
             if (lo < 0xDC00 || lo > 0xDFFF) fail("a low surrogate (\\uDC00-\\uDFFF)");
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -223,9 +231,7 @@ class Parser {
           append_utf8(out, cp);
           break;
         }
-        default:
-          --pos_;
-          fail("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u");
+        default: --pos_; fail("one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u");
       }
     }
   }
@@ -283,8 +289,7 @@ void append_json_string(std::string& out, std::string_view s) {
       default:
         if (static_cast<unsigned char>(c) < 0x20)
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        else
-          out += c;
+        else out += c;
     }
   }
   out += '"';

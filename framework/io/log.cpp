@@ -37,11 +37,12 @@ LogState& state() {
       try {
         st->level = static_cast<int>(parse_log_level(env));
       } catch (const Error&) {
-        st->env_warning = fmt::format("DPLAB_LOG_LEVEL=\"{}\" is not one of debug, info, warning, error; using info",
-                                      env);
+        st->env_warning = fmt::format(
+            "DPLAB_LOG_LEVEL=\"{}\" is not one of debug, info, warning, error; using info", env);
       }
     }
-    if (const char* env = std::getenv("DPLAB_LOG_TIME"); env != nullptr && std::string_view(env) == "1")
+    if (const char* env = std::getenv("DPLAB_LOG_TIME");
+        env != nullptr && std::string_view(env) == "1")
       st->timestamps = true;
     return st;
   }();
@@ -51,7 +52,8 @@ LogState& state() {
 std::string time_of_day() {
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   localtime_r(&secs, &tm);
   return fmt::format("{:02}:{:02}:{:02}.{:03} ", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);

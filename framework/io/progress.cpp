@@ -54,9 +54,11 @@ std::string format_duration(double seconds) {
 }
 
 ProgressBar::ProgressBar(ProgressOptions opts) : opts_(std::move(opts)) {
-  DPLAB_CHECK(opts_.total >= 0, "ProgressBar: total must be >= 0 (0 = unknown), got {}", opts_.total);
+  DPLAB_CHECK(opts_.total >= 0, "ProgressBar: total must be >= 0 (0 = unknown), got {}",
+              opts_.total);
   DPLAB_CHECK(opts_.plain_every_percent >= 1 && opts_.plain_every_percent <= 100,
-              "ProgressBar: plain_every_percent must be in [1, 100], got {}", opts_.plain_every_percent);
+              "ProgressBar: plain_every_percent must be in [1, 100], got {}",
+              opts_.plain_every_percent);
   mode_ = resolve_mode(opts_);
   start_ = now();
   last_draw_ = opts_.total == 0 ? start_ : -1e300;
@@ -165,10 +167,10 @@ std::string ProgressBar::render_bar_line() const {
   for (const auto& [k, v] : stats_) s += fmt::format(" {}={}", k, format_stat(v));
   s += fmt::format(" {:.1f} {}/s", r, opts_.unit);
   if (opts_.total > 0) {
-    if (count_ >= opts_.total)
-      s += " in " + format_duration(elapsed());
+    if (count_ >= opts_.total) s += " in " + format_duration(elapsed());
     else
-      s += " ETA " + (r > 0 ? format_duration(static_cast<double>(opts_.total - count_) / r) : std::string("?"));
+      s += " ETA " + (r > 0 ? format_duration(static_cast<double>(opts_.total - count_) / r)
+                            : std::string("?"));
   }
   return s;
 }
@@ -178,15 +180,15 @@ std::string ProgressBar::render_plain_line(bool final) const {
   std::string s = opts_.desc.empty() ? std::string() : opts_.desc + ": ";
   double r = rate();
   if (opts_.total > 0)
-    s += fmt::format("{}/{} ({}%)", count_, opts_.total, std::min(count_, opts_.total) * 100 / opts_.total);
-  else
-    s += fmt::format("{} {}", count_, opts_.unit);
+    s += fmt::format("{}/{} ({}%)", count_, opts_.total,
+                     std::min(count_, opts_.total) * 100 / opts_.total);
+  else s += fmt::format("{} {}", count_, opts_.unit);
   for (const auto& [k, v] : stats_) s += fmt::format(" {}={}", k, format_stat(v));
   s += fmt::format(" {:.1f} {}/s", r, opts_.unit);
-  if (final || (opts_.total > 0 && count_ >= opts_.total))
-    s += " in " + format_duration(elapsed());
+  if (final || (opts_.total > 0 && count_ >= opts_.total)) s += " in " + format_duration(elapsed());
   else if (opts_.total > 0)
-    s += " ETA " + (r > 0 ? format_duration(static_cast<double>(opts_.total - count_) / r) : std::string("?"));
+    s += " ETA " + (r > 0 ? format_duration(static_cast<double>(opts_.total - count_) / r)
+                          : std::string("?"));
   return s;
 }
 

@@ -27,10 +27,10 @@ struct ProgressOptions {
   std::string desc = "";  // "epoch 1/5"
   std::string unit = "it";
   std::ostream* out = nullptr;  // nullptr: stdout. Auto picks Bar only for a stdout that isatty.
-  ProgressMode mode = ProgressMode::Auto;  // Auto: DPLAB_PROGRESS, else isatty(stdout)
-  double min_interval_s = 0.1;     // Bar mode: at most one redraw per interval (10/s)
-  int plain_every_percent = 10;    // Plain mode: one line each time this many % pass
-  double plain_interval_s = 10.0;  // Plain mode, unknown total: one line per interval
+  ProgressMode mode = ProgressMode::Auto;   // Auto: DPLAB_PROGRESS, else isatty(stdout)
+  double min_interval_s = 0.1;              // Bar mode: at most one redraw per interval (10/s)
+  int plain_every_percent = 10;             // Plain mode: one line each time this many % pass
+  double plain_interval_s = 10.0;           // Plain mode, unknown total: one line per interval
   std::function<double()> clock = nullptr;  // seconds; default steady_clock. Tests inject a fake.
 };
 
@@ -69,7 +69,7 @@ class ProgressBar {
   int64_t count_ = 0;
   int64_t last_plain_bucket_ = 0;  // plain mode: last printed multiple of plain_every_percent
   int64_t last_plain_count_ = -1;
-  size_t last_len_ = 0;            // bar mode: width of the line on screen, to blank it
+  size_t last_len_ = 0;  // bar mode: width of the line on screen, to blank it
   bool closed_ = false;
   bool hooked_ = false;
   ProgressStats stats_;

@@ -29,7 +29,8 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 // Atomic: the bytes go to "<path>.tmp-<pid>-<n>" in the same directory, are fsync'ed,
 // then renamed over path (and the directory fsync'ed). A failure at any point removes the
 // temporary and leaves an existing file at path untouched.
-void save_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata = {});
+void save_safetensors(const std::string& path, const StateDict& tensors,
+                      const Metadata& metadata = {});
 
 struct Loaded {
   StateDict tensors;  // in data-offset order (file order)

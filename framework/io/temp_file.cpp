@@ -61,7 +61,7 @@ int g_saves_in_flight = 0;
 void acquire_handlers() {
   std::lock_guard<std::mutex> lock(g_install_mu);
   if (g_saves_in_flight++ > 0) return;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;

@@ -14,8 +14,8 @@ namespace dplab::nn {
 
 Linear::Linear(int64_t in, int64_t out, LinearOptions opts)
     : in_features(in), out_features(out), options(opts) {
-  DPLAB_CHECK(in > 0 && out > 0, "Linear: expected positive in_features and out_features, got {} and {}",
-              in, out);
+  DPLAB_CHECK(in > 0 && out > 0,
+              "Linear: expected positive in_features and out_features, got {} and {}", in, out);
   weight = register_parameter("weight", init::new_tensor({out, in}));
   if (options.bias) bias = register_parameter("bias", init::new_tensor({out}));
   reset_parameters();
@@ -81,9 +81,11 @@ Tensor Conv2d::forward(const Tensor& x) {
 }
 
 std::string Conv2d::name() const {
-  std::string s = fmt::format("Conv2d({}, {}, kernel_size=({}, {}), stride=({}, {})", in_channels,
-                              out_channels, kernel_size, kernel_size, options.stride, options.stride);
-  if (options.padding != 0) s += fmt::format(", padding=({}, {})", options.padding, options.padding);
+  std::string s =
+      fmt::format("Conv2d({}, {}, kernel_size=({}, {}), stride=({}, {})", in_channels, out_channels,
+                  kernel_size, kernel_size, options.stride, options.stride);
+  if (options.padding != 0)
+    s += fmt::format(", padding=({}, {})", options.padding, options.padding);
   if (!options.bias) s += ", bias=false";
   return s + ")";
 }
@@ -96,8 +98,8 @@ std::shared_ptr<Module> Conv2d::make_empty_copy() const {
 
 namespace {
 std::string pool_name(const char* kind, int64_t k, const Pool2dOptions& o) {
-  return fmt::format("{}(kernel_size={}, stride={}, padding={})", kind, k, o.stride == 0 ? k : o.stride,
-                     o.padding);
+  return fmt::format("{}(kernel_size={}, stride={}, padding={})", kind, k,
+                     o.stride == 0 ? k : o.stride, o.padding);
 }
 void check_pool(const char* kind, int64_t k, const Pool2dOptions& o) {
   DPLAB_CHECK(k > 0 && o.stride >= 0 && o.padding >= 0 && 2 * o.padding <= k,

@@ -50,7 +50,8 @@ struct Conv2dOptions {
 
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         Conv2dOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string name() const override;
   std::shared_ptr<Module> make_empty_copy() const override;
@@ -109,9 +110,9 @@ class BatchNorm : public Module {
   int64_t num_features;
   double eps, momentum;
   bool affine, track_running_stats;
-  Tensor weight, bias;                     // [C] each, undefined unless affine
-  Tensor running_mean, running_var;        // [C] each, undefined unless track_running_stats
-  Tensor num_batches_tracked;              // int64 scalar, undefined unless track_running_stats
+  Tensor weight, bias;               // [C] each, undefined unless affine
+  Tensor running_mean, running_var;  // [C] each, undefined unless track_running_stats
+  Tensor num_batches_tracked;        // int64 scalar, undefined unless track_running_stats
 
  protected:
   // kind: "BatchNorm1d" or "BatchNorm2d"; input_dims: the input ranks the layer accepts.

@@ -15,13 +15,8 @@ namespace dplab::nn {
 
 BatchNorm::BatchNorm(const char* kind, std::vector<int64_t> input_dims, int64_t num_features_,
                      BatchNormOptions o)
-    : num_features(num_features_),
-      eps(o.eps),
-      momentum(o.momentum),
-      affine(o.affine),
-      track_running_stats(o.track_running_stats),
-      kind_(kind),
-      input_dims_(std::move(input_dims)) {
+    : num_features(num_features_), eps(o.eps), momentum(o.momentum), affine(o.affine),
+      track_running_stats(o.track_running_stats), kind_(kind), input_dims_(std::move(input_dims)) {
   DPLAB_CHECK(num_features > 0, "{}: expected num_features > 0, got {}", kind_, num_features);
   DPLAB_CHECK(eps > 0.0, "{}: expected eps > 0, got {}", kind_, eps);
   DPLAB_CHECK(momentum >= 0.0 && momentum <= 1.0, "{}: expected momentum in [0, 1], got {}", kind_,
@@ -35,7 +30,8 @@ BatchNorm::BatchNorm(const char* kind, std::vector<int64_t> input_dims, int64_t 
   if (track_running_stats) {
     running_mean = register_buffer("running_mean", init::new_tensor({num_features}));
     running_var = register_buffer("running_var", init::new_tensor({num_features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", init::new_tensor({}, DType::Int64));
+    num_batches_tracked =
+        register_buffer("num_batches_tracked", init::new_tensor({}, DType::Int64));
   }
   reset_parameters();
 }
@@ -56,11 +52,15 @@ void BatchNorm::reset_parameters() {
 }
 
 BatchNormOptions BatchNorm::options() const {
-  return {.eps = eps, .momentum = momentum, .affine = affine, .track_running_stats = track_running_stats};
+  return {.eps = eps,
+          .momentum = momentum,
+          .affine = affine,
+          .track_running_stats = track_running_stats};
 }
 
 void BatchNorm::check_input(const Tensor& x) const {
-  const bool rank_ok = std::find(input_dims_.begin(), input_dims_.end(), x.dim()) != input_dims_.end();
+  const bool rank_ok =
+      std::find(input_dims_.begin(), input_dims_.end(), x.dim()) != input_dims_.end();
   DPLAB_CHECK(rank_ok && x.size(1) == num_features,
               "{}({}): expected input {} with {} channels in dim 1, got {}", kind_, num_features,
               input_dims_.size() == 1 ? "[N, C, H, W]" : "[N, C] or [N, C, L]", num_features,

@@ -99,7 +99,8 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
-  DPLAB_CHECK(t.defined(), "{}: register_buffer(\"{}\"): the tensor is undefined", this->name(), name);
+  DPLAB_CHECK(t.defined(), "{}: register_buffer(\"{}\"): the tensor is undefined", this->name(),
+              name);
   check_new_name(*this, name, "register_buffer");
   buffers_.emplace_back(name, std::move(t));
   return buffers_.back().second;
@@ -153,8 +154,8 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modul
   std::shared_ptr<Module> self = weak_from_this().lock();
   if (!self) self = std::shared_ptr<Module>(std::shared_ptr<Module>{}, this);
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out{{"", self}};
-  std::function<void(const std::string&, const Module&)> add = [&](const std::string& prefix,
-                                                                   const Module& m) {
+  std::function<void(const std::string&, const Module&)> add =
+      [&](const std::string& prefix, const Module& m) {
     for (const auto& [n, c] : m.children_) {
       out.emplace_back(join_name(prefix, n), c);
       add(join_name(prefix, n), *c);
@@ -213,11 +214,13 @@ void Module::load_state_dict(const StateDict& sd, bool strict) {
   // a failed load leaves the module as it was.
   const bool bad = !mismatched.empty() || (strict && (!missing.empty() || !unexpected.empty()));
   if (bad) {
-    std::string msg = fmt::format("{}: load_state_dict{} failed:", name(), strict ? "" : "(strict=false)");
+    std::string msg =
+        fmt::format("{}: load_state_dict{} failed:", name(), strict ? "" : "(strict=false)");
     if (strict && !missing.empty()) msg += fmt::format("\n  missing keys: {}", join_list(missing));
     if (strict && !unexpected.empty())
       msg += fmt::format("\n  unexpected keys: {}", join_list(unexpected));
-    if (!mismatched.empty()) msg += fmt::format("\n  wrongly shaped keys: {}", join_list(mismatched));
+    if (!mismatched.empty())
+      msg += fmt::format("\n  wrongly shaped keys: {}", join_list(mismatched));
     DPLAB_FAIL("{}", msg);
   }
   NoGradGuard no_grad;
@@ -258,7 +261,8 @@ std::shared_ptr<Module> Module::clone_to(Device d) const {
   std::vector<const Module*> from;
   std::vector<Module*> to;
   walk(*this, "", [&](const std::string&, const Module& m) { from.push_back(&m); });
-  walk(*copy, "", [&](const std::string&, const Module& m) { to.push_back(const_cast<Module*>(&m)); });
+  walk(*copy, "",
+       [&](const std::string&, const Module& m) { to.push_back(const_cast<Module*>(&m)); });
   for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
     to[i]->training_ = from[i]->training_;
     for (size_t k = 0; k < from[i]->params_.size() && k < to[i]->params_.size(); ++k)

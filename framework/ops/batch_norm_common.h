@@ -15,8 +15,8 @@ namespace dplab {
 // vector on x's device. Throws Error naming `op` ("batch_norm", "sync_batch_norm").
 // Returns C.
 int64_t check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
-                              const Tensor& running_var, const Tensor& weight,
-                              const Tensor& bias, float eps);
+                              const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                              float eps);
 
 // The dims a per-channel statistic sums over: {0} for [N, C], {0, 2, 3} for [N, C, H, W].
 std::vector<int64_t> channel_reduce_dims(const Tensor& x);

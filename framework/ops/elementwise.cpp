@@ -3,7 +3,7 @@
 // layout with stride 0 along broadcast dims. Backward sums the gradient back down to each
 // input's shape (sum_to), the adjoint of broadcasting.
 // Read next: reduce.cpp.
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -28,7 +28,8 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   size_t lead = g.shape().size() - shape.size();
   std::vector<int64_t> dims;
   for (size_t i = 0; i < g.shape().size(); ++i) {
-    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) dims.push_back(static_cast<int64_t>(i));
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1))
+      dims.push_back(static_cast<int64_t>(i));
   }
   Tensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
   return reshape(s, shape);
@@ -99,7 +100,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 // d(a^b)/da = b a^(b-1), d(a^b)/db = a^b ln a
 Tensor pow(const Tensor& a, const Tensor& b) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return pow(amp::to_float32(a), amp::to_float32(b));
   }
@@ -118,7 +119,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   return record(out, "MaximumBackward", {a, b}, [a, b](const Tensor& g) {
     Tensor mask_b = unary_raw(UnaryOp::GtScalar, "maximum", sub(b, a), 0.0f);  // b strictly wins
     Tensor mask_a = add_scalar(neg(mask_b), 1.0f);
-    return std::vector<Tensor>{sum_to(mul(g, mask_a), a.shape()), sum_to(mul(g, mask_b), b.shape())};
+    return std::vector<Tensor>{sum_to(mul(g, mask_a), a.shape()),
+                               sum_to(mul(g, mask_b), b.shape())};
   });
 }
 
@@ -126,7 +128,8 @@ Tensor eq(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::Eq, "e
 
 Tensor add_scalar(const Tensor& a, float s) {
   Tensor out = unary_raw(UnaryOp::AddScalar, "add_scalar", a, s);
-  return record(out, "AddScalarBackward", {a}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return record(out, "AddScalarBackward", {a},
+                [](const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
 Tensor mul_scalar(const Tensor& a, float s) {
@@ -137,7 +140,7 @@ Tensor mul_scalar(const Tensor& a, float s) {
 
 // d x^p = p x^(p-1)
 Tensor pow(const Tensor& a, float p) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return pow(amp::to_float32(a), p);
   }
@@ -149,27 +152,30 @@ Tensor pow(const Tensor& a, float p) {
 
 Tensor neg(const Tensor& a) {
   Tensor out = unary_raw(UnaryOp::Neg, "neg", a);
-  return record(out, "NegBackward", {a}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
+  return record(out, "NegBackward", {a},
+                [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
 }
 
 // d exp(x) = exp(x)
 Tensor exp(const Tensor& a) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return exp(amp::to_float32(a));
   }
   Tensor out = unary_raw(UnaryOp::Exp, "exp", a);
-  return record(out, "ExpBackward", {a}, [out](const Tensor& g) { return std::vector<Tensor>{mul(g, out)}; });
+  return record(out, "ExpBackward", {a},
+                [out](const Tensor& g) { return std::vector<Tensor>{mul(g, out)}; });
 }
 
 // d log(x) = 1/x
 Tensor log(const Tensor& a) {
-  if (amp::autocast_dtype()) {  // autocast's float32 list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's float32 list (autocast.h)
     amp::AutocastSuspend inside;
     return log(amp::to_float32(a));
   }
   Tensor out = unary_raw(UnaryOp::Log, "log", a);
-  return record(out, "LogBackward", {a}, [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
+  return record(out, "LogBackward", {a},
+                [a](const Tensor& g) { return std::vector<Tensor>{div(g, a)}; });
 }
 
 // d sqrt(x) = 1 / (2 sqrt(x))

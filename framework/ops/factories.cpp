@@ -76,11 +76,17 @@ Tensor from_vector(const std::vector<int64_t>& v, const Shape& s, TensorOptions 
 }
 
 Tensor randn(const Shape& s, TensorOptions o, Generator* gen) {
-  return finish(from_host(draw_values<float>(shape_numel(s), gen, [](Generator& g) { return g.normal(); }), s, o), o);
+  return finish(
+      from_host(draw_values<float>(shape_numel(s), gen, [](Generator& g) { return g.normal(); }), s,
+                o),
+      o);
 }
 
 Tensor rand(const Shape& s, TensorOptions o, Generator* gen) {
-  return finish(from_host(draw_values<float>(shape_numel(s), gen, [](Generator& g) { return g.uniform(); }), s, o), o);
+  return finish(
+      from_host(draw_values<float>(shape_numel(s), gen, [](Generator& g) { return g.uniform(); }),
+                s, o),
+      o);
 }
 
 Tensor uniform(const Shape& s, float low, float high, TensorOptions o, Generator* gen) {
@@ -90,7 +96,8 @@ Tensor uniform(const Shape& s, float low, float high, TensorOptions o, Generator
 
 Tensor randint(int64_t low, int64_t high, const Shape& s, TensorOptions o, Generator* gen) {
   DPLAB_CHECK(low < high, "randint: expected low < high, got [{}, {})", low, high);
-  auto v = draw_values<int64_t>(shape_numel(s), gen, [low, high](Generator& g) { return g.randint(low, high); });
+  auto v = draw_values<int64_t>(shape_numel(s), gen,
+                                [low, high](Generator& g) { return g.randint(low, high); });
   return from_host(v, s, {.dtype = DType::Int64, .device = o.device});
 }
 

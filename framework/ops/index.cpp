@@ -12,8 +12,10 @@ Tensor index_select(const Tensor& a, const Tensor& index) {
   check_defined("index_select", a);
   check_int64("index_select", index);
   check_same_device("index_select", a, index);
-  DPLAB_CHECK(a.dim() >= 1 && index.dim() == 1, "index_select: expected a with >= 1 dims and a 1-D "
-              "index, got a {} and index {}", shape_str(a.shape()), shape_str(index.shape()));
+  DPLAB_CHECK(a.dim() >= 1 && index.dim() == 1,
+              "index_select: expected a with >= 1 dims and a 1-D "
+              "index, got a {} and index {}",
+              shape_str(a.shape()), shape_str(index.shape()));
   Shape shape = a.shape();
   shape[0] = index.numel();
   Tensor out = Tensor::empty(shape, a.options());
@@ -23,7 +25,8 @@ Tensor index_select(const Tensor& a, const Tensor& index) {
                              out.raw_data());
   return record(out, "IndexSelectBackward", {a}, [sa = a.shape(), index, row](const Tensor& g) {
     Tensor grad = zeros(sa, g.options());
-    if (g.numel() > 0) backend_of(g).index_add_rows(fptr(g), iptr(index), index.numel(), row, fptr(grad));
+    if (g.numel() > 0)
+      backend_of(g).index_add_rows(fptr(g), iptr(index), index.numel(), row, fptr(grad));
     return std::vector<Tensor>{grad};
   });
 }
@@ -40,7 +43,8 @@ Tensor gather(const Tensor& a, const Tensor& index) {
               shape_str(a.shape()), shape_str(index.shape()));
   int64_t cols = shape_numel(rest_a), rows = index.size(0);
   Tensor out = Tensor::empty(index.shape(), a.options());
-  if (out.numel() > 0) backend_of(a).gather_rows(fptr(a), a.size(0), iptr(index), rows, cols, fptr(out));
+  if (out.numel() > 0)
+    backend_of(a).gather_rows(fptr(a), a.size(0), iptr(index), rows, cols, fptr(out));
   return record(out, "GatherBackward", {a}, [sa = a.shape(), index, rows, cols](const Tensor& g) {
     Tensor grad = zeros(sa, g.options());
     if (g.numel() > 0) backend_of(g).scatter_add_rows(fptr(g), iptr(index), rows, cols, fptr(grad));

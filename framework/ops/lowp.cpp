@@ -1,8 +1,8 @@
 // lowp.cpp: the cast op and the 16-bit helpers ops share (lowp.h).
 #include "framework/ops/lowp.h"
 
-#include "framework/amp/autocast.h"
-#include "framework/nn/grad_checkpoint.h"
+#include "framework/autograd/checkpoint.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 
@@ -41,11 +41,13 @@ Tensor conv2d_lowp(const Tensor& x, const Tensor& weight, const Tensor& bias, in
   auto conv_in_float32 = [stride, padding, out_dtype](const std::vector<Tensor>& in) {
     amp::AutocastSuspend inside;  // the recompute in backward must not autocast again
     Tensor b = in.size() > 2 ? amp::to_float32(in[2]) : Tensor();
-    return cast(conv2d(amp::to_float32(in[0]), amp::to_float32(in[1]), b, stride, padding), out_dtype);
+    return cast(conv2d(amp::to_float32(in[0]), amp::to_float32(in[1]), b, stride, padding),
+                out_dtype);
   };
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  if (!grad_enabled() || !any_requires_grad(inputs)) return conv_in_float32(inputs);  // nothing to save
+  if (!grad_enabled() || !any_requires_grad(inputs))
+    return conv_in_float32(inputs);  // nothing to save
   return checkpoint(conv_in_float32, inputs, /*preserve_rng_state=*/false);
 }
 

@@ -6,9 +6,9 @@
 //  - ops whose backward saves nothing large (reductions, pooling, losses, softmax, norms)
 //    run their float32 version between two differentiable casts: `run_in_float32`;
 //  - conv2d, which would otherwise save a float32 copy of its input, runs its float32
-//    version under a checkpoint (nn/grad_checkpoint.h): it saves its 16-bit inputs and
+//    version under a checkpoint (autograd/checkpoint.h): it saves its 16-bit inputs and
 //    recomputes the float32 forward in backward (one more forward per conv; conv2d_lowp).
-// Read next: amp/autocast.h.
+// Read next: autocast.h.
 #pragma once
 #include <optional>
 #include <vector>

@@ -50,8 +50,10 @@ void check_float(const char* op, const Tensor& t) {
 
 void check_floating(const char* op, const Tensor& t) {
   check_defined(op, t);
-  DPLAB_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (float32, float16 or bfloat16), "
-              "got {} of shape {}", op, dtype_name(t.dtype()), shape_str(t.shape()));
+  DPLAB_CHECK(is_floating(t.dtype()),
+              "{}: expected a floating tensor (float32, float16 or bfloat16), "
+              "got {} of shape {}",
+              op, dtype_name(t.dtype()), shape_str(t.shape()));
 }
 
 void check_int64(const char* op, const Tensor& t) {
@@ -61,13 +63,15 @@ void check_int64(const char* op, const Tensor& t) {
 }
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
-  DPLAB_CHECK(a.device() == b.device(), "{}: tensors on different devices: {} is on {}, {} is on {}",
-              op, shape_str(a.shape()), a.device(), shape_str(b.shape()), b.device());
+  DPLAB_CHECK(a.device() == b.device(),
+              "{}: tensors on different devices: {} is on {}, {} is on {}", op,
+              shape_str(a.shape()), a.device(), shape_str(b.shape()), b.device());
 }
 
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim) {
   int64_t d = dim < 0 ? dim + ndim : dim;
-  DPLAB_CHECK(d >= 0 && d < ndim, "{}: dim {} out of range for a tensor with {} dims", op, dim, ndim);
+  DPLAB_CHECK(d >= 0 && d < ndim, "{}: dim {} out of range for a tensor with {} dims", op, dim,
+              ndim);
   return d;
 }
 

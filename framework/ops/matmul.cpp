@@ -4,7 +4,7 @@
 // float16 / bfloat16 operands run Backend::gemm_lowp (float32 accumulation, C rounded once);
 // inside autocast both ops cast their float32 inputs to the autocast dtype first.
 // Read next: shape.cpp.
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -14,16 +14,26 @@ namespace {
 
 // c[batch, M, N] (+)= op(a) op(b); a_batched/b_batched say whether a or b has a batch dim.
 void gemm_into(const Tensor& a, bool trans_a, bool a_batched, const Tensor& b, bool trans_b,
-               bool b_batched, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K, float beta) {
+               bool b_batched, Tensor& c, int64_t batch, int64_t M, int64_t N, int64_t K,
+               float beta) {
   if (c.numel() == 0) return;
   if (K == 0) {  // an empty sum: c = beta * c
     if (beta == 0.0f) c.detach().zero_();
     return;
   }
-  GemmArgs g{.batch = batch, .M = M, .N = N, .K = K, .trans_a = trans_a, .trans_b = trans_b,
-             .stride_a = a_batched ? M * K : 0, .stride_b = b_batched ? K * N : 0, .stride_c = M * N,
-             .alpha = 1.0f, .beta = beta};
-  if (is_low_precision(c.dtype())) return backend_of(a).gemm_lowp(g, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
+  GemmArgs g{.batch = batch,
+             .M = M,
+             .N = N,
+             .K = K,
+             .trans_a = trans_a,
+             .trans_b = trans_b,
+             .stride_a = a_batched ? M * K : 0,
+             .stride_b = b_batched ? K * N : 0,
+             .stride_c = M * N,
+             .alpha = 1.0f,
+             .beta = beta};
+  if (is_low_precision(c.dtype()))
+    return backend_of(a).gemm_lowp(g, c.dtype(), a.raw_data(), b.raw_data(), c.raw_data());
   backend_of(a).gemm(g, fptr(a), fptr(b), fptr(c));
 }
 
@@ -40,7 +50,7 @@ std::vector<Tensor> common_dtype(const std::vector<Tensor>& in) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  if (amp::autocast_dtype()) {  // autocast's low-precision list (amp/autocast.h)
+  if (amp::autocast_dtype()) {  // autocast's low-precision list (autocast.h)
     Tensor a = amp::to_autocast_dtype(a_in), b = amp::to_autocast_dtype(b_in);
     amp::AutocastSuspend inside;
     return matmul(a, b);
@@ -63,7 +73,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = Tensor::empty(out_shape, a.options());
   gemm_into(a, false, batched, b, false, b_batched, out, batch, M, N, K, 0.0f);
 
-  return record(out, "MatmulBackward", {a, b}, [a, b, batched, b_batched, batch, M, N, K](const Tensor& g) {
+  return record(out, "MatmulBackward", {a, b},
+                [a, b, batched, b_batched, batch, M, N, K](const Tensor& g) {
     Tensor ga, gb;
     if (a.requires_grad()) {  // dA[M,K] = dC[M,N] B^T
       ga = Tensor::empty(a.shape(), a.options());
@@ -96,7 +107,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   check_same_device("linear", x, weight);
   DPLAB_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
               "linear: expected input [..., {}] for weight [out, in] = {}, got input {}",
-              weight.dim() == 2 ? weight.size(1) : -1, shape_str(weight.shape()), shape_str(x.shape()));
+              weight.dim() == 2 ? weight.size(1) : -1, shape_str(weight.shape()),
+              shape_str(x.shape()));
   int64_t in = weight.size(1), out_f = weight.size(0), rows = x.numel() / std::max<int64_t>(in, 1);
   Shape out_shape = x.shape();
   out_shape.back() = out_f;
@@ -104,8 +116,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   float beta = 0.0f;
   if (bias.defined()) {
     check_same_device("linear", x, bias);
-    DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias must be [{}], got {}", out_f,
-                shape_str(bias.shape()));
+    DPLAB_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias must be [{}], got {}",
+                out_f, shape_str(bias.shape()));
     backend_of(x).strided_copy(x.dtype(), bias.raw_data(), broadcast_layout({out_f}, {rows, out_f}),
                                out.raw_data());
     beta = 1.0f;
@@ -113,7 +125,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   // y[rows, out] = x[rows, in] W^T  (W stored [out, in]: trans_b)
   gemm_into(x, false, false, weight, true, false, out, 1, rows, out_f, in, beta);
 
-  return record(out, "LinearBackward", {x, weight, bias}, [x, weight, bias, rows, in, out_f](const Tensor& g) {
+  return record(out, "LinearBackward", {x, weight, bias},
+                [x, weight, bias, rows, in, out_f](const Tensor& g) {
     Tensor gx, gw, gb;
     if (x.requires_grad()) {  // dx[rows, in] = g[rows, out] W[out, in]
       gx = Tensor::empty(x.shape(), x.options());

@@ -4,7 +4,7 @@
 // and autograd composes the three. Reductions (mean / sum) are the ordinary ops of
 // reduce.cpp applied to the per-row losses, so their backward comes for free.
 // Read next: nn_conv.cpp (conv and pooling), nn_norm.cpp (batch norm, dropout).
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -25,11 +25,10 @@ Tensor softmax_last(const Tensor& x, bool log) {
   // log_softmax: dx = g - exp(y) * sum_j(g_j)
   return record(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x},
                 [y, rows, cols, log](const Tensor& g) {
-                  Tensor gx = Tensor::empty(y.shape(), y.options());
-                  if (gx.numel() > 0)
-                    backend_of(y).softmax_backward(fptr(g), fptr(y), fptr(gx), rows, cols, log);
-                  return std::vector<Tensor>{gx};
-                });
+    Tensor gx = Tensor::empty(y.shape(), y.options());
+    if (gx.numel() > 0) backend_of(y).softmax_backward(fptr(g), fptr(y), fptr(gx), rows, cols, log);
+    return std::vector<Tensor>{gx};
+  });
 }
 
 // Moves dim d last (a permutation), runs the row softmax, and moves it back.
@@ -75,7 +74,7 @@ void check_scores_and_target(const char* op, const char* what, const Tensor& sco
 
 // Every op of this file computes in float32 (autocast's float32 list): 16-bit inputs are
 // cast up, and the result cast back to the input's dtype outside autocast, or kept float32
-// inside it (amp/autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
+// inside it (autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
 DType float32_op_result(const std::vector<Tensor>& inputs) {
   if (amp::autocast_dtype()) return DType::Float32;
   return lowp_result_dtype(inputs).value_or(DType::Float32);

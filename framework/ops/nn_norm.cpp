@@ -7,8 +7,8 @@
 // Read next: the nn/ layers that own the running stats; SyncBatchNorm in parallel/ddp/.
 #include <mutex>
 
+#include "framework/ops/autocast.h"
 #include "framework/ops/batch_norm_common.h"
-#include "framework/amp/autocast.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
@@ -61,11 +61,11 @@ void update_running_stats(const Tensor& running, const Tensor& batch, float mome
 }
 
 int64_t check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
-                              const Tensor& running_var, const Tensor& weight,
-                              const Tensor& bias, float eps) {
+                              const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                              float eps) {
   check_float(op, x);
-  DPLAB_CHECK(x.dim() == 2 || x.dim() == 4,
-              "{}: expected input [N, C] or [N, C, H, W], got {}", op, shape_str(x.shape()));
+  DPLAB_CHECK(x.dim() == 2 || x.dim() == 4, "{}: expected input [N, C] or [N, C, H, W], got {}", op,
+              shape_str(x.shape()));
   DPLAB_CHECK(eps > 0.0f, "{}: eps must be > 0, got {}", op, eps);
   DPLAB_CHECK(running_mean.defined() == running_var.defined(),
               "{}: give both running_mean and running_var or neither (got mean {}, var {})", op,
@@ -96,7 +96,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     const DType t = amp::autocast_dtype() ? DType::Float32 : x.dtype();
     amp::AutocastSuspend inside;
     return cast(batch_norm(amp::to_float32(x), running_mean, running_var, amp::to_float32(weight),
-                           amp::to_float32(bias), training, momentum, eps), t);
+                           amp::to_float32(bias), training, momentum, eps),
+                t);
   }
   const int64_t C =
       check_batch_norm_args("batch_norm", x, running_mean, running_var, weight, bias, eps);

@@ -26,8 +26,10 @@ Tensor ones_like(const Tensor& t);
 class Generator;
 Tensor randn(const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);
 Tensor rand(const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);  // U[0, 1)
-Tensor uniform(const Shape& s, float low, float high, TensorOptions o = {}, Generator* gen = nullptr);
-Tensor randint(int64_t low, int64_t high, const Shape& s, TensorOptions o = {}, Generator* gen = nullptr);
+Tensor uniform(const Shape& s, float low, float high, TensorOptions o = {},
+               Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, const Shape& s, TensorOptions o = {},
+               Generator* gen = nullptr);
 Tensor randperm(int64_t n, Generator* gen = nullptr);  // int64 on cpu
 
 // ---- elementwise, with NumPy broadcasting (ops/elementwise.cpp) ----
@@ -59,8 +61,10 @@ Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = fal
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim = false);
 Tensor var(const Tensor& a, const std::vector<int64_t>& dims, bool unbiased, bool keepdim = false);
-Tensor max(const Tensor& a);                                    // over all elements
-struct MaxResult { Tensor values, indices; };
+Tensor max(const Tensor& a);  // over all elements
+struct MaxResult {
+  Tensor values, indices;
+};
 MaxResult max(const Tensor& a, int64_t dim, bool keepdim = false);  // indices int64
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
 
@@ -80,10 +84,11 @@ Tensor narrow(const Tensor& a, int64_t dim, int64_t start, int64_t length);
 // so 30 rows in 8 chunks -> 4,4,4,4,4,4,4,2 and fewer rows than chunks gives fewer chunks.
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
-std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> split_sizes(const Tensor& a, const std::vector<int64_t>& sizes,
+                                int64_t dim = 0);
 Tensor index_select(const Tensor& a, const Tensor& index);  // rows of a along dim 0
 Tensor gather(const Tensor& a, const Tensor& index);        // out[i,j] = a[index[i,j], j]
-Tensor to_device(const Tensor& a, Device d);                 // differentiable copy
+Tensor to_device(const Tensor& a, Device d);                // differentiable copy
 // a in dtype t (Tensor::to(DType)); differentiable between floating dtypes (ops/lowp.cpp)
 Tensor cast(const Tensor& a, DType t);
 Tensor clone(const Tensor& a);
@@ -101,12 +106,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, in
 Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 // max_pool2d(relu(conv2d(x, weight, bias, stride, padding)), 2) as one op, with the same
 // numbers: LeNet's stages. Fused where the backend can (the CPU's direct convolution), without
-// the full-size convolution output; elsewhere the three ops. DPLAB_FUSE=0 or
-// set_fused_ops(false) runs the three ops everywhere (process-wide; change it between steps).
+// the full-size convolution output; elsewhere the three ops. The CPU's DPLAB_FUSE=0 or
+// set_fused_conv(false) (backend/cpu/cpu_dispatch.h) runs the three ops.
 Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
                               int64_t stride = 1, int64_t padding = 0);
-bool fused_ops();
-void set_fused_ops(bool on);
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 // x: [N, C] or [N, C, H, W]. In training, normalises with the batch statistics and, when
 // running_mean/var are given, updates them in place: r = (1-momentum)*r + momentum*batch

@@ -5,7 +5,7 @@
 // Read next: matmul.cpp.
 #include <algorithm>
 
-#include "framework/amp/autocast.h"
+#include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"
 #include "framework/ops/ops.h"
@@ -13,7 +13,9 @@
 namespace dplab {
 namespace {
 
-struct Split3 { int64_t outer = 1, r = 1, inner = 1; };
+struct Split3 {
+  int64_t outer = 1, r = 1, inner = 1;
+};
 Split3 split_at(const Shape& s, int64_t d) {
   Split3 v;
   for (int64_t i = 0; i < static_cast<int64_t>(s.size()); ++i) {
@@ -37,7 +39,8 @@ Tensor reduce_dim_raw(ReduceKind op, const Tensor& a, int64_t d) {
   return out;
 }
 
-std::vector<int64_t> normalized_dims(const char* op, const std::vector<int64_t>& dims, int64_t ndim) {
+std::vector<int64_t> normalized_dims(const char* op, const std::vector<int64_t>& dims,
+                                     int64_t ndim) {
   std::vector<int64_t> out;
   for (int64_t d : dims) out.push_back(normalize_dim(op, d, ndim));
   std::sort(out.begin(), out.end());
@@ -172,7 +175,7 @@ MaxResult max(const Tensor& a, int64_t dim, bool keepdim) {
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
     std::swap(perm[0], perm[d]);
     Shape kept = idx.shape();
-    Tensor g_front = permute(reshape(g, kept), perm);          // [1, rest...]
+    Tensor g_front = permute(reshape(g, kept), perm);  // [1, rest...]
     Tensor idx_front = permute(idx, perm);
     Shape front = g_front.shape();
     front[0] = sa[d];

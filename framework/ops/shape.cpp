@@ -66,8 +66,8 @@ Tensor reshape(const Tensor& a, const Shape& s) {
 Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
   check_defined("permute", a);
   int64_t n = a.dim();
-  DPLAB_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: {} dims given for a tensor of shape {}",
-              dims.size(), shape_str(a.shape()));
+  DPLAB_CHECK(static_cast<int64_t>(dims.size()) == n,
+              "permute: {} dims given for a tensor of shape {}", dims.size(), shape_str(a.shape()));
   std::vector<int64_t> perm(n);
   std::vector<bool> used(n, false);
   for (int64_t i = 0; i < n; ++i) {
@@ -83,15 +83,17 @@ Tensor permute(const Tensor& a, const std::vector<int64_t>& dims) {
     layout.strides[i] = in.strides[perm[i]];
   }
   Tensor out = strided_read(a, layout, 0);
-  return record(out, "PermuteBackward", {a},
-                [inv = inverse(perm)](const Tensor& g) { return std::vector<Tensor>{permute(g, inv)}; });
+  return record(out, "PermuteBackward", {a}, [inv = inverse(perm)](const Tensor& g) {
+    return std::vector<Tensor>{permute(g, inv)};
+  });
 }
 
 Tensor transpose(const Tensor& a, int64_t d0, int64_t d1) {
   check_defined("transpose", a);
   std::vector<int64_t> perm(a.dim());
   for (int64_t i = 0; i < a.dim(); ++i) perm[i] = i;
-  std::swap(perm[normalize_dim("transpose", d0, a.dim())], perm[normalize_dim("transpose", d1, a.dim())]);
+  std::swap(perm[normalize_dim("transpose", d0, a.dim())],
+            perm[normalize_dim("transpose", d1, a.dim())]);
   return permute(a, perm);
 }
 
@@ -154,7 +156,8 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   for (const Tensor& t : ts) {
     check_defined("cat", t);
     check_same_device("cat", first, t);
-    Shape rest_a(first.shape().begin() + 1, first.shape().end()), rest_b(t.shape().begin() + 1, t.shape().end());
+    Shape rest_a(first.shape().begin() + 1, first.shape().end()),
+        rest_b(t.shape().begin() + 1, t.shape().end());
     DPLAB_CHECK(t.dim() == first.dim() && rest_a == rest_b && t.dtype() == first.dtype(),
                 "cat: shapes must match except along dim 0: {} vs {}", shape_str(first.shape()),
                 shape_str(t.shape()));
@@ -171,7 +174,8 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     }
     offset += t.numel();
   }
-  return record(out, "CatBackward", ts, [sizes](const Tensor& g) { return split_sizes(g, sizes, 0); });
+  return record(out, "CatBackward", ts,
+                [sizes](const Tensor& g) { return split_sizes(g, sizes, 0); });
 }
 
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
@@ -209,7 +213,8 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) {
   DPLAB_CHECK(split_size > 0, "split: split_size must be positive, got {}", split_size);
   int64_t n = a.shape()[normalize_dim("split", dim, a.dim())];
   std::vector<int64_t> sizes;
-  for (int64_t start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+  for (int64_t start = 0; start < n; start += split_size)
+    sizes.push_back(std::min(split_size, n - start));
   return split_sizes(a, sizes, dim);
 }
 
@@ -230,8 +235,9 @@ Tensor clone(const Tensor& a) {
 Tensor to_device(const Tensor& a, Device d) {
   check_defined("to", a);
   Tensor out = a.contiguous_copy_on(d);
-  return record(out, "ToDeviceBackward", {a},
-                [src = a.device()](const Tensor& g) { return std::vector<Tensor>{to_device(g, src)}; });
+  return record(out, "ToDeviceBackward", {a}, [src = a.device()](const Tensor& g) {
+    return std::vector<Tensor>{to_device(g, src)};
+  });
 }
 
 }  // namespace dplab

@@ -24,15 +24,12 @@ void check_options(const char* type, const AdamOptions& o) {
 
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::move(params), options, false) {}
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled)
-    : Optimizer(std::move(params)),
-      options_(options),
-      decoupled_(decoupled),
-      exp_avg_(params_.size()),
-      exp_avg_sq_(params_.size()),
-      steps_(params_.size(), 0) {
+    : Optimizer(std::move(params)), options_(options), decoupled_(decoupled),
+      exp_avg_(params_.size()), exp_avg_sq_(params_.size()), steps_(params_.size(), 0) {
   check_options(type_name(), options_);
   lr_ = options_.lr;
 }
@@ -43,7 +40,8 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
            true) {}
 
 void Adam::step() {
-  DPLAB_CHECK(lr_ >= 0.0, "{}: invalid lr: expected >= 0, got {} (set by set_lr?)", type_name(), lr_);
+  DPLAB_CHECK(lr_ >= 0.0, "{}: invalid lr: expected >= 0, got {} (set by set_lr?)", type_name(),
+              lr_);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor grad = detail::checked_grad(type_name(), params_, i);
     if (!grad.defined()) continue;  // no gradient: no update and no step count (PyTorch)
@@ -61,9 +59,9 @@ void Adam::step() {
                   .weight_decay = static_cast<float>(options_.weight_decay),
                   .decoupled = decoupled_,
                   .step = steps_[i]};
-    backend_for(p.device()).adam_step(args, p.data<float>(), grad.data<float>(),
-                                      exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(),
-                                      p.numel());
+    backend_for(p.device())
+        .adam_step(args, p.data<float>(), grad.data<float>(), exp_avg_[i].data<float>(),
+                   exp_avg_sq_[i].data<float>(), p.numel());
   }
 }
 
@@ -85,11 +83,11 @@ void Adam::state_dict(StateDict& tensors, Metadata& meta) const {
 
 void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
   detail::check_header(meta, type_name(), params_.size());
-  AdamOptions o{.lr = detail::meta_double(meta, "optim.lr"),
-                .betas = {detail::meta_double(meta, "optim.beta1"),
-                          detail::meta_double(meta, "optim.beta2")},
-                .eps = detail::meta_double(meta, "optim.eps"),
-                .weight_decay = detail::meta_double(meta, "optim.weight_decay")};
+  AdamOptions o{
+      .lr = detail::meta_double(meta, "optim.lr"),
+      .betas = {detail::meta_double(meta, "optim.beta1"), detail::meta_double(meta, "optim.beta2")},
+      .eps = detail::meta_double(meta, "optim.eps"),
+      .weight_decay = detail::meta_double(meta, "optim.weight_decay")};
   check_options(type_name(), o);
   // Build everything first, then commit: a bad entry leaves the optimizer untouched.
   std::vector<Tensor> m(params_.size()), v(params_.size());
@@ -98,7 +96,8 @@ void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
     std::string step_key = detail::state_key(i, "step");
     if (!meta.contains(step_key)) continue;  // this parameter never stepped
     steps[i] = detail::meta_int(meta, step_key);
-    DPLAB_CHECK(steps[i] >= 1, "load_state_dict: \"{}\" should be >= 1, got {}", step_key, steps[i]);
+    DPLAB_CHECK(steps[i] >= 1, "load_state_dict: \"{}\" should be >= 1, got {}", step_key,
+                steps[i]);
     m[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg"), params_[i]);
     v[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg_sq"), params_[i]);
   }

@@ -45,7 +45,8 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, CosineAnnealingLROpti
 }
 
 double CosineAnnealingLR::lr_at(int64_t epoch) const {
-  double phase = std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.t_max);
+  double phase =
+      std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(options_.t_max);
   return options_.eta_min + (base_lr() - options_.eta_min) * (1.0 + std::cos(phase)) / 2.0;
 }
 

@@ -20,7 +20,7 @@ class LRScheduler {
   LRScheduler(const LRScheduler&) = delete;
   LRScheduler& operator=(const LRScheduler&) = delete;
 
-  void step();                                   // next epoch: last_epoch += 1, set lr
+  void step();                                     // next epoch: last_epoch += 1, set lr
   double get_last_lr() const { return last_lr_; }  // the lr set by the last step()
   int64_t last_epoch() const { return last_epoch_; }
   double base_lr() const { return base_lr_; }

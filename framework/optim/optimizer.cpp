@@ -25,9 +25,11 @@ Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
                 dtype_name(p.dtype()), shape_str(p.shape()));
     DPLAB_CHECK(p.is_leaf(),
                 "optimizer: parameter {} (shape {}) is not a leaf tensor; optimize the tensors "
-                "you created, not results of ops on them", i, shape_str(p.shape()));
+                "you created, not results of ops on them",
+                i, shape_str(p.shape()));
     for (size_t j = 0; j < i; ++j)
-      DPLAB_CHECK(!params_[j].is_same(p), "optimizer: parameter {} appears twice (also at {})", i, j);
+      DPLAB_CHECK(!params_[j].is_same(p), "optimizer: parameter {} appears twice (also at {})", i,
+                  j);
   }
 }
 
@@ -41,8 +43,10 @@ void Optimizer::zero_grad(bool set_to_none) {
 namespace detail {
 
 void check_non_negative(const char* optimizer, const char* what, double value) {
-  DPLAB_CHECK(value >= 0.0 && std::isfinite(value), "{}: invalid {}: expected a finite value >= 0, "
-              "got {}", optimizer, what, value);
+  DPLAB_CHECK(value >= 0.0 && std::isfinite(value),
+              "{}: invalid {}: expected a finite value >= 0, "
+              "got {}",
+              optimizer, what, value);
 }
 
 Tensor checked_grad(const char* optimizer, const std::vector<Tensor>& params, size_t i) {
@@ -50,8 +54,8 @@ Tensor checked_grad(const char* optimizer, const std::vector<Tensor>& params, si
   Tensor g = p.grad();
   if (!g.defined()) return g;
   DPLAB_CHECK(g.dtype() == DType::Float32 && g.shape() == p.shape() && g.device() == p.device(),
-              "{}: gradient of parameter {} must be float32 {} on {}, got {} {} on {}", optimizer, i,
-              shape_str(p.shape()), p.device(), dtype_name(g.dtype()), shape_str(g.shape()),
+              "{}: gradient of parameter {} must be float32 {} on {}, got {} {} on {}", optimizer,
+              i, shape_str(p.shape()), p.device(), dtype_name(g.dtype()), shape_str(g.shape()),
               g.device());
   return g;
 }
@@ -78,8 +82,10 @@ double meta_double(const Metadata& meta, const std::string& key) {
   DPLAB_CHECK(!s.empty() && end == s.c_str() + s.size() && errno == 0,
               "optimizer state dict: \"{}\" should be a number, got \"{}\"", key, s);
   // a checkpoint edited or corrupted to lr = inf would train on silently into NaN
-  DPLAB_CHECK(std::isfinite(v), "optimizer state dict: \"{}\" should be a finite number, got "
-              "\"{}\"", key, s);
+  DPLAB_CHECK(std::isfinite(v),
+              "optimizer state dict: \"{}\" should be a finite number, got "
+              "\"{}\"",
+              key, s);
   return v;
 }
 

@@ -17,7 +17,8 @@ void check_options(const SGDOptions& o) {
   detail::check_non_negative("SGD", "weight_decay", o.weight_decay);
   DPLAB_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
               "SGD: nesterov momentum requires a momentum > 0 and zero dampening, got momentum {} "
-              "and dampening {}", o.momentum, o.dampening);
+              "and dampening {}",
+              o.momentum, o.dampening);
 }
 
 }  // namespace
@@ -62,7 +63,8 @@ void SGD::state_dict(StateDict& tensors, Metadata& meta) const {
   meta["optim.momentum"] = detail::format_double(options_.momentum);
   meta["optim.dampening"] = detail::format_double(options_.dampening);
   meta["optim.weight_decay"] = detail::format_double(options_.weight_decay);
-  meta["optim.nesterov"] = std::string(options_.nesterov ? "1" : "0");  // (a char* ternary trips GCC 12's -Wrestrict)
+  meta["optim.nesterov"] =
+      std::string(options_.nesterov ? "1" : "0");  // (a char* ternary trips GCC 12's -Wrestrict)
   for (size_t i = 0; i < params_.size(); ++i)
     if (momentum_buffers_[i].defined())
       tensors.insert(detail::state_key(i, "momentum_buffer"), momentum_buffers_[i]);

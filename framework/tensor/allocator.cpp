@@ -77,7 +77,8 @@ void* device_allocate(Device d, std::size_t nbytes) {
     c.allocated.fetch_sub(n);
     throw OutOfMemoryError(fmt::format(
         "{}: out of memory: requested {} with {} already allocated, cap {} (DPLAB_DEVICE_MEMORY or "
-        "set_memory_cap)", d, format_bytes(n), format_bytes(now - n), format_bytes(cap)));
+        "set_memory_cap)",
+        d, format_bytes(n), format_bytes(now - n), format_bytes(cap)));
   }
   void* p = nullptr;
   try {
@@ -98,7 +99,8 @@ void device_free(Device d, void* ptr, std::size_t nbytes) {
 }
 
 void set_memory_cap(Device d, int64_t bytes) {
-  DPLAB_CHECK(bytes >= 0, "set_memory_cap({}): the cap must be >= 0 bytes (0: none), got {}", d, bytes);
+  DPLAB_CHECK(bytes >= 0, "set_memory_cap({}): the cap must be >= 0 bytes (0: none), got {}", d,
+              bytes);
   counters(d).cap.store(bytes);
 }
 
@@ -114,21 +116,33 @@ int64_t parse_memory_size(const std::string& text) {
   }
   std::string unit = text.substr(used);
   double scale = 0;
-  for (const auto& [name, s] : {std::pair<const char*, double>{"", 1}, {"B", 1}, {"K", 1024}, {"KB", 1024},
-                                {"KiB", 1024}, {"M", 1 << 20}, {"MB", 1 << 20}, {"MiB", 1 << 20},
-                                {"G", 1 << 30}, {"GB", 1 << 30}, {"GiB", 1 << 30}})
+  for (const auto& [name, s] : {std::pair<const char*, double>{"", 1},
+                                {"B", 1},
+                                {"K", 1024},
+                                {"KB", 1024},
+                                {"KiB", 1024},
+                                {"M", 1 << 20},
+                                {"MB", 1 << 20},
+                                {"MiB", 1 << 20},
+                                {"G", 1 << 30},
+                                {"GB", 1 << 30},
+                                {"GiB", 1 << 30}})
     if (unit == name) scale = s;
-  DPLAB_CHECK(used > 0 && std::isfinite(value) && value >= 0 && scale > 0 &&
-                  !std::isspace(static_cast<unsigned char>(text.front())),
-              "memory size: expected a number of bytes with an optional K, M or G (\"256M\", \"1.5G\"), "
-              "got \"{}\"", text);
+  DPLAB_CHECK(
+      used > 0 && std::isfinite(value) && value >= 0 && scale > 0 &&
+          !std::isspace(static_cast<unsigned char>(text.front())),
+      "memory size: expected a number of bytes with an optional K, M or G (\"256M\", \"1.5G\"), "
+      "got \"{}\"",
+      text);
   const double bytes = value * scale;
-  DPLAB_CHECK(bytes < 0x1p62, "memory size: \"{}\" is {:.3g} bytes, more than any machine holds", text,
-              bytes);
+  DPLAB_CHECK(bytes < 0x1p62, "memory size: \"{}\" is {:.3g} bytes, more than any machine holds",
+              text, bytes);
   // "0" means no cap; "0.5" (half a byte) would silently mean no cap too
-  DPLAB_CHECK(bytes == 0 ? value == 0 : bytes >= 1,
-              "memory size: \"{}\" is less than one byte; expected a size of at least 1 byte (\"0\" "
-              "means no cap)", text);
+  DPLAB_CHECK(
+      bytes == 0 ? value == 0 : bytes >= 1,
+      "memory size: \"{}\" is less than one byte; expected a size of at least 1 byte (\"0\" "
+      "means no cap)",
+      text);
   return static_cast<int64_t>(bytes);
 }
 

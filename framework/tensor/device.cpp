@@ -24,7 +24,8 @@ Device Device::parse(std::string_view spec) {
   auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), index);
   DPLAB_CHECK(ec == std::errc() && end == num.data() + num.size() && index >= 0 &&
                   index < kMaxDevicesPerKind,
-              "device: expected an index in [0, {}) after ':', got \"{}\"", kMaxDevicesPerKind, spec);
+              "device: expected an index in [0, {}) after ':', got \"{}\"", kMaxDevicesPerKind,
+              spec);
   return Device(k, index);
 }
 

@@ -19,7 +19,7 @@ struct Device {
 
   Device() = default;
   Device(DeviceKind k, int i = 0);
-  Device(const char* spec) : Device(parse(spec)) {}     // NOLINT: "cpu:1" reads naturally
+  Device(const char* spec) : Device(parse(spec)) {}         // NOLINT: "cpu:1" reads naturally
   Device(const std::string& spec) : Device(parse(spec)) {}  // NOLINT
 
   static Device parse(std::string_view spec);  // throws Error on "gpu:1", "cpu:-1", "cuda:x"

@@ -5,7 +5,7 @@
 // element is stored as its bit pattern in a uint16_t; ops compute on it in float32 and round
 // the result back (tensor/half.h has the scalar conversions, backend/cpu/cpu_half.cpp the
 // vectorised ones). float16 is also the wire format of the DDP compression hook.
-// Read next: tensor/half.h, amp/autocast.h.
+// Read next: tensor/half.h, ops/autocast.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +28,9 @@ inline constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 // float16 or bfloat16: stored in 16 bits, computed in float32.
-inline constexpr bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+inline constexpr bool is_low_precision(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
 inline constexpr bool is_floating(DType t) { return t != DType::Int64; }
 // The dtype of a binary op's result (PyTorch's promotion for the types dplab has): equal
 // types stay; float16 with bfloat16, or either with float32, gives float32.
@@ -39,9 +41,19 @@ inline constexpr DType promote_types(DType a, DType b) {
   return DType::Float32;
 }
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::Float32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::Int64; }
-template <> constexpr DType dtype_of<uint16_t>() { return DType::Float16; }  // half bits
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
+template <>
+constexpr DType dtype_of<uint16_t>() {
+  return DType::Float16;
+}  // half bits
 
 }  // namespace dplab

@@ -20,8 +20,10 @@ float half_to_float(uint16_t h);
 inline uint16_t float_to_bfloat16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
-  const uint32_t lsb = (x >> 16) & 1u;  // ties to even: add 0x7fff, plus 1 when the kept part is odd
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  const uint32_t lsb =
+      (x >> 16) & 1u;  // ties to even: add 0x7fff, plus 1 when the kept part is odd
   return static_cast<uint16_t>((x + 0x7fffu + lsb) >> 16);
 }
 inline float bfloat16_to_float(uint16_t b) {

@@ -59,7 +59,9 @@ int64_t Generator::randint(int64_t low, int64_t high) {
   // rejection sampling: no modulo bias
   uint64_t limit = UINT64_MAX - UINT64_MAX % span;
   uint64_t v;
-  do { v = next_u64(); } while (v >= limit);
+  do {
+    v = next_u64();
+  } while (v >= limit);
   return low + static_cast<int64_t>(v % span);
 }
 

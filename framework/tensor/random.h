@@ -15,8 +15,8 @@ class Generator {
   void manual_seed(uint64_t seed);
   uint64_t seed() const { return seed_; }
   uint64_t next_u64();
-  float uniform();       // [0, 1)
-  float normal();        // mean 0, std 1
+  float uniform();                             // [0, 1)
+  float normal();                              // mean 0, std 1
   int64_t randint(int64_t low, int64_t high);  // [low, high)
 
  private:

@@ -10,7 +10,8 @@ namespace dplab {
 
 class Storage {
  public:
-  Storage(Device d, std::size_t nbytes) : device_(d), nbytes_(nbytes), data_(device_allocate(d, nbytes)) {}
+  Storage(Device d, std::size_t nbytes)
+      : device_(d), nbytes_(nbytes), data_(device_allocate(d, nbytes)) {}
   ~Storage() { device_free(device_, data_, nbytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

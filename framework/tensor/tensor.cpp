@@ -22,7 +22,8 @@ int64_t shape_numel(const Shape& s) {
 }
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
-  for (int64_t d : shape) DPLAB_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
+  for (int64_t d : shape)
+    DPLAB_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
   DPLAB_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "tensors have at most {} dims, got {}",
               kMaxDims, shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
@@ -38,13 +39,15 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
 int64_t Tensor::size(int64_t d) const {
   int64_t n = dim();
   int64_t k = d < 0 ? d + n : d;
-  DPLAB_CHECK(k >= 0 && k < n, "size({}): tensor of shape {} has {} dims", d, shape_str(shape()), n);
+  DPLAB_CHECK(k >= 0 && k < n, "size({}): tensor of shape {} has {} dims", d, shape_str(shape()),
+              n);
   return impl().shape[k];
 }
 
 void* Tensor::raw_data() const {
   auto* base = static_cast<char*>(impl().storage->data());
-  return base == nullptr ? nullptr : base + impl().offset * static_cast<int64_t>(element_size(dtype()));
+  return base == nullptr ? nullptr
+                         : base + impl().offset * static_cast<int64_t>(element_size(dtype()));
 }
 
 // ---- copies between devices ----
@@ -83,7 +86,8 @@ template std::vector<uint16_t> Tensor::to_vector<uint16_t>() const;  // float16 
 
 namespace {
 double read_element(const Tensor& t, int64_t flat) {
-  if (is_low_precision(t.dtype())) return read_element(t.detach().to(DType::Float32), flat);  // the backend converts
+  if (is_low_precision(t.dtype()))
+    return read_element(t.detach().to(DType::Float32), flat);  // the backend converts
   if (t.dtype() == DType::Float32) {
     float v;
     copy_bytes(Device("cpu"), &v, t.device(), t.data<float>() + flat, sizeof v);
@@ -96,7 +100,8 @@ double read_element(const Tensor& t, int64_t flat) {
 }  // namespace
 
 float Tensor::item() const {
-  DPLAB_CHECK(numel() == 1, "item(): expected a tensor with one element, got shape {}", shape_str(shape()));
+  DPLAB_CHECK(numel() == 1, "item(): expected a tensor with one element, got shape {}",
+              shape_str(shape()));
   return static_cast<float>(read_element(*this, 0));
 }
 
@@ -107,12 +112,12 @@ int64_t Tensor::item_int() const {
 }
 
 float Tensor::at(std::initializer_list<int64_t> index) const {
-  DPLAB_CHECK(static_cast<int64_t>(index.size()) == dim(), "at(): {} indices for a tensor of shape {}",
-              index.size(), shape_str(shape()));
+  DPLAB_CHECK(static_cast<int64_t>(index.size()) == dim(),
+              "at(): {} indices for a tensor of shape {}", index.size(), shape_str(shape()));
   int64_t flat = 0, k = 0;
   for (int64_t i : index) {
-    DPLAB_CHECK(i >= 0 && i < shape()[k], "at(): index {} out of range for dim {} of shape {}", i, k,
-                shape_str(shape()));
+    DPLAB_CHECK(i >= 0 && i < shape()[k], "at(): index {} out of range for dim {} of shape {}", i,
+                k, shape_str(shape()));
     flat = flat * shape()[k] + i;
     ++k;
   }
@@ -149,19 +154,29 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
   out.insert(out.end(), shape().begin() + e + 1, shape().end());
   return reshape(out);
 }
-Tensor Tensor::narrow(int64_t start, int64_t length) const { return dplab::narrow(*this, 0, start, length); }
-std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const { return dplab::chunk(*this, chunks, d); }
-std::vector<Tensor> Tensor::split(int64_t size, int64_t d) const { return dplab::split(*this, size, d); }
+Tensor Tensor::narrow(int64_t start, int64_t length) const {
+  return dplab::narrow(*this, 0, start, length);
+}
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
+  return dplab::chunk(*this, chunks, d);
+}
+std::vector<Tensor> Tensor::split(int64_t size, int64_t d) const {
+  return dplab::split(*this, size, d);
+}
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return dplab::transpose(*this, d0, d1); }
-Tensor Tensor::permute(const std::vector<int64_t>& dims) const { return dplab::permute(*this, dims); }
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  return dplab::permute(*this, dims);
+}
 
 // ---- autograd ----
 
 Tensor& Tensor::requires_grad_(bool on) {
   DPLAB_CHECK(is_leaf(), "requires_grad_(): only leaf tensors can change requires_grad; "
                          "use detach() to make a leaf");
-  DPLAB_CHECK(!on || is_floating(dtype()), "requires_grad_(): only floating tensors (float32, "
-              "float16, bfloat16) can require gradients, this one is {}", dtype_name(dtype()));
+  DPLAB_CHECK(!on || is_floating(dtype()),
+              "requires_grad_(): only floating tensors (float32, "
+              "float16, bfloat16) can require gradients, this one is {}",
+              dtype_name(dtype()));
   impl().requires_grad = on;
   return *this;
 }
@@ -236,7 +251,8 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
   if (dtype() != DType::Float32 || other.dtype() != DType::Float32) {
     // 16-bit: add in float32, round once into this tensor's dtype
     NoGradGuard no_grad;
-    Tensor sum32 = dplab::add(detach().to(DType::Float32), dplab::mul_scalar(other.detach().to(DType::Float32), alpha));
+    Tensor sum32 = dplab::add(detach().to(DType::Float32),
+                              dplab::mul_scalar(other.detach().to(DType::Float32), alpha));
     Tensor rounded = sum32.to(dtype());
     copy_bytes(device(), raw_data(), device(), rounded.raw_data(), static_cast<size_t>(nbytes()));
     return *this;
@@ -255,7 +271,8 @@ Tensor& Tensor::add_(const Tensor& other, float alpha) {
 
 Tensor& Tensor::mul_(float s) {
   check_inplace(*this, "mul_");
-  DPLAB_CHECK(is_floating(dtype()), "mul_: expected a floating tensor, got {}", dtype_name(dtype()));
+  DPLAB_CHECK(is_floating(dtype()), "mul_: expected a floating tensor, got {}",
+              dtype_name(dtype()));
   if (dtype() != DType::Float32) {
     NoGradGuard no_grad;
     Tensor rounded = dplab::mul_scalar(detach(), s);

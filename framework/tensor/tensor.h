@@ -36,12 +36,12 @@ struct TensorImpl {
   DType dtype = DType::Float32;
 
   bool requires_grad = false;
-  std::shared_ptr<TensorImpl> grad;     // accumulated gradient of a leaf
-  std::shared_ptr<Node> grad_fn;        // the node that produced this tensor (non-leaf)
+  std::shared_ptr<TensorImpl> grad;      // accumulated gradient of a leaf
+  std::shared_ptr<Node> grad_fn;         // the node that produced this tensor (non-leaf)
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad node, made on first use
   std::vector<TensorHook> leaf_hooks;
   std::vector<PostAccumulateHook> post_accumulate_hooks;
-  bool retains_grad = false;            // non-leaf keeps its .grad (retain_grad())
+  bool retains_grad = false;  // non-leaf keeps its .grad (retain_grad())
 };
 
 struct TensorOptions {
@@ -69,7 +69,8 @@ class Tensor {
 
   // Raw pointer to the first element (device memory for CUDA tensors).
   void* raw_data() const;
-  template <typename T> T* data() const {
+  template <typename T>
+  T* data() const {
     // uint16_t reads the bits of either 16-bit float (float16 or bfloat16)
     DPLAB_CHECK(dtype() == dtype_of<T>() || (sizeof(T) == 2 && is_low_precision(dtype())),
                 "data<{}>(): tensor is {}", dtype_name(dtype_of<T>()), dtype_name(dtype()));
@@ -77,18 +78,19 @@ class Tensor {
   }
 
   // --- values, for tests and printing (copy to host when needed) ---
-  float item() const;                       // one element, float32 or int64 converted
+  float item() const;  // one element, float32 or int64 converted
   int64_t item_int() const;
-  template <typename T> std::vector<T> to_vector() const;
+  template <typename T>
+  std::vector<T> to_vector() const;
   float at(std::initializer_list<int64_t> index) const;  // one element by index
 
   // --- copies and views ---
-  Tensor to(Device d) const;                // same tensor if already there
-  Tensor to(DType t) const;                 // a cast; differentiable float->float only
-  Tensor clone() const;                     // differentiable deep copy
-  Tensor detach() const;                    // shares storage, cut from the graph
+  Tensor to(Device d) const;  // same tensor if already there
+  Tensor to(DType t) const;   // a cast; differentiable float->float only
+  Tensor clone() const;       // differentiable deep copy
+  Tensor detach() const;      // shares storage, cut from the graph
   Tensor contiguous_copy_on(Device d) const;
-  Tensor reshape(const Shape& s) const;     // one -1 allowed; a view
+  Tensor reshape(const Shape& s) const;  // one -1 allowed; a view
   Tensor view(const Shape& s) const { return reshape(s); }
   Tensor flatten(int64_t start = 0, int64_t end = -1) const;
   Tensor narrow(int64_t start, int64_t length) const;  // rows [start, start+length) of dim 0
@@ -103,7 +105,7 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   Tensor grad() const { return Tensor(impl().grad); }
-  void set_grad(const Tensor& g);           // checks shape/device
+  void set_grad(const Tensor& g);  // checks shape/device
   const std::shared_ptr<Node>& grad_fn() const { return impl().grad_fn; }
   void backward(const Tensor& grad = {}, bool retain_graph = false) const;
   void retain_grad();
@@ -115,7 +117,7 @@ class Tensor {
   // --- in-place updates: for optimizers and no_grad code; never recorded by autograd ---
   Tensor& zero_();
   Tensor& fill_(double value);
-  Tensor& copy_(const Tensor& src);              // same shape; any devices
+  Tensor& copy_(const Tensor& src);  // same shape; any devices
   Tensor& add_(const Tensor& other, float alpha = 1.0f);
   Tensor& mul_(float s);
 

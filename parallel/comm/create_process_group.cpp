@@ -3,14 +3,18 @@
 // transport (ranks are threads, a HashStore) or shm (processes), wrapped in an emulated
 // link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that every
 // rank builds at its first collective on a CUDA tensor.
+// Each group gets its own view of the store (PrefixStore "dplab/pg<k>"), and each part of it
+// (the transports, the cuda_ipc transport, the mpi watchdog) a view below that: no key is
+// ever built from a prefix by hand, and two groups on one store never meet.
 // Read next: process_group.cpp, engines/collective_engine.h, transport/transport.h.
 #include "parallel/comm/process_group.h"
 
 #include "framework/error.h"
-#include "parallel/comm/cost.h"
-#include "parallel/rendezvous/hash_store.h"
-#include "parallel/rendezvous/tcp_store.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/prefix_store.h"
+#include "parallel/rendezvous/tcp_store.h"
 #include "parallel/transport/cuda_ipc_transport.h"
 #include "parallel/transport/link_model.h"
 #include "parallel/transport/shm_transport.h"
@@ -18,31 +22,31 @@
 
 namespace dplab::parallel {
 
-bool is_engine_backend(const std::string& backend) {
-  return backend == "mpi" || backend == "nccl";
-}
-bool is_known_backend(const std::string& backend) {
-  if (is_engine_backend(backend)) return true;
+bool is_external_engine(const std::string& engine) { return engine == "mpi" || engine == "nccl"; }
+bool is_known_engine(const std::string& engine) {
+  if (is_external_engine(engine)) return true;
   for (Algorithm a : kAlgorithms)  // dplab's engine, named by its all-reduce algorithm
-    if (algorithm_name(a) == backend) return true;
+    if (algorithm_name(a) == engine) return true;
   return false;
 }
 
 namespace {
 
 // With CUDA compiled: the cuda_ipc transport, made later, at the first CUDA collective, by
-// all ranks at once; the store must live until then, so the factory holds it.
-CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store, const std::string& prefix,
-                                      int rank, int world_size, bool threads,
+// all ranks at once; the store must live until then, so the factory holds it (a view of
+// the group's: "dplab/pg<k>/cuda_ipc").
+CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store,
+                                      std::shared_ptr<PrefixStore> group_store, int rank,
+                                      int world_size, bool threads,
                                       const ProcessGroupOptions& opts) {
   if (!cuda_ipc_compiled()) return nullptr;
-  return [store, prefix, rank, world_size, threads, timeout = opts.timeout,
+  auto own = std::make_shared<PrefixStore>("cuda_ipc", std::move(group_store));
+  return [store, own, rank, world_size, threads, timeout = opts.timeout,
           link_gbps = opts.link_gbps](int cuda_index) {
     Seconds before = store->timeout();
-    store->set_timeout(timeout);
+    own->set_timeout(timeout);  // a view passes its timeout down to the base store
     try {
-      auto t = make_cuda_ipc_transport(*store, prefix + "/cuda_ipc", rank, world_size,
-                                       cuda_index, threads, timeout);
+      auto t = make_cuda_ipc_transport(*own, rank, world_size, cuda_index, threads, timeout);
       store->set_timeout(before);
       return link_gbps > 0 ? make_paced_transport(std::move(t), link_gbps) : std::move(t);
     } catch (...) {
@@ -52,13 +56,19 @@ CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store, const std::s
   };
 }
 
-// The mpi watchdog's own store: a second connection to the same TCP store (the first may be
-// busy in the main thread), or the shared store itself when it needs no connection.
-CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store) {
+// The mpi watchdog's own store: a view ("<group>/watchdog") of a second connection to the same
+// TCP store (the first may be busy in the main thread), or of the shared store itself when it
+// needs no connection.
+CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store,
+                                           const std::string& group_prefix) {
+  const std::string prefix = group_prefix + "/watchdog";
   if (auto tcp = std::dynamic_pointer_cast<TCPStore>(store)) {
-    return [tcp](Seconds timeout) -> std::shared_ptr<Store> { return tcp->connect_again(timeout); };
+    return [tcp, prefix](Seconds timeout) -> std::shared_ptr<Store> {
+      return std::make_shared<PrefixStore>(prefix, tcp->connect_again(timeout));
+    };
   }
-  return [store](Seconds) { return store; };
+  auto view = std::make_shared<PrefixStore>(prefix, store);
+  return [view](Seconds) -> std::shared_ptr<Store> { return view; };
 }
 
 }  // namespace
@@ -67,8 +77,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts) {
   DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
-  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}",
-              world_size);
+  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}", world_size);
   DPLAB_CHECK(rank >= 0 && rank < world_size,
               "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
   // Groups made on one store are numbered in creation order, which every rank shares; the
@@ -76,35 +85,42 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // groups ("dplab/pg0/...", "dplab/pg1/...").
   const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
   const std::string prefix = fmt::format("dplab/pg{}", generation);
-  DPLAB_CHECK(is_known_backend(opts.backend), "create_process_group: backend must be \"ring\", "
+  auto group_store = std::make_shared<PrefixStore>(prefix, store);
+  DPLAB_CHECK(is_known_engine(opts.engine),
+              "create_process_group: engine must be \"ring\", "
               "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
-              "\"mpi\" or \"nccl\", got \"{}\"", opts.backend);
-  DPLAB_CHECK(opts.link_gbps >= 0, "create_process_group: link_gbps must be >= 0 (0: no "
-              "emulated link), got {}", opts.link_gbps);
+              "\"mpi\" or \"nccl\", got \"{}\"",
+              opts.engine);
+  DPLAB_CHECK(opts.link_gbps >= 0,
+              "create_process_group: link_gbps must be >= 0 (0: no "
+              "emulated link), got {}",
+              opts.link_gbps);
   DPLAB_CHECK(opts.segment_bytes % 8 == 0 && opts.segment_bytes <= (std::size_t{64} << 20),
               "create_process_group: segment_bytes must be a multiple of 8 up to 64 MiB (0: the "
-              "transport's default), got {}", opts.segment_bytes);
-  DPLAB_CHECK(opts.link_gbps == 0 || !is_engine_backend(opts.backend),
-              "create_process_group: an emulated link (link_gbps = {}) needs the ring or star "
-              "backend; the {} backend moves its bytes itself", opts.link_gbps, opts.backend);
+              "transport's default), got {}",
+              opts.segment_bytes);
+  DPLAB_CHECK(opts.link_gbps == 0 || !is_external_engine(opts.engine),
+              "create_process_group: an emulated link (link_gbps = {}) needs one of dplab's "
+              "engines (ring, star, ...); the {} engine moves its bytes itself",
+              opts.link_gbps, opts.engine);
   // mpi, nccl: an existing engine moves the bytes
-  if (opts.backend == "mpi")
-    return std::make_shared<ProcessGroup>(make_mpi_engine(
-        rank, world_size, opts.timeout, watchdog_store(store), prefix + "/watchdog"));
-  if (opts.backend == "nccl")
+  if (opts.engine == "mpi")
     return std::make_shared<ProcessGroup>(
-        make_nccl_engine(*store, prefix, rank, world_size, opts.timeout));
+        make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store, prefix)));
+  if (opts.engine == "nccl")
+    return std::make_shared<ProcessGroup>(
+        make_nccl_engine(*group_store, rank, world_size, opts.timeout));
   Seconds saved = store->timeout();
-  store->set_timeout(opts.timeout);
+  group_store->set_timeout(opts.timeout);  // a view passes its timeout down to the base store
   std::unique_ptr<Transport> transport;
   const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
     const std::size_t slot = opts.segment_bytes;
     if (threads)
-      transport = make_thread_transport(*store, prefix, rank, world_size, opts.timeout,
+      transport = make_thread_transport(*group_store, rank, world_size, opts.timeout,
                                         slot ? slot : kSegmentBytes);
     else
-      transport = make_shm_transport(*store, prefix, rank, world_size, opts.timeout,
+      transport = make_shm_transport(*group_store, rank, world_size, opts.timeout,
                                      slot ? slot : shm_segment_bytes(world_size));
   } catch (...) {
     store->set_timeout(saved);
@@ -114,12 +130,12 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
   // what auto weighs: the shm transport's hand-off and copy costs, or the emulated link's
   // bandwidth where that is slower
-  LinkCost link = shm_link_cost();
+  LinkCost link = shm_link_cost(cpu_cores());
   link.segment = double(transport->segment_bytes());
   if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   return std::make_shared<ProcessGroup>(make_dplab_engine(
-      std::move(transport), algorithm_from_name(opts.backend),
-      cuda_ipc_factory(store, prefix, rank, world_size, threads, opts), link));
+      std::move(transport), algorithm_from_name(opts.engine),
+      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), link));
 }
 
 }  // namespace dplab::parallel

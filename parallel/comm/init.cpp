@@ -1,6 +1,6 @@
 // init.cpp: the default process group, built on the rendezvous (rendezvous/rendezvous.cpp:
 // rank discovery, the store, the check-in) and torn down with an exit barrier.
-// Backends: ring and star run on one node (shared memory) and are refused when the launcher
+// Engines: ring and star run on one node (shared memory) and are refused when the launcher
 // says the job spans several; mpi takes rank and size from MPI itself (mpirun), and its
 // store's address from rank 0 by MPI_Bcast; nccl meets through the store like ring.
 // Read next: launch/supervisor.h (how ranks are started), launch/spawn.h.
@@ -46,24 +46,24 @@ Seconds resolve_timeout(std::optional<Seconds> given) {
   if (v == nullptr) return kDefaultTimeout;
   char* end = nullptr;
   double secs = std::strtod(v, &end);
-  DPLAB_CHECK(end != v && *end == '\0' && std::isfinite(secs) && secs > 0 &&
-                  secs <= kMaxTimeout.count(),
-              "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)",
-              v, kMaxTimeout.count());
+  DPLAB_CHECK(
+      end != v && *end == '\0' && std::isfinite(secs) && secs > 0 && secs <= kMaxTimeout.count(),
+      "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)", v,
+      kMaxTimeout.count());
   return Seconds(secs);
 }
 
 namespace {
 
-void check_single_node(const std::string& backend, const RankInfo& info) {
+void check_single_node(const std::string& engine, const RankInfo& info) {
   DPLAB_CHECK(info.local_world_size == info.world_size,
-              "init_process_group: the '{}' backend runs on one node (its ranks share memory), "
+              "init_process_group: the '{}' engine runs on one node (its ranks share memory), "
               "but this job spans several: WORLD_SIZE={}, LOCAL_WORLD_SIZE={}. Across machines "
-              "use the 'mpi' backend (CPUs, started by mpirun) or the 'nccl' backend (GPUs)",
-              backend, info.world_size, info.local_world_size);
+              "use the 'mpi' engine (CPUs, started by mpirun) or the 'nccl' engine (GPUs)",
+              engine, info.world_size, info.local_world_size);
 }
 
-// The mpi backend's store: rank 0 serves it on a free port and tells the others where, and
+// The mpi engine's store: rank 0 serves it on a free port and tells the others where, and
 // the job token, with one MPI_Bcast (MPI is the job's own channel), so mpirun needs neither
 // MASTER_ADDR/MASTER_PORT nor DPLAB_JOB_TOKEN (a DPLAB_JOB_TOKEN that is set is used).
 // What it binds: 127.0.0.1 when every rank is on rank 0's node; across nodes MASTER_ADDR if
@@ -100,22 +100,25 @@ std::shared_ptr<Store> mpi_store(const MpiWorld& w, Seconds timeout) {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
-  DPLAB_CHECK(is_known_backend(opts.backend),
-              "init_process_group: unknown backend '{}': expected 'ring', 'star', 'mpi' or 'nccl'",
-              opts.backend);
+  DPLAB_CHECK(is_known_engine(opts.engine),
+              "init_process_group: unknown engine '{}': expected 'ring', 'star', 'mpi' or 'nccl'",
+              opts.engine);
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
-  DPLAB_CHECK(g.pg == nullptr, "init_process_group: already initialized as rank {} of {}; call "
-              "destroy_process_group() first", g.pg->rank(), g.pg->size());
+  DPLAB_CHECK(g.pg == nullptr,
+              "init_process_group: already initialized as rank {} of {}; call "
+              "destroy_process_group() first",
+              g.pg->rank(), g.pg->size());
   const Seconds timeout = resolve_timeout(opts.timeout);
   int rank = opts.rank, world_size = opts.world_size;
   std::shared_ptr<Store> store;
-  if (opts.backend == "mpi") {
+  if (opts.engine == "mpi") {
     // MPI knows the world: mpirun (or srun --mpi=pmix) started it
     const MpiWorld w = mpi_world();
     DPLAB_CHECK((rank < 0 || rank == w.rank) && (world_size < 0 || world_size == w.size),
-                "init_process_group: the mpi backend takes rank and world size from mpirun "
-                "(rank {} of {}), but rank {} of {} was passed", w.rank, w.size, rank, world_size);
+                "init_process_group: the mpi engine takes rank and world size from mpirun "
+                "(rank {} of {}), but rank {} of {} was passed",
+                w.rank, w.size, rank, world_size);
     rank = w.rank;
     world_size = w.size;
     store = opts.init_method == "env://" ? mpi_store(w, timeout)
@@ -123,7 +126,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   } else {
     if (rank < 0 || world_size < 0) {
       RankInfo info = rank_info_from_env();
-      if (opts.backend != "nccl") check_single_node(opts.backend, info);
+      if (opts.engine != "nccl") check_single_node(opts.engine, info);
       if (rank < 0) rank = info.rank;
       if (world_size < 0) world_size = info.world_size;
     }
@@ -132,9 +135,9 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     store = make_store(opts.init_method, rank, world_size, timeout);
   }
   rendezvous(*store, rank, world_size, timeout);
-  g.pg = create_process_group(store, rank, world_size,
-                              ProcessGroupOptions{.backend = opts.backend, .timeout = timeout,
-                                                  .link_gbps = opts.link_gbps});
+  g.pg = create_process_group(
+      store, rank, world_size,
+      ProcessGroupOptions{.engine = opts.engine, .timeout = timeout, .link_gbps = opts.link_gbps});
   g.store = store;
   g.timeout = timeout;
   return g.pg;
@@ -179,8 +182,7 @@ void destroy_process_group() {
   auto wait_quietly = [&](const std::vector<std::string>& keys) {
     try {
       g.store->wait(keys);
-    } catch (const CommError&) {
-    }
+    } catch (const CommError&) {}
   };
   // Phase 1, an exit barrier: no rank tears down its group while a peer may still be inside
   // the last collective with it.

@@ -16,16 +16,18 @@
 namespace dplab::parallel {
 
 struct InitOptions {
-  // "ring" or "star" (one node, shared memory); "mpi" (CPUs, any number of nodes, needs
-  // mpirun: rank and world size then come from MPI) or "nccl" (GPUs, any number of nodes)
-  std::string backend = "ring";
+  // The engine that runs the collectives (process_group.h): "ring", "star", ... (dplab's own,
+  // one node, shared memory); "mpi" (CPUs, any number of nodes, needs mpirun: rank and world
+  // size then come from MPI) or "nccl" (GPUs, any number of nodes). PyTorch calls it the
+  // backend; dplab keeps that word for the compute Backend (framework/backend/backend.h).
+  std::string engine = "ring";
   std::string init_method = "env://";  // or "file:///path", "tcp://host:port"
   int rank = -1;                       // -1: from the environment
   int world_size = -1;                 // -1: from the environment
   // Rendezvous and every later collective wait. A value set here wins; left unset, the
   // environment variable DPLAB_TIMEOUT (seconds) decides, else 60 s.
   std::optional<Seconds> timeout = std::nullopt;
-  double link_gbps = 0;                // > 0: emulate a link per rank (transport/link_model.h)
+  double link_gbps = 0;  // > 0: emulate a link per rank (transport/link_model.h)
 };
 
 // Builds the default process group; every rank must call it. Throws CommError naming the

@@ -1,9 +1,9 @@
 // process_group.cpp: checks, the async queue and the counters around one engine call per
 // collective. Each collective checks its arguments, then run() lets queued async calls
-// finish (so every rank sees one order), refuses if the group failed earlier, names the
-// collective to the engine (set_context: error messages and watchdogs), calls the engine
-// once, and records the bytes: measured where the engine sees them (dplab's ring and star),
-// else the textbook formula of cost.h (MPI, NCCL).
+// finish (so every rank sees one order), refuses if the group failed earlier, calls the
+// engine once with the collective's name (for error messages and watchdogs), and records
+// the bytes the engine reports (measured by dplab's engine; the textbook formulas of
+// algorithms/cost.h from mpi and nccl) and the time.
 // Read next: engines/collective_engine.h, engines/dplab_engine.cpp.
 #include "parallel/comm/process_group.h"
 
@@ -16,46 +16,16 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/comm/cost.h"
 #include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
-
-std::string reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-  }
-  return "?";
-}
-std::string algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Star: return "star";
-    case Algorithm::RecursiveDoubling: return "recursive_doubling";
-    case Algorithm::HalvingDoubling: return "halving_doubling";
-    case Algorithm::OneShot: return "one_shot";
-    case Algorithm::Auto: return "auto";
-  }
-  return "?";
-}
-
-Algorithm algorithm_from_name(const std::string& name) {
-  for (Algorithm a : kAlgorithms)
-    if (algorithm_name(a) == name) return a;
-  DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling, "
-             "one_shot or auto, got \"{}\"", name);
-}
 
 namespace {
 
 void check_op(ReduceOp op, const Tensor& t, const char* what) {
   DPLAB_CHECK(t.defined(), "{}: the tensor is undefined", what);
   DPLAB_CHECK(op != ReduceOp::Avg || t.dtype() == DType::Float32,
-              "{}: avg needs float32, got {} (use sum and divide)", what,
-              dtype_name(t.dtype()));
+              "{}: avg needs float32, got {} (use sum and divide)", what, dtype_name(t.dtype()));
 }
 
 void check_root(int root, int size, const char* what) {
@@ -71,14 +41,16 @@ void check_peer(int peer, int rank, int size, const char* what, const char* name
 
 void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, const char* what,
                 const char* name) {
-  DPLAB_CHECK(static_cast<int>(list.size()) == n, "{}: {} must hold {} tensors (one per rank), "
-              "got {}", what, name, n, list.size());
+  DPLAB_CHECK(static_cast<int>(list.size()) == n,
+              "{}: {} must hold {} tensors (one per rank), "
+              "got {}",
+              what, name, n, list.size());
   for (std::size_t i = 0; i < list.size(); ++i)
-    DPLAB_CHECK(list[i].defined() && list[i].numel() == like.numel() &&
-                    list[i].dtype() == like.dtype(),
-                "{}: {}[{}] must have {} {} elements like the input, got {}", what, name, i,
-                like.numel(), dtype_name(like.dtype()),
-                list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
+    DPLAB_CHECK(
+        list[i].defined() && list[i].numel() == like.numel() && list[i].dtype() == like.dtype(),
+        "{}: {}[{}] must have {} {} elements like the input, got {}", what, name, i, like.numel(),
+        dtype_name(like.dtype()),
+        list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
 }
 
 // The handle of one queued call.
@@ -192,72 +164,67 @@ ProcessGroup::~ProcessGroup() {
   else engine_->leave();
 }
 
-const std::string& ProcessGroup::backend() const { return engine_->name(); }
+const std::string& ProcessGroup::engine() const { return engine_->name(); }
 std::string ProcessGroup::all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo) const {
-  return engine_->pattern(algo, bytes);
+  return engine_->all_reduce_algorithm(bytes, algo);
 }
 const std::string& ProcessGroup::transport_name() const { return engine_->transport_name(); }
 std::string ProcessGroup::transport_name(Device d) const { return engine_->transport_name(d); }
 
-void ProcessGroup::run(const char* name, const std::string& context, Traffic model,
-                       const std::function<void()>& fn) {
+void ProcessGroup::run(const char* collective, std::string name,
+                       const std::function<void(CollectiveCall&)>& call_engine) {
   impl_->drain();
+  CollectiveCall call{.name = std::move(name)};
   if (!impl_->broken.empty())
     throw CommError(fmt::format("rank {}: {} refused: this process group failed earlier ({}); "
-                                "make a new one", rank_, context, impl_->broken));
+                                "make a new one",
+                                rank_, call.name, impl_->broken));
   const auto start = std::chrono::steady_clock::now();
   try {
-    engine_->set_context(context);
-    fn();
+    call_engine(call);
   } catch (const std::exception& e) {
-    impl_->broken = fmt::format("{} on the {} backend: {}", context, engine_->name(), e.what());
-    engine_->mark_failed(e.what());
+    impl_->broken = fmt::format("{} on the {} engine: {}", call.name, engine_->name(), e.what());
+    engine_->mark_failed(fmt::format("{} on rank {}: {}", call.name, rank_, e.what()));
     throw;
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  impl_->record(name, engine_->measured_traffic().value_or(model), secs);
+  impl_->record(collective, call.traffic, secs);
 }
 
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) {
   check_op(op, t, "all_reduce");
-  // the model: what MPI and NCCL do for large messages, the ring
-  run("all_reduce", fmt::format("all_reduce({}, {})", engine_->pattern(algo, t.nbytes()),
-                                reduce_op_name(op)),
-      ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_),
-      [&] { engine_->all_reduce(t, op, algo); });
+  // the engine names the algorithm it runs: "all_reduce(ring, sum)"
+  run("all_reduce", fmt::format("all_reduce({})", reduce_op_name(op)),
+      [&](CollectiveCall& c) { engine_->all_reduce(c, t, op, algo); });
 }
 
 void ProcessGroup::broadcast(Tensor& t, int root) {
   DPLAB_CHECK(t.defined(), "broadcast: the tensor is undefined");
   check_root(root, size_, "broadcast");
   run("broadcast", fmt::format("broadcast(root {})", root),
-      chain_broadcast_cost(t.nbytes(), rank_, size_, root),
-      [&] { engine_->broadcast(t, root); });
+      [&](CollectiveCall& c) { engine_->broadcast(c, t, root); });
 }
 
 void ProcessGroup::reduce(Tensor& t, int root, ReduceOp op) {
   check_op(op, t, "reduce");
   check_root(root, size_, "reduce");
   run("reduce", fmt::format("reduce(root {}, {})", root, reduce_op_name(op)),
-      star_reduce_cost(t.nbytes(), rank_, size_, root),
-      [&] { engine_->reduce(t, root, op); });
+      [&](CollectiveCall& c) { engine_->reduce(c, t, root, op); });
 }
 
 void ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input) {
   DPLAB_CHECK(input.defined(), "all_gather: the input is undefined");
   check_list(outputs, input, size_, "all_gather", "outputs");
-  run("all_gather", "all_gather", ring_all_gather_cost(input.nbytes(), size_),
-      [&] { engine_->all_gather(outputs, input); });
+  run("all_gather", "all_gather",
+      [&](CollectiveCall& c) { engine_->all_gather(c, outputs, input); });
 }
 
-void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs,
-                                  ReduceOp op) {
+void ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
   check_op(op, output, "reduce_scatter");
   check_list(inputs, output, size_, "reduce_scatter", "inputs");
   run("reduce_scatter", fmt::format("reduce_scatter({})", reduce_op_name(op)),
-      ring_all_gather_cost(output.nbytes(), size_),
-      [&] { engine_->reduce_scatter(output, inputs, op); });
+      [&](CollectiveCall& c) { engine_->reduce_scatter(c, output, inputs, op); });
 }
 
 void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root) {
@@ -265,8 +232,7 @@ void ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int
   check_root(root, size_, "gather");
   if (rank_ == root) check_list(outputs, input, size_, "gather", "outputs");  // root's only
   run("gather", fmt::format("gather(root {})", root),
-      star_reduce_cost(input.nbytes(), rank_, size_, root),
-      [&] { engine_->gather(outputs, input, root); });
+      [&](CollectiveCall& c) { engine_->gather(c, outputs, input, root); });
 }
 
 void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) {
@@ -274,26 +240,25 @@ void ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, in
   check_root(root, size_, "scatter");
   if (rank_ == root) check_list(inputs, output, size_, "scatter", "inputs");  // root's only
   run("scatter", fmt::format("scatter(root {})", root),
-      star_scatter_cost(output.nbytes(), rank_, size_, root),
-      [&] { engine_->scatter(output, inputs, root); });
+      [&](CollectiveCall& c) { engine_->scatter(c, output, inputs, root); });
 }
 
 void ProcessGroup::barrier() {
-  run("barrier", "barrier", {}, [&] { engine_->barrier(); });
+  run("barrier", "barrier", [&](CollectiveCall& c) { engine_->barrier(c); });
 }
 
 void ProcessGroup::send(const Tensor& t, int dst) {
   DPLAB_CHECK(t.defined(), "send: the tensor is undefined");
   check_peer(dst, rank_, size_, "send", "dst");
-  run("send", fmt::format("send(to {})", dst), send_cost(t.nbytes()),
-      [&] { engine_->send(t, dst); });
+  run("send", fmt::format("send(to {})", dst),
+      [&](CollectiveCall& c) { engine_->send(c, t, dst); });
 }
 
 void ProcessGroup::recv(Tensor& t, int src) {
   DPLAB_CHECK(t.defined(), "recv: the tensor is undefined");
   check_peer(src, rank_, size_, "recv", "src");
-  run("recv", fmt::format("recv(from {})", src), recv_cost(t.nbytes()),
-      [&] { engine_->recv(t, src); });
+  run("recv", fmt::format("recv(from {})", src),
+      [&](CollectiveCall& c) { engine_->recv(c, t, src); });
 }
 
 WorkPtr ProcessGroup::all_reduce_async(Tensor t, ReduceOp op, std::optional<Algorithm> algo) {
@@ -305,8 +270,7 @@ WorkPtr ProcessGroup::broadcast_async(Tensor t, int root) {
 WorkPtr ProcessGroup::all_gather_async(std::vector<Tensor> outputs, Tensor input) {
   return impl_->enqueue([this, outputs, input]() mutable { all_gather(outputs, input); });
 }
-WorkPtr ProcessGroup::reduce_scatter_async(Tensor output, std::vector<Tensor> inputs,
-                                           ReduceOp op) {
+WorkPtr ProcessGroup::reduce_scatter_async(Tensor output, std::vector<Tensor> inputs, ReduceOp op) {
   return impl_->enqueue(
       [this, output, inputs, op]() mutable { reduce_scatter(output, inputs, op); });
 }

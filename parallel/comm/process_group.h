@@ -3,9 +3,9 @@
 // things itself: checks arguments (ranks in range, list lengths, sizes, dtypes), runs async
 // calls on one worker thread in call order, and counts the bytes each collective moved.
 // The bytes are moved by one CollectiveEngine (engines/collective_engine.h), called once per
-// collective: dplab's own ring or star over a transport, or MPI, or NCCL.
-// create_process_group (below) is where an engine and a transport are picked by name.
-// Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and comm/ring.cpp.
+// collective: dplab's own ring or star over a transport, or MPI, or NCCL; it reports what it
+// moved. create_process_group (below) is where an engine and a transport are picked by name.
+// Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and algorithms/ring.cpp.
 #pragma once
 #include <functional>
 #include <map>
@@ -15,18 +15,19 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 
 struct ProcessGroupOptions {
-  // dplab's engine over shm on one node, named by the all_reduce algorithm it uses unless a
-  // call names another: "ring", "star", "recursive_doubling", "halving_doubling", "one_shot",
-  // or "auto" (per call, the fastest by cost.h's model for the size; the other collectives
-  // are the same on all six); "mpi" or "nccl": an existing engine, any number of nodes (it picks
-  // its own algorithms)
-  std::string backend = "ring";
+  // The engine that runs the collectives (torch.distributed's "backend"; dplab keeps that word
+  // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
+  // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
+  // "halving_doubling", "one_shot", or "auto" (per call, the fastest by algorithms/cost.h's
+  // model for the size; the other collectives are the same on all six); "mpi" or "nccl": an
+  // existing library's engine, any number of nodes (it picks its own algorithms)
+  std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
   // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
@@ -57,6 +58,7 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 class CollectiveEngine;
+struct CollectiveCall;
 
 class ProcessGroup {
  public:
@@ -69,7 +71,7 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  const std::string& backend() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
+  const std::string& engine() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
   // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
   // "recursive_doubling", "halving_doubling", "one_shot"; "auto:<the one picked>" for auto; the engine's
   // name on mpi and nccl.
@@ -77,11 +79,11 @@ class ProcessGroup {
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
   // CUDA tensors when the group has one, else "<cpu transport> (staged through host memory)";
-  // on the mpi and nccl backends, the engine's name.
+  // on the mpi and nccl engines, the engine's name.
   std::string transport_name(Device d) const;
 
   // In place: every rank ends with op over all ranks' tensors. algo overrides the group's
-  // (ring, star, recursive doubling, halving-doubling, one-shot or auto; the mpi and nccl backends
+  // (ring, star, recursive doubling, halving-doubling, one-shot or auto; the mpi and nccl engines
   // pick their own). On one rank it returns at once: there is nothing to reduce.
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum, std::optional<Algorithm> algo = {});
   // root's tensor is copied into everyone's t (a pipelined chain root -> root+1 -> ...).
@@ -115,11 +117,12 @@ class ProcessGroup {
   void reset_comm_stats();
 
  private:
-  // Every collective, after its checks: drain the async queue, refuse if broken, call fn
-  // (the engine, once), record its traffic (measured, or `model` when the engine cannot
-  // measure) and time; on a throw, mark the group broken and tell the engine.
-  void run(const char* name, const std::string& context, Traffic model,
-           const std::function<void()>& fn);
+  // Every collective, after its checks: drain the async queue, refuse if broken, call the
+  // engine once (call_engine) with a call named `name`, record under `collective` the
+  // traffic the engine reports and the time; on a throw, mark the group broken and tell the
+  // engine.
+  void run(const char* collective, std::string name,
+           const std::function<void(CollectiveCall&)>& call_engine);
   struct Impl;  // the async queue and the counters (process_group.cpp)
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<CollectiveEngine> engine_;
@@ -127,18 +130,19 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Backend "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto": dplab's engine over the thread transport when store is a
-// HashStore (ranks are threads of one process), else shm between processes. In a build
+// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto":
+// dplab's engine over the thread transport when store is a HashStore (ranks are threads of
+// one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
-// Backend "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
+// Engine "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
 // mpirun's for MPI). (create_process_group.cpp)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The backends create_process_group knows: the five above, "mpi", "nccl".
-bool is_known_backend(const std::string& backend);
-bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
+// The engines create_process_group knows: the six above, "mpi", "nccl".
+bool is_known_engine(const std::string& engine);
+bool is_external_engine(const std::string& engine);  // "mpi" or "nccl": no dplab transport
 
 }  // namespace dplab::parallel

@@ -1,7 +1,7 @@
 // compression.cpp: the fp16 all-reduce as a Work that decompresses when waited on
 // (see compression.h). Cost: one cast to half before (n reads, n/2 words written), the
 // all-reduce of 2n bytes instead of 4n, one cast back and a scale after.
-// Read next: tests/ddp_extras/test_compression.cpp (traffic exactly halved, values kept).
+// Read next: tests/ddp_extensions/test_compression.cpp (traffic exactly halved, values kept).
 #include "parallel/ddp/compression.h"
 
 #include <mutex>
@@ -46,9 +46,10 @@ class DecompressWork : public Work {
 
 WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compression,
                                  std::optional<Algorithm> algo) {
-  DPLAB_CHECK(t.defined() && is_floating(t.dtype()),
-              "all_reduce_average_async: expected a float32, float16 or bfloat16 tensor, got {}",
-              t.defined() ? std::string(dtype_name(t.dtype())) : std::string("an undefined tensor"));
+  DPLAB_CHECK(
+      t.defined() && is_floating(t.dtype()),
+      "all_reduce_average_async: expected a float32, float16 or bfloat16 tensor, got {}",
+      t.defined() ? std::string(dtype_name(t.dtype())) : std::string("an undefined tensor"));
   if (is_low_precision(t.dtype())) {
     // A 16-bit gradient (Apex O2, amp/master_weights.h) is on the wire as it is: half the
     // bytes with no cast. Divided by N first, then summed (PyTorch DDP's predivide for
@@ -63,7 +64,8 @@ WorkPtr all_reduce_average_async(ProcessGroup& pg, Tensor t, Compression compres
   // decompression rounds once instead of in half precision.
   Tensor wire = t.detach().to(DType::Float16);
   WorkPtr inner = pg.all_reduce_async(wire, ReduceOp::Sum, algo);
-  return std::make_shared<DecompressWork>(std::move(inner), std::move(wire), std::move(t), pg.size());
+  return std::make_shared<DecompressWork>(std::move(inner), std::move(wire), std::move(t),
+                                          pg.size());
 }
 
 CommHook fp16_compress_hook(std::optional<Algorithm> algo) {

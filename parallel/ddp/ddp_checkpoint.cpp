@@ -40,11 +40,13 @@ void save_checkpoint_on_rank0(ProcessGroup& pg, const std::string& path, const n
   if (failure) std::rethrow_exception(failure);
   DPLAB_CHECK(ok.item_int() == 1,
               "save_checkpoint_on_rank0: rank 0 failed to write '{}' (its error is on rank 0); "
-              "rank {} has nothing to load", path, pg.rank());
+              "rank {} has nothing to load",
+              path, pg.rank());
 }
 
 Metadata load_checkpoint_on_all_ranks(ProcessGroup& pg, const std::string& path, nn::Module& model,
-                                      optim::Optimizer* optimizer, std::optional<Device> map_location) {
+                                      optim::Optimizer* optimizer,
+                                      std::optional<Device> map_location) {
   nn::Module& inner = unwrap_ddp(model);
   Device where = map_location ? *map_location : Device("cpu");
   if (!map_location) {
@@ -64,9 +66,12 @@ Metadata load_checkpoint_on_all_ranks(ProcessGroup& pg, const std::string& path,
   if (failure) std::rethrow_exception(failure);
   std::string failed;
   for (int r = 0; r < pg.size(); ++r)
-    if (flags[static_cast<size_t>(r)].item_int() != 1) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
-  DPLAB_CHECK(failed.empty(), "load_checkpoint_on_all_ranks: rank(s) {} failed to load '{}'; "
-              "rank {} loaded it but the ranks are no longer identical", failed, path, pg.rank());
+    if (flags[static_cast<size_t>(r)].item_int() != 1)
+      failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  DPLAB_CHECK(failed.empty(),
+              "load_checkpoint_on_all_ranks: rank(s) {} failed to load '{}'; "
+              "rank {} loaded it but the ranks are no longer identical",
+              failed, path, pg.rank());
   return meta;
 }
 

@@ -15,7 +15,8 @@ CommHook allreduce_hook(std::optional<Algorithm> algo) {
   return [algo](ProcessGroup& pg, Tensor& bucket) {
     // 16-bit buckets (Apex O2's model gradients): Avg is float32-only in the collectives,
     // so compression.cpp divides first and sums, at half the bytes of float32
-    if (is_low_precision(bucket.dtype())) return all_reduce_average_async(pg, bucket, Compression::none, algo);
+    if (is_low_precision(bucket.dtype()))
+      return all_reduce_average_async(pg, bucket, Compression::none, algo);
     return pg.all_reduce_async(bucket, ReduceOp::Avg, algo);
   };
 }
@@ -32,21 +33,23 @@ void check_same_model_everywhere(ProcessGroup& pg, const std::vector<Tensor>& pa
   pg.all_reduce(mx, ReduceOp::Max);
   pg.all_reduce(mn, ReduceOp::Max);
   auto hi = mx.to_vector<int64_t>(), lo = mn.to_vector<int64_t>();
-  DPLAB_CHECK(hi[0] == -lo[0] && hi[1] == -lo[1],
-              "DDP: ranks wrap different models: parameter counts range over [{}, {}] and element totals "
-              "over [{}, {}] (rank {} has {} parameters, {} elements)", -lo[0], hi[0], -lo[1], hi[1], pg.rank(),
-              count, elems);
+  DPLAB_CHECK(
+      hi[0] == -lo[0] && hi[1] == -lo[1],
+      "DDP: ranks wrap different models: parameter counts range over [{}, {}] and element totals "
+      "over [{}, {}] (rank {} has {} parameters, {} elements)",
+      -lo[0], hi[0], -lo[1], hi[1], pg.rank(), count, elems);
 }
 
 }  // namespace
 
-DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, DDPOptions opts)
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 DDPOptions opts)
     : module_(std::move(module)), opts_(std::move(opts)) {
   DPLAB_CHECK(module_ != nullptr, "DDP: the module is null");
   pg_ = opts_.process_group;
   if (!pg_) {
     DPLAB_CHECK(is_initialized(), "DDP: no process group: call init_process_group() first (or pass "
-                "{{.process_group = ...}})");
+                                  "{{.process_group = ...}})");
     pg_ = default_process_group_handle();
   }
   auto named = module_->named_parameters();
@@ -55,9 +58,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   // devices (model parallelism) and the reducer forms buckets per device.
   if (opts_.device)
     for (const auto& [n, p] : named)
-      DPLAB_CHECK(p.device() == *opts_.device, "DDP: expected every parameter on {}, but {} is on {} (move "
-                  "the module to its rank's device before wrapping it)", *opts_.device, n, p.device());
-  DPLAB_CHECK(opts_.bucket_cap_mb > 0, "DDP: bucket_cap_mb must be positive, got {}", opts_.bucket_cap_mb);
+      DPLAB_CHECK(p.device() == *opts_.device,
+                  "DDP: expected every parameter on {}, but {} is on {} (move "
+                  "the module to its rank's device before wrapping it)",
+                  *opts_.device, n, p.device());
+  DPLAB_CHECK(opts_.bucket_cap_mb > 0, "DDP: bucket_cap_mb must be positive, got {}",
+              opts_.bucket_cap_mb);
   register_module("module", module_);
 
   std::vector<Tensor> params;
@@ -88,12 +94,13 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
 }
 
 std::string DistributedDataParallel::name() const {
-  return fmt::format("DistributedDataParallel(rank={}, world_size={}, buckets={})", pg_->rank(), pg_->size(),
-                     reducer_->num_buckets());
+  return fmt::format("DistributedDataParallel(rank={}, world_size={}, buckets={})", pg_->rank(),
+                     pg_->size(), reducer_->num_buckets());
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (opts_.broadcast_buffers && module_->is_training()) broadcast_tensors(*pg_, module_->buffers(), 0);
+  if (opts_.broadcast_buffers && module_->is_training())
+    broadcast_tensors(*pg_, module_->buffers(), 0);
   Tensor out = module_->forward(x);
   if (grad_enabled()) reducer_->prepare_for_backward(out);  // after: it walks out's graph
   return out;

@@ -21,18 +21,18 @@
 namespace dplab::parallel {
 
 struct DDPOptions {
-  std::optional<Device> device{};      // if set, every parameter must be here; unset, a model may span
-                                       // devices (model parallel) and buckets never mix devices
+  std::optional<Device> device{};  // if set, every parameter must be here; unset, a model may span
+                                   // devices (model parallel) and buckets never mix devices
   double bucket_cap_mb = 25.0;
-  bool find_unused_parameters = false; // walk the graph from each forward's output; what it cannot
-                                       // reach is marked ready at once (its .grad, or zeros)
-  bool broadcast_buffers = true;       // rank 0's buffers (BN running stats) re-sent every training
-                                       // forward (not in eval, so rank-0-only evaluation cannot hang)
-  bool gradient_as_bucket_view = false; // .grad is a view of its bucket slot; keep it one with
-                                        // zero_grad(/*set_to_none=*/false): one gradient copy less
+  bool find_unused_parameters = false;  // walk the graph from each forward's output; what it cannot
+                                        // reach is marked ready at once (its .grad, or zeros)
+  bool broadcast_buffers = true;  // rank 0's buffers (BN running stats) re-sent every training
+                                  // forward (not in eval, so rank-0-only evaluation cannot hang)
+  bool gradient_as_bucket_view = false;  // .grad is a view of its bucket slot; keep it one with
+                                         // zero_grad(/*set_to_none=*/false): one gradient copy less
   std::optional<Algorithm> algorithm{};  // ring or star; default: the group's
   std::shared_ptr<ProcessGroup> process_group{};  // default: default_process_group()
-  CommHook comm_hook{};                // default: all_reduce(Avg) with `algorithm`
+  CommHook comm_hook{};                           // default: all_reduce(Avg) with `algorithm`
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -46,7 +46,9 @@ class DistributedDataParallel : public nn::Module {
   // all-reduces the sum (gradient accumulation without K all-reduces).
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(Reducer& r) : r_(r), prev_(r.require_sync()) { r_.set_require_sync(false); }
+    explicit NoSyncGuard(Reducer& r) : r_(r), prev_(r.require_sync()) {
+      r_.set_require_sync(false);
+    }
     ~NoSyncGuard() { r_.set_require_sync(prev_); }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;

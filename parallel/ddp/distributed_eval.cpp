@@ -42,7 +42,8 @@ Tensor distributed_concat(ProcessGroup& pg, const Tensor& t, int64_t num_total_e
   const int64_t gathered_rows = t.size(0) * pg.size();
   DPLAB_CHECK(num_total_examples >= 0 && num_total_examples <= gathered_rows,
               "distributed_concat: num_total_examples must be in [0, {}] ({} ranks x {} rows), "
-              "got {}", gathered_rows, pg.size(), t.size(0), num_total_examples);
+              "got {}",
+              gathered_rows, pg.size(), t.size(0), num_total_examples);
 
   std::vector<Tensor> parts;
   parts.reserve(static_cast<size_t>(pg.size()));
@@ -88,7 +89,8 @@ std::map<std::string, double> WeightedMetrics::reduce(ProcessGroup& pg) const {
   std::vector<int64_t> lo, hi;
   if (!ranks_agree(pg, facts, &lo, &hi))
     DPLAB_FAIL("WeightedMetrics::reduce: ranks added different metric names (from {} to {} "
-               "names; rank {} has: {})", lo[0], hi[0], pg.rank(), joined.empty() ? "none" : joined);
+               "names; rank {} has: {})",
+               lo[0], hi[0], pg.rank(), joined.empty() ? "none" : joined);
   const int64_t k = static_cast<int64_t>(sums_.size());
   if (k == 0) return {};
   // Weighted sums in float32 (7 digits: ample for a mean), counts in int64 (exact).

@@ -16,8 +16,8 @@ namespace {
 void check_args(const char* who, int64_t n, int num_replicas, int rank) {
   DPLAB_CHECK(n >= 0, "{}: expected a dataset size >= 0, got {}", who, n);
   DPLAB_CHECK(num_replicas >= 1, "{}: expected num_replicas >= 1, got {}", who, num_replicas);
-  DPLAB_CHECK(rank >= 0 && rank < num_replicas,
-              "{}: expected a rank in [0, {}), got {}", who, num_replicas, rank);
+  DPLAB_CHECK(rank >= 0 && rank < num_replicas, "{}: expected a rank in [0, {}), got {}", who,
+              num_replicas, rank);
 }
 }  // namespace
 
@@ -52,7 +52,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   }
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(num_samples_));
-  for (int64_t i = rank_; i < total; i += num_replicas_) mine.push_back(order[static_cast<size_t>(i)]);
+  for (int64_t i = rank_; i < total; i += num_replicas_)
+    mine.push_back(order[static_cast<size_t>(i)]);
   return mine;
 }
 

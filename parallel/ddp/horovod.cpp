@@ -4,7 +4,7 @@
 // coordinator that negotiates which tensors are ready everywhere; here every rank runs the
 // same model, so backward finishes the parameters in the same order on every rank and the
 // hooks launch the all-reduces in that order (the assumption DDP's reducer makes too).
-// Read next: tests/ddp_extras/test_horovod.cpp (Horovod-style training == DDP training).
+// Read next: tests/ddp_extensions/test_horovod.cpp (Horovod-style training == DDP training).
 #include "parallel/ddp/horovod.h"
 
 #include <algorithm>
@@ -36,8 +36,8 @@ ProcessGroup& group_or_default(ProcessGroup* pg) {
 }
 
 void broadcast_from(const std::vector<Tensor>& tensors, int root, ProcessGroup& pg) {
-  DPLAB_CHECK(root >= 0 && root < pg.size(), "hvd::broadcast_parameters: root_rank must lie in [0, {}), got {}",
-              pg.size(), root);
+  DPLAB_CHECK(root >= 0 && root < pg.size(),
+              "hvd::broadcast_parameters: root_rank must lie in [0, {}), got {}", pg.size(), root);
   broadcast_tensors(pg, tensors, root);
 }
 
@@ -55,17 +55,16 @@ void broadcast_parameters(const StateDict& state, int root_rank, ProcessGroup* p
   broadcast_from(tensors, root_rank, group_or_default(pg));
 }
 
-DistributedOptimizer::DistributedOptimizer(std::shared_ptr<optim::Optimizer> inner,
-                                           const std::vector<std::pair<std::string, Tensor>>& named_parameters,
-                                           Compression compression, std::shared_ptr<ProcessGroup> pg)
+DistributedOptimizer::DistributedOptimizer(
+    std::shared_ptr<optim::Optimizer> inner,
+    const std::vector<std::pair<std::string, Tensor>>& named_parameters, Compression compression,
+    std::shared_ptr<ProcessGroup> pg)
     : optim::Optimizer([&] {
         std::vector<Tensor> ps;
         for (const auto& [n, p] : named_parameters) ps.push_back(p);
         return ps;
       }()),
-      inner_(std::move(inner)),
-      compression_(compression),
-      pg_(std::move(pg)) {
+      inner_(std::move(inner)), compression_(compression), pg_(std::move(pg)) {
   DPLAB_CHECK(inner_ != nullptr, "hvd::DistributedOptimizer: the wrapped optimizer is null");
   if (!pg_) {
     group_or_default(nullptr);  // says to call hvd::init() when there is no group
@@ -73,12 +72,17 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<optim::Optimizer> inn
   }
   // The wrapped optimizer must update exactly the parameters whose gradients we average.
   const auto& held = inner_->params();
-  DPLAB_CHECK(held.size() == named_parameters.size(),
-              "hvd::DistributedOptimizer: the optimizer holds {} parameters but {} named parameters were "
-              "given", held.size(), named_parameters.size());
+  DPLAB_CHECK(
+      held.size() == named_parameters.size(),
+      "hvd::DistributedOptimizer: the optimizer holds {} parameters but {} named parameters were "
+      "given",
+      held.size(), named_parameters.size());
   for (const auto& [n, p] : named_parameters) {
-    bool found = std::any_of(held.begin(), held.end(), [&](const Tensor& h) { return h.is_same(p); });
-    DPLAB_CHECK(found, "hvd::DistributedOptimizer: parameter {} is not one the wrapped optimizer updates", n);
+    bool found =
+        std::any_of(held.begin(), held.end(), [&](const Tensor& h) { return h.is_same(p); });
+    DPLAB_CHECK(found,
+                "hvd::DistributedOptimizer: parameter {} is not one the wrapped optimizer updates",
+                n);
     names_.push_back(n);
   }
   lr_ = inner_->lr();
@@ -93,8 +97,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<optim::Optimizer> inn
 }
 
 void DistributedOptimizer::on_gradient_ready(size_t i) {
-  DPLAB_CHECK(!pending_[i], "hvd::DistributedOptimizer: {} got a second gradient before step(): call "
-              "step() (or synchronize()) after every backward", names_[i]);
+  DPLAB_CHECK(!pending_[i],
+              "hvd::DistributedOptimizer: {} got a second gradient before step(): call "
+              "step() (or synchronize()) after every backward",
+              names_[i]);
   // The all-reduce works in place on .grad (or on its half copy): nothing writes .grad again
   // until the next backward, which comes after step() has waited.
   pending_[i] = all_reduce_average_async(*pg_, params_[i].grad(), compression_);
@@ -113,7 +119,8 @@ void DistributedOptimizer::synchronize() {
       missing.push_back(names_[i]);  // a gradient that never went through the hook
     }
   }
-  DPLAB_CHECK(missing.empty(), "hvd::DistributedOptimizer: these gradients were not averaged (was backward "
+  DPLAB_CHECK(missing.empty(),
+              "hvd::DistributedOptimizer: these gradients were not averaged (was backward "
               "run before the optimizer was built, or twice with a synchronize() in between?): {}",
               fmt::join(missing, ", "));
 }

@@ -57,7 +57,9 @@ class DistributedOptimizer : public optim::Optimizer {
   // Waits only (for clipping or inspecting averaged gradients before step()).
   void synchronize();
 
-  void state_dict(StateDict& tensors, Metadata& meta) const override { inner_->state_dict(tensors, meta); }
+  void state_dict(StateDict& tensors, Metadata& meta) const override {
+    inner_->state_dict(tensors, meta);
+  }
   void load_state_dict(const StateDict& tensors, const Metadata& meta) override {
     inner_->load_state_dict(tensors, meta);
   }

@@ -9,7 +9,8 @@
 
 namespace dplab::parallel {
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, int64_t cap_bytes) {
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params,
+                                                int64_t cap_bytes) {
   std::vector<std::vector<size_t>> buckets;
   int64_t filled = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -28,10 +29,12 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
   return buckets;
 }
 
-Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> pg,
-                 int64_t bucket_cap_bytes, bool find_unused_parameters, bool gradient_as_bucket_view, CommHook hook)
-    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), cap_bytes_(bucket_cap_bytes),
-      find_unused_(find_unused_parameters), grad_as_view_(gradient_as_bucket_view), hook_(std::move(hook)),
+Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
+                 std::shared_ptr<ProcessGroup> pg, int64_t bucket_cap_bytes,
+                 bool find_unused_parameters, bool gradient_as_bucket_view, CommHook hook)
+    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)),
+      cap_bytes_(bucket_cap_bytes), find_unused_(find_unused_parameters),
+      grad_as_view_(gradient_as_bucket_view), hook_(std::move(hook)),
       solo_(pg_->size() == 1 && !grad_as_view_ && !find_unused_) {
   // First guess, reverse registration order: the order in which backward usually finishes.
   std::vector<size_t> order;
@@ -70,8 +73,10 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   NoGradGuard no_grad;
   for (size_t p = 0; p < params_.size(); ++p) {
     Tensor view = slot_view(p);
-    DPLAB_CHECK(params_[p].device() == view.device(), "DDP: each bucket must lie on one device; {} is on {}, "
-                "its bucket on {}", names_[p], params_[p].device(), view.device());
+    DPLAB_CHECK(params_[p].device() == view.device(),
+                "DDP: each bucket must lie on one device; {} is on {}, "
+                "its bucket on {}",
+                names_[p], params_[p].device(), view.device());
     // A gradient that is already a view (of the old buckets) moves into the new ones.
     if (Tensor g = params_[p].grad(); grad_as_view_ && g.defined()) {
       view.copy_(g);
@@ -148,9 +153,12 @@ void Reducer::mark_ready(size_t p) {
     backward_active_ = true;
     queue_backward_callback([this] { finalize(); });
   }
-  DPLAB_CHECK(!ready_[p], "DDP: parameter {} got its gradient twice in one backward (is it used by two "
-              "forward calls before one backward? call backward once per forward; or was the graph walk "
-              "from the forward's output unable to see it?)", names_[p]);
+  DPLAB_CHECK(
+      !ready_[p],
+      "DDP: parameter {} got its gradient twice in one backward (is it used by two "
+      "forward calls before one backward? call backward once per forward; or was the graph walk "
+      "from the forward's output unable to see it?)",
+      names_[p]);
   ready_[p] = true;
   if (!rebuilt_) ready_order_.push_back(p);
   Tensor view = slot_view(p);
@@ -181,10 +189,13 @@ void Reducer::finalize() {
     if (find_unused_) mark_unused(p);
     else missing.push_back(names_[p]);
   }
-  DPLAB_CHECK(missing.empty(), "DDP: these parameters received no gradient in this backward: {}. Every "
-              "rank must reduce every bucket, so this would hang the others; construct "
-              "DistributedDataParallel with {{.find_unused_parameters = true}} if parts of the model are "
-              "not used in some steps", fmt::join(missing, ", "));
+  DPLAB_CHECK(
+      missing.empty(),
+      "DDP: these parameters received no gradient in this backward: {}. Every "
+      "rank must reduce every bucket, so this would hang the others; construct "
+      "DistributedDataParallel with {{.find_unused_parameters = true}} if parts of the model are "
+      "not used in some steps",
+      fmt::join(missing, ", "));
   launch_ready_buckets();
   NoGradGuard no_grad;
   for (auto& b : buckets_) {

@@ -44,26 +44,28 @@ namespace dplab::parallel {
 using CommHook = std::function<WorkPtr(ProcessGroup& pg, Tensor& bucket)>;
 
 struct BucketSlot {
-  size_t param;      // index into the parameter list
-  int64_t offset;    // in elements, into the bucket
+  size_t param;    // index into the parameter list
+  int64_t offset;  // in elements, into the bucket
   int64_t numel;
 };
 
 struct Bucket {
-  Tensor flat;                   // [total elements] on the parameters' device
+  Tensor flat;  // [total elements] on the parameters' device
   std::vector<BucketSlot> slots;
-  int pending = 0;               // slots not yet ready in this backward
-  WorkPtr work;                  // the in-flight reduction
+  int pending = 0;  // slots not yet ready in this backward
+  WorkPtr work;     // the in-flight reduction
 };
 
 // Groups parameters (in the given order) into buckets of at most cap_bytes; a parameter
 // larger than the cap gets a bucket of its own. Returns, per bucket, parameter indices.
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, int64_t cap_bytes);
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params,
+                                                int64_t cap_bytes);
 
 class Reducer {
  public:
-  Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<ProcessGroup> pg,
-          int64_t bucket_cap_bytes, bool find_unused_parameters, bool gradient_as_bucket_view, CommHook hook);
+  Reducer(std::vector<Tensor> params, std::vector<std::string> names,
+          std::shared_ptr<ProcessGroup> pg, int64_t bucket_cap_bytes, bool find_unused_parameters,
+          bool gradient_as_bucket_view, CommHook hook);
   // Parameters outlive their DDP wrapper: the hooks they keep become no-ops then.
   ~Reducer() { *self_ = nullptr; }
   Reducer(const Reducer&) = delete;
@@ -83,12 +85,12 @@ class Reducer {
 
  private:
   void build_buckets(const std::vector<size_t>& order);  // params in `order`, cut at the cap
-  void rebuild_buckets();             // in the recorded ready order (rank 0's)
-  void mark_ready(size_t param);      // the post-accumulate hook
-  void mark_unused(size_t param);     // from the graph walk, before backward
-  void launch_ready_buckets();        // in index order, as far as they are complete
-  void finalize();                    // end of backward: wait, write back
-  Tensor slot_view(size_t param);     // the parameter's slot, shaped like it
+  void rebuild_buckets();                                // in the recorded ready order (rank 0's)
+  void mark_ready(size_t param);                         // the post-accumulate hook
+  void mark_unused(size_t param);                        // from the graph walk, before backward
+  void launch_ready_buckets();     // in index order, as far as they are complete
+  void finalize();                 // end of backward: wait, write back
+  Tensor slot_view(size_t param);  // the parameter's slot, shaped like it
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
@@ -99,18 +101,18 @@ class Reducer {
   bool grad_as_view_;
   CommHook hook_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;     // param -> bucket
-  std::vector<size_t> slot_of_;       // param -> slot within its bucket
+  std::vector<size_t> bucket_of_;  // param -> bucket
+  std::vector<size_t> slot_of_;    // param -> slot within its bucket
   std::vector<bool> ready_;
   std::vector<size_t> unused_;
-  std::vector<size_t> ready_order_;   // hook order in the first synchronised backward
+  std::vector<size_t> ready_order_;  // hook order in the first synchronised backward
   bool rebuilt_ = false;
   bool rebuild_pending_ = false;
-  size_t next_bucket_ = 0;            // the next bucket to launch
+  size_t next_bucket_ = 0;  // the next bucket to launch
   bool require_sync_ = true;
-  bool backward_active_ = false;      // a finalize callback is queued for this backward
+  bool backward_active_ = false;  // a finalize callback is queued for this backward
   int64_t reductions_launched_ = 0;
-  bool solo_ = false;                 // world size 1: hooks return at once (reducer.h)
+  bool solo_ = false;  // world size 1: hooks return at once (reducer.h)
   std::shared_ptr<Reducer*> self_ = std::make_shared<Reducer*>(this);  // what the hooks hold
 };
 

@@ -2,7 +2,7 @@
 // layer, and convert_sync_batchnorm (see sync_batch_norm.h).
 // Statistics travel as sums, in one all_reduce each way, so a layer costs (2C+1) floats of
 // forward traffic and 2C of backward traffic per step whatever the batch and image size.
-// Read next: tests/ddp_extras/test_sync_batch_norm.cpp (SyncBN on N ranks == BN on one).
+// Read next: tests/ddp_extensions/test_sync_batch_norm.cpp (SyncBN on N ranks == BN on one).
 #include "parallel/ddp/sync_batch_norm.h"
 
 #include <cmath>
@@ -58,8 +58,10 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   pg.all_reduce(msg, ReduceOp::Sum);
   packed = msg.to_vector<float>();
   const double M = packed[2 * uC];
-  DPLAB_CHECK(M > 1.0, "sync_batch_norm: expected more than 1 value per channel over all {} ranks, "
-              "got {} (this rank's input is {})", pg.size(), M, shape_str(x.shape()));
+  DPLAB_CHECK(M > 1.0,
+              "sync_batch_norm: expected more than 1 value per channel over all {} ranks, "
+              "got {} (this rank's input is {})",
+              pg.size(), M, shape_str(x.shape()));
 
   // E[x^2] - E[x]^2 in double: the sums are float32, but the subtraction is where precision
   // is lost, and double keeps it for activations of moderate mean.
@@ -89,39 +91,39 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   if (bias.defined()) inputs.push_back(bias);
   const bool has_w = weight.defined(), has_b = bias.defined();
   ProcessGroup* group = &pg;
-  return record(y, "SyncBatchNormBackward", inputs,
-                [=](const Tensor& g) {
-                  NoGradGuard inner;
-                  std::vector<float> sum_dy(uC, 0.0f), sum_dy_xhat(uC, 0.0f);
-                  if (g.numel() > 0) {
-                    sum_dy = channel_sums(g, dims);
-                    sum_dy_xhat = channel_sums(mul(g, xhat), dims);
-                  }
-                  std::vector<float> both(sum_dy);
-                  both.insert(both.end(), sum_dy_xhat.begin(), sum_dy_xhat.end());
-                  Tensor msg2 = from_vector(both, {2 * C});
-                  group->all_reduce(msg2, ReduceOp::Sum);
-                  both = msg2.to_vector<float>();
-                  std::vector<float> mean_dy(uC), mean_dy_xhat(uC);
-                  for (size_t c = 0; c < uC; ++c) {
-                    mean_dy[c] = static_cast<float>(both[c] / M);
-                    mean_dy_xhat[c] = static_cast<float>(both[uC + c] / M);
-                  }
-                  Tensor a = from_vector(mean_dy, bshape, {.device = g.device()});
-                  Tensor b = from_vector(mean_dy_xhat, bshape, {.device = g.device()});
-                  Tensor dx = mul(sub(sub(g, a), mul(xhat, b)), invstd_t);
-                  if (has_w) dx = mul(dx, w);
-                  std::vector<Tensor> grads{dx};
-                  const Shape cshape{C};
-                  if (has_w) grads.push_back(from_vector(sum_dy_xhat, cshape, {.device = g.device()}));
-                  if (has_b) grads.push_back(from_vector(sum_dy, cshape, {.device = g.device()}));
-                  return grads;
-                });
+  return record(y, "SyncBatchNormBackward", inputs, [=](const Tensor& g) {
+    NoGradGuard inner;
+    std::vector<float> sum_dy(uC, 0.0f), sum_dy_xhat(uC, 0.0f);
+    if (g.numel() > 0) {
+      sum_dy = channel_sums(g, dims);
+      sum_dy_xhat = channel_sums(mul(g, xhat), dims);
+    }
+    std::vector<float> both(sum_dy);
+    both.insert(both.end(), sum_dy_xhat.begin(), sum_dy_xhat.end());
+    Tensor msg2 = from_vector(both, {2 * C});
+    group->all_reduce(msg2, ReduceOp::Sum);
+    both = msg2.to_vector<float>();
+    std::vector<float> mean_dy(uC), mean_dy_xhat(uC);
+    for (size_t c = 0; c < uC; ++c) {
+      mean_dy[c] = static_cast<float>(both[c] / M);
+      mean_dy_xhat[c] = static_cast<float>(both[uC + c] / M);
+    }
+    Tensor a = from_vector(mean_dy, bshape, {.device = g.device()});
+    Tensor b = from_vector(mean_dy_xhat, bshape, {.device = g.device()});
+    Tensor dx = mul(sub(sub(g, a), mul(xhat, b)), invstd_t);
+    if (has_w) dx = mul(dx, w);
+    std::vector<Tensor> grads{dx};
+    const Shape cshape{C};
+    if (has_w) grads.push_back(from_vector(sum_dy_xhat, cshape, {.device = g.device()}));
+    if (has_b) grads.push_back(from_vector(sum_dy, cshape, {.device = g.device()}));
+    return grads;
+  });
 }
 
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, nn::BatchNormOptions options,
                              std::shared_ptr<ProcessGroup> pg)
-    : nn::BatchNorm("SyncBatchNorm", {2, 3, 4}, num_features, options), process_group(std::move(pg)) {}
+    : nn::BatchNorm("SyncBatchNorm", {2, 3, 4}, num_features, options),
+      process_group(std::move(pg)) {}
 
 Tensor SyncBatchNorm::forward(const Tensor& x) {
   // Eval: plain BatchNorm, no communication (running statistics; this rank's batch statistics
@@ -131,7 +133,7 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   ProcessGroup* pg = process_group.get();
   if (!pg) {
     DPLAB_CHECK(is_initialized(), "SyncBatchNorm: no process group: call init_process_group() "
-                "or give one to the constructor / convert_sync_batchnorm()");
+                                  "or give one to the constructor / convert_sync_batchnorm()");
     pg = &default_process_group();
   }
   if (track_running_stats) {
@@ -140,8 +142,8 @@ Tensor SyncBatchNorm::forward(const Tensor& x) {
   }
   const bool is_3d = x.dim() == 3;
   Tensor in = is_3d ? reshape(x, {x.size(0), x.size(1), x.size(2), 1}) : x;
-  Tensor y = sync_batch_norm(in, running_mean, running_var, weight, bias, static_cast<float>(momentum),
-                             static_cast<float>(eps), *pg);
+  Tensor y = sync_batch_norm(in, running_mean, running_var, weight, bias,
+                             static_cast<float>(momentum), static_cast<float>(eps), *pg);
   return is_3d ? reshape(y, x.shape()) : y;
 }
 
@@ -155,7 +157,9 @@ std::shared_ptr<SyncBatchNorm> convert_one(const std::shared_ptr<nn::BatchNorm>&
                                            const std::shared_ptr<ProcessGroup>& pg) {
   auto s = std::make_shared<SyncBatchNorm>(
       bn->num_features,
-      nn::BatchNormOptions{.eps = bn->eps, .momentum = bn->momentum, .affine = bn->affine,
+      nn::BatchNormOptions{.eps = bn->eps,
+                           .momentum = bn->momentum,
+                           .affine = bn->affine,
                            .track_running_stats = bn->track_running_stats},
       pg);
   // Rebind to the very same tensors: weights, running stats and any optimizer state carry over.
@@ -183,12 +187,13 @@ void check_replaceable(nn::Module& m, const std::string& path) {
     if (is_plain_batch_norm(child.get())) {
       // Owners: the children list, plus a typed member when the parent can rebind it.
       const long expected = 1 + (m.rebind_child(name, child) ? 1 : 0);
-      DPLAB_CHECK(child.use_count() == expected,
-                  "convert_sync_batchnorm: '{}' ({}) is also held outside the module tree ({} other "
-                  "owners, expected {}), e.g. by a typed member its parent's forward calls and cannot "
-                  "rebind; that forward would keep using plain BatchNorm. Override rebind_child() in the "
-                  "parent, register it through a Sequential, or drop the extra handle before converting",
-                  child_path, child->name(), child.use_count() - 1, expected - 1);
+      DPLAB_CHECK(
+          child.use_count() == expected,
+          "convert_sync_batchnorm: '{}' ({}) is also held outside the module tree ({} other "
+          "owners, expected {}), e.g. by a typed member its parent's forward calls and cannot "
+          "rebind; that forward would keep using plain BatchNorm. Override rebind_child() in the "
+          "parent, register it through a Sequential, or drop the extra handle before converting",
+          child_path, child->name(), child.use_count() - 1, expected - 1);
     } else {
       check_replaceable(*child, child_path);
     }
@@ -200,8 +205,7 @@ void convert_children(nn::Module& m, const std::shared_ptr<ProcessGroup>& pg) {
     if (is_plain_batch_norm(child.get())) {
       child = convert_one(std::static_pointer_cast<nn::BatchNorm>(child), pg);
       m.rebind_child(name, child);  // the typed member, if the parent keeps one
-    } else
-      convert_children(*child, pg);
+    } else convert_children(*child, pg);
   }
 }
 

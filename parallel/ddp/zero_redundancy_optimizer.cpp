@@ -1,6 +1,6 @@
 /*
  * zero_redundancy_optimizer.cpp: one ZeRO step, written out over the ProcessGroup's
- * reduce_scatter and all_gather (which run the ring of comm/ring.cpp).
+ * reduce_scatter and all_gather (which run the ring of algorithms/ring.cpp).
  *
  * Words. N ranks; parameter i has P_i elements, flattened. Its *shards* are the ring's
  * chunks: shard j is [chunk_offset(P_i, N, j), + chunk_elems(P_i, N, j)), so the first
@@ -41,7 +41,9 @@
 namespace dplab::parallel {
 namespace {
 
-std::string key(size_t i, const std::string& name) { return "state." + std::to_string(i) + "." + name; }
+std::string key(size_t i, const std::string& name) {
+  return "state." + std::to_string(i) + "." + name;
+}
 
 bool is_adam(const InnerOptions& o) { return std::holds_alternative<optim::AdamOptions>(o); }
 
@@ -68,23 +70,28 @@ CommHook zero_local_gradients_hook() {
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, InnerOptions inner,
                                                  ZeroOptions opts)
     : Optimizer(std::move(params)), inner_options_(inner), opts_(std::move(opts)) {
-  DPLAB_CHECK(opts_.stage == 1 || opts_.stage == 2,
-              "ZeroRedundancyOptimizer: stage must be 1 (optimizer state) or 2 (and gradients), got {}",
-              opts_.stage);
-  pg_ = opts_.process_group ? opts_.process_group
-                            : std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
+  DPLAB_CHECK(
+      opts_.stage == 1 || opts_.stage == 2,
+      "ZeroRedundancyOptimizer: stage must be 1 (optimizer state) or 2 (and gradients), got {}",
+      opts_.stage);
+  pg_ = opts_.process_group
+            ? opts_.process_group
+            : std::shared_ptr<ProcessGroup>(&default_process_group(), [](ProcessGroup*) {});
   const int n = pg_->size(), r = pg_->rank();
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     DPLAB_CHECK(p.defined() && p.dtype() == DType::Float32,
                 "ZeroRedundancyOptimizer: parameter {} must be a float32 tensor", i);
-    DPLAB_CHECK(p.device() == params_[0].device(),
-                "ZeroRedundancyOptimizer: all parameters must be on one device: parameter 0 is on {}, "
-                "parameter {} on {}", params_[0].device(), i, p.device());
+    DPLAB_CHECK(
+        p.device() == params_[0].device(),
+        "ZeroRedundancyOptimizer: all parameters must be on one device: parameter 0 is on {}, "
+        "parameter {} on {}",
+        params_[0].device(), i, p.device());
     if (chunk_elems(p.numel(), n, r) == 0) continue;  // fewer elements than ranks: nothing here
     owned_.push_back(i);
     // my shard, a view: the inner optimizer's update lands in the parameter itself
-    shards_.push_back(p.detach().flatten().narrow(chunk_offset(p.numel(), n, r), chunk_elems(p.numel(), n, r)));
+    shards_.push_back(
+        p.detach().flatten().narrow(chunk_offset(p.numel(), n, r), chunk_elems(p.numel(), n, r)));
   }
   if (is_adam(inner)) {
     const auto& o = std::get<optim::AdamOptions>(inner);
@@ -134,10 +141,13 @@ Tensor ZeroRedundancyOptimizer::padded_chunk(const Tensor& flat, int j) const {
 // 1. reduce-scatter parameter i's gradient: block j is shard j of my gradient, and I receive
 // shard r averaged over the ranks. Stage 2 frees the full gradient at once.
 void ZeroRedundancyOptimizer::reduce_gradient(size_t i) {
-  DPLAB_CHECK(!reduced_[i].defined(),
-              "ZeroRedundancyOptimizer stage 2 (rank {}): parameter {} got a second gradient before step(); "
-              "stage 2 reduce-scatters each gradient during backward, so it cannot accumulate several "
-              "backward passes: use stage 1 for gradient accumulation", pg_->rank(), i);
+  DPLAB_CHECK(
+      !reduced_[i].defined(),
+      "ZeroRedundancyOptimizer stage 2 (rank {}): parameter {} got a second gradient before "
+      "step(); "
+      "stage 2 reduce-scatters each gradient during backward, so it cannot accumulate several "
+      "backward passes: use stage 1 for gradient accumulation",
+      pg_->rank(), i);
   NoGradGuard no_grad;
   const int n = pg_->size();
   Tensor flat_grad = params_[i].grad().flatten();
@@ -161,12 +171,13 @@ void ZeroRedundancyOptimizer::step() {
   for (size_t i = 0; i < params_.size(); ++i)
     DPLAB_CHECK(reduced_[i].defined() || params_[i].grad().defined(),
                 "ZeroRedundancyOptimizer (rank {}): parameter {} has no gradient; every rank must "
-                "produce every gradient before step() (leave frozen parameters out)", pg_->rank(), i);
+                "produce every gradient before step() (leave frozen parameters out)",
+                pg_->rank(), i);
   NoGradGuard no_grad;
   const int n = pg_->size(), r = pg_->rank();
   inner_->set_lr(lr_);  // a scheduler sets ours
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!reduced_[i].defined()) reduce_gradient(i);  // not yet done during backward
+    if (!reduced_[i].defined()) reduce_gradient(i);       // not yet done during backward
     if (opts_.stage == 2) params_[i].set_grad(Tensor());  // (DDP may have written it back)
   }
   for (size_t k = 0; k < owned_.size(); ++k) shards_[k].set_grad(reduced_[owned_[k]]);
@@ -185,7 +196,8 @@ void ZeroRedundancyOptimizer::step() {
     pg_->all_gather(gathered, padded_chunk(flat, r));
     for (int j = 0; j < n; ++j) {
       const int64_t len = chunk_elems(flat.numel(), n, j);
-      if (j != r && len > 0) flat.narrow(chunk_offset(flat.numel(), n, j), len).copy_(gathered[j].narrow(0, len));
+      if (j != r && len > 0)
+        flat.narrow(chunk_offset(flat.numel(), n, j), len).copy_(gathered[j].narrow(0, len));
     }
   }
 }
@@ -208,8 +220,8 @@ int64_t ZeroRedundancyOptimizer::gradient_shard_bytes() const {
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
   const int n = pg_->size(), r = pg_->rank();
-  DPLAB_CHECK(to_rank >= 0 && to_rank < n, "consolidate_state_dict: to_rank must be in [0, {}), got {}", n,
-              to_rank);
+  DPLAB_CHECK(to_rank >= 0 && to_rank < n,
+              "consolidate_state_dict: to_rank must be in [0, {}), got {}", n, to_rank);
   StateDict mine;
   Metadata inner_meta;
   inner_->state_dict(mine, inner_meta);
@@ -238,7 +250,8 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
         Tensor flat = whole.flatten();
         for (int j = 0; j < n; ++j) {
           const int64_t len = chunk_elems(p.numel(), n, j);
-          if (len > 0) flat.narrow(chunk_offset(p.numel(), n, j), len).copy_(pieces[j].narrow(0, len));
+          if (len > 0)
+            flat.narrow(chunk_offset(p.numel(), n, j), len).copy_(pieces[j].narrow(0, len));
         }
         full.insert(key(i, name), whole);
       }
@@ -253,21 +266,27 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to_rank) {
 }
 
 void ZeroRedundancyOptimizer::state_dict(StateDict& tensors, Metadata& meta) const {
-  DPLAB_CHECK(have_consolidated_,
-              "ZeroRedundancyOptimizer::state_dict on rank {}: call consolidate_state_dict(to_rank) on "
-              "every rank first, then state_dict on to_rank (this rank holds only its shard)", pg_->rank());
+  DPLAB_CHECK(
+      have_consolidated_,
+      "ZeroRedundancyOptimizer::state_dict on rank {}: call consolidate_state_dict(to_rank) on "
+      "every rank first, then state_dict on to_rank (this rank holds only its shard)",
+      pg_->rank());
   for (const auto& [k, t] : consolidated_) tensors.insert(k, t);
   for (const auto& [k, v] : consolidated_meta_) meta[k] = v;
 }
 
 void ZeroRedundancyOptimizer::load_state_dict(const StateDict& tensors, const Metadata& meta) {
   const std::string type = is_adam(inner_options_) ? "Adam" : "SGD";
-  DPLAB_CHECK(meta.contains("optim.type") && meta.at("optim.type") == type,
-              "ZeroRedundancyOptimizer::load_state_dict: expected a {} state dict, got optim.type \"{}\"", type,
-              meta.contains("optim.type") ? meta.at("optim.type") : "(missing)");
-  DPLAB_CHECK(meta.contains("optim.num_params") && meta.at("optim.num_params") == std::to_string(params_.size()),
-              "ZeroRedundancyOptimizer::load_state_dict: expected {} parameters, the state dict has {}",
-              params_.size(), meta.contains("optim.num_params") ? meta.at("optim.num_params") : "(missing)");
+  DPLAB_CHECK(
+      meta.contains("optim.type") && meta.at("optim.type") == type,
+      "ZeroRedundancyOptimizer::load_state_dict: expected a {} state dict, got optim.type \"{}\"",
+      type, meta.contains("optim.type") ? meta.at("optim.type") : "(missing)");
+  DPLAB_CHECK(
+      meta.contains("optim.num_params") &&
+          meta.at("optim.num_params") == std::to_string(params_.size()),
+      "ZeroRedundancyOptimizer::load_state_dict: expected {} parameters, the state dict has {}",
+      params_.size(),
+      meta.contains("optim.num_params") ? meta.at("optim.num_params") : "(missing)");
   StateDict inner;
   Metadata inner_meta;
   for (const auto& [k, v] : meta)
@@ -280,12 +299,15 @@ void ZeroRedundancyOptimizer::load_state_dict(const StateDict& tensors, const Me
     for (const std::string& name : state_names(inner_options_)) {
       if (!tensors.contains(key(i, name))) continue;
       const Tensor& whole = tensors.at(key(i, name));
-      DPLAB_CHECK(whole.shape() == params_[i].shape(), "ZeroRedundancyOptimizer::load_state_dict: \"{}\" "
-                  "has shape {}, the parameter {}", key(i, name), shape_str(whole.shape()),
-                  shape_str(params_[i].shape()));
+      DPLAB_CHECK(whole.shape() == params_[i].shape(),
+                  "ZeroRedundancyOptimizer::load_state_dict: \"{}\" "
+                  "has shape {}, the parameter {}",
+                  key(i, name), shape_str(whole.shape()), shape_str(params_[i].shape()));
       progress[i] = 1;
-      if (owned) inner.insert(key(k, name), whole.flatten().narrow(shard_offset(i), shard_numel(i))
-                                                .contiguous_copy_on(params_[i].device()));
+      if (owned)
+        inner.insert(key(k, name), whole.flatten()
+                                       .narrow(shard_offset(i), shard_numel(i))
+                                       .contiguous_copy_on(params_[i].device()));
     }
     if (meta.contains(key(i, "step"))) {
       const std::string& step = meta.at(key(i, "step"));
@@ -293,7 +315,8 @@ void ZeroRedundancyOptimizer::load_state_dict(const StateDict& tensors, const Me
       auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), v);
       DPLAB_CHECK(!step.empty() && ec == std::errc() && end == step.data() + step.size() && v >= 0,
                   "ZeroRedundancyOptimizer::load_state_dict: \"{}\" should be a step count (an "
-                  "integer >= 0), got \"{}\"", key(i, "step"), step.substr(0, 64));
+                  "integer >= 0), got \"{}\"",
+                  key(i, "step"), step.substr(0, 64));
       progress[i] = v;
       if (owned) inner_meta[key(k, "step")] = meta.at(key(i, "step"));
     }

@@ -38,7 +38,8 @@ namespace dplab::parallel {
 struct ZeroOptions {
   int stage = 1;                                  // 1: shard optimizer state; 2: and gradients
   std::shared_ptr<ProcessGroup> process_group{};  // default: default_process_group()
-  bool gradients_averaged = false;  // .grad is already the average (DDP's default hook): no reduce-scatter
+  bool gradients_averaged =
+      false;  // .grad is already the average (DDP's default hook): no reduce-scatter
 };
 
 using InnerOptions = std::variant<optim::SGDOptions, optim::AdamOptions>;
@@ -81,12 +82,13 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   InnerOptions inner_options_;
   ZeroOptions opts_;
   std::shared_ptr<ProcessGroup> pg_;
-  std::vector<size_t> owned_;            // parameters whose shard here is non-empty
-  std::vector<Tensor> shards_;           // views into those parameters' shard r
+  std::vector<size_t> owned_;                // parameters whose shard here is non-empty
+  std::vector<Tensor> shards_;               // views into those parameters' shard r
   std::unique_ptr<optim::Optimizer> inner_;  // SGD or Adam over shards_
-  std::vector<int64_t> progress_;        // per parameter: steps its state has taken
-  std::vector<Tensor> reduced_;          // per parameter: my shard's average gradient, once reduced
-  std::shared_ptr<ZeroRedundancyOptimizer*> self_ = std::make_shared<ZeroRedundancyOptimizer*>(this);
+  std::vector<int64_t> progress_;            // per parameter: steps its state has taken
+  std::vector<Tensor> reduced_;  // per parameter: my shard's average gradient, once reduced
+  std::shared_ptr<ZeroRedundancyOptimizer*> self_ =
+      std::make_shared<ZeroRedundancyOptimizer*>(this);
   StateDict consolidated_;
   Metadata consolidated_meta_;
   bool have_consolidated_ = false;

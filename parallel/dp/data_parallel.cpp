@@ -15,7 +15,9 @@ namespace dplab::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Makes dst use src's memory (same values, no copy): replica 0 and the master share weights.
 void share_storage(const Tensor& dst, const Tensor& src) {
@@ -50,8 +52,9 @@ std::shared_ptr<nn::Module> structural_copy(const nn::Module& m) {
 // copies into its device (emulated links only). Returns each worker's busy seconds, not
 // counting that wait.
 template <typename Fn>
-std::vector<double> run_parallel(DeviceWorkers& workers, size_t n, const std::vector<Device>& devices,
-                                 TrafficMatrix& traffic, Fn fn) {
+std::vector<double> run_parallel(DeviceWorkers& workers, size_t n,
+                                 const std::vector<Device>& devices, TrafficMatrix& traffic,
+                                 Fn fn) {
   std::vector<double> busy(n, 0.0);
   std::vector<std::exception_ptr> errors = workers.run(n, [&](size_t i) {
     traffic.wait_for_arrivals(devices[i]);  // a replica starts once its inputs have arrived
@@ -86,7 +89,8 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::vector<Devic
   DPLAB_CHECK(!devices_.empty(), "DataParallel: device_ids is empty; give at least one device");
   for (size_t i = 0; i < devices_.size(); ++i) {
     for (size_t j = 0; j < i; ++j)
-      DPLAB_CHECK(devices_[i] != devices_[j], "DataParallel: device {} appears twice in device_ids", devices_[i]);
+      DPLAB_CHECK(devices_[i] != devices_[j], "DataParallel: device {} appears twice in device_ids",
+                  devices_[i]);
     try {
       Tensor::empty({1}, {.device = devices_[i]});  // does the device exist?
     } catch (const Error& e) {
@@ -95,11 +99,15 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::vector<Devic
   }
   Device master = devices_[0];
   for (const auto& [name, t] : module_->named_parameters())
-    DPLAB_CHECK(t.device() == master, "DataParallel: the module must be on device_ids[0] = {} before "
-                "wrapping, but parameter {} is on {} (call module->to(\"{}\") first)", master, name, t.device(), master);
+    DPLAB_CHECK(t.device() == master,
+                "DataParallel: the module must be on device_ids[0] = {} before "
+                "wrapping, but parameter {} is on {} (call module->to(\"{}\") first)",
+                master, name, t.device(), master);
   for (const auto& [name, t] : module_->named_buffers())
-    DPLAB_CHECK(t.device() == master, "DataParallel: the module must be on device_ids[0] = {} before "
-                "wrapping, but buffer {} is on {} (call module->to(\"{}\") first)", master, name, t.device(), master);
+    DPLAB_CHECK(t.device() == master,
+                "DataParallel: the module must be on device_ids[0] = {} before "
+                "wrapping, but buffer {} is on {} (call module->to(\"{}\") first)",
+                master, name, t.device(), master);
   register_module("module", module_);
 
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -123,8 +131,8 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, std::vector<Devic
 DataParallel::~DataParallel() = default;
 
 std::string DataParallel::name() const {
-  return fmt::format("DataParallel(devices=[{}], output_device={}, dim={})", fmt::join(devices_, ", "),
-                     output_device_, dim_);
+  return fmt::format("DataParallel(devices=[{}], output_device={}, dim={})",
+                     fmt::join(devices_, ", "), output_device_, dim_);
 }
 
 // The parameter server's broadcast: master weights (and buffers) into every other replica.
@@ -138,12 +146,14 @@ void DataParallel::broadcast_weights() {
     for (size_t k = 0; k < params.size(); ++k) {
       auto start = Clock::now();
       params[k].copy_(master_params[k]);
-      traffic_.count(devices_[0], devices_[i], params[k].nbytes(), seconds_since(start), DpPhase::Replicate);
+      traffic_.count(devices_[0], devices_[i], params[k].nbytes(), seconds_since(start),
+                     DpPhase::Replicate);
     }
     for (size_t k = 0; k < bufs.size(); ++k) {
       auto start = Clock::now();
       bufs[k].copy_(master_bufs[k]);
-      traffic_.count(devices_[0], devices_[i], bufs[k].nbytes(), seconds_since(start), DpPhase::ReplicateBuffers);
+      traffic_.count(devices_[0], devices_[i], bufs[k].nbytes(), seconds_since(start),
+                     DpPhase::ReplicateBuffers);
     }
   }
   for (auto& r : replicas_) r->train(module_->is_training());
@@ -152,8 +162,10 @@ void DataParallel::broadcast_weights() {
 Tensor DataParallel::forward(const Tensor& input) {
   check_defined("DataParallel", input);
   int64_t d = normalize_dim("DataParallel", dim_, input.dim());
-  DPLAB_CHECK(input.size(d) > 0, "DataParallel: the input has size 0 along dim {} (shape {}): nothing to "
-              "scatter", d, shape_str(input.shape()));
+  DPLAB_CHECK(input.size(d) > 0,
+              "DataParallel: the input has size 0 along dim {} (shape {}): nothing to "
+              "scatter",
+              d, shape_str(input.shape()));
   {
     std::lock_guard lock(stats_mutex_);
     if (!window_open_) window_start_ = Clock::now(), window_open_ = true;
@@ -173,14 +185,17 @@ Tensor DataParallel::forward(const Tensor& input) {
   }
 
   auto wait_start = Clock::now();
-  auto busy = run_parallel(*workers_, n, devices_, traffic_, [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
+  auto busy = run_parallel(*workers_, n, devices_, traffic_,
+                           [&](size_t i) { outputs[i] = replicas_[i]->forward(inputs[i]); });
   double waited = seconds_since(wait_start);
 
   // Gather onto the output device.
   std::vector<Tensor> gathered;
   for (size_t i = 0; i < n; ++i) {
-    DPLAB_CHECK(outputs[i].dim() > d, "DataParallel: a replica returned shape {}, which has no dim {} to "
-                "gather along", shape_str(outputs[i].shape()), d);
+    DPLAB_CHECK(outputs[i].dim() > d,
+                "DataParallel: a replica returned shape {}, which has no dim {} to "
+                "gather along",
+                shape_str(outputs[i].shape()), d);
     gathered.push_back(traffic_.counted_copy(outputs[i], output_device_, DpPhase::Gather).detach());
   }
   traffic_.wait_for_arrivals(output_device_);
@@ -198,20 +213,20 @@ Tensor DataParallel::forward(const Tensor& input) {
   Device input_device = input.device();
   return record(out, "DataParallelBackward", graph_inputs,
                 [this, sizes, inputs, outputs, input_device, input_needs_grad](const Tensor& g) {
-                  return run_backward_on_replicas(g, sizes, inputs, outputs, input_device, input_needs_grad);
-                });
+    return run_backward_on_replicas(g, sizes, inputs, outputs, input_device, input_needs_grad);
+  });
 }
 
 // Backward of the whole parallel step: returns {d input, d master params...}.
-std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, const std::vector<int64_t>& sizes,
-                                                           const std::vector<Tensor>& inputs,
-                                                           const std::vector<Tensor>& outputs,
-                                                           Device input_device, bool input_needs_grad) {
+std::vector<Tensor> DataParallel::run_backward_on_replicas(
+    const Tensor& grad, const std::vector<int64_t>& sizes, const std::vector<Tensor>& inputs,
+    const std::vector<Tensor>& outputs, Device input_device, bool input_needs_grad) {
   size_t n = outputs.size();
   int64_t d = normalize_dim("DataParallel", dim_, grad.dim());
   std::vector<Tensor> grad_chunks = split_sizes(grad, sizes, d);
   std::vector<Tensor> grads(n);
-  for (size_t i = 0; i < n; ++i) grads[i] = traffic_.counted_copy(grad_chunks[i], devices_[i], DpPhase::GradScatter);
+  for (size_t i = 0; i < n; ++i)
+    grads[i] = traffic_.counted_copy(grad_chunks[i], devices_[i], DpPhase::GradScatter);
 
   auto wait_start = Clock::now();
   auto busy = run_parallel(*workers_, n, devices_, traffic_, [&](size_t i) {
@@ -261,7 +276,8 @@ std::vector<Tensor> DataParallel::run_backward_on_replicas(const Tensor& grad, c
 
 std::vector<DeviceLoad> DataParallel::load() const {
   std::lock_guard lock(stats_mutex_);
-  double window = window_open_ ? std::chrono::duration<double>(window_end_ - window_start_).count() : 0.0;
+  double window =
+      window_open_ ? std::chrono::duration<double>(window_end_ - window_start_).count() : 0.0;
   std::vector<DeviceLoad> out;
   for (size_t i = 0; i < devices_.size(); ++i) {
     DeviceLoad l;
@@ -271,7 +287,8 @@ std::vector<DeviceLoad> DataParallel::load() const {
     l.bytes_out = traffic_.bytes_out(static_cast<int>(i));
     // The master's device works whenever the master thread is not waiting for replicas
     // (scatter, gather, reduce, loss, optimizer step), plus its own replica's compute.
-    l.busy_seconds = i == 0 ? (window - master_wait_seconds_) + replica_seconds_[0] : replica_seconds_[i];
+    l.busy_seconds =
+        i == 0 ? (window - master_wait_seconds_) + replica_seconds_[0] : replica_seconds_[i];
     l.busy_seconds = std::min(l.busy_seconds, window);
     l.idle_seconds = window - l.busy_seconds;
     out.push_back(l);
@@ -285,8 +302,8 @@ std::string DataParallel::report() const {
                               "in MiB", "out MiB", "busy s", "idle s");
   for (const DeviceLoad& l : load()) {
     s += fmt::format("{:<8} {:>12.2f} {:>12.2f} {:>12.2f} {:>10.3f} {:>10.3f}{}\n", l.device.str(),
-                     mib(l.peak_bytes), mib(l.bytes_in), mib(l.bytes_out), l.busy_seconds, l.idle_seconds,
-                     l.device == devices_[0] ? "  <- master" : "");
+                     mib(l.peak_bytes), mib(l.bytes_in), mib(l.bytes_out), l.busy_seconds,
+                     l.idle_seconds, l.device == devices_[0] ? "  <- master" : "");
   }
   return s;
 }

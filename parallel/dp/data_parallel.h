@@ -69,7 +69,8 @@ class DataParallel : public nn::Module {
 
  private:
   void broadcast_weights();
-  std::vector<Tensor> run_backward_on_replicas(const Tensor& grad, const std::vector<int64_t>& sizes,
+  std::vector<Tensor> run_backward_on_replicas(const Tensor& grad,
+                                               const std::vector<int64_t>& sizes,
                                                const std::vector<Tensor>& inputs,
                                                const std::vector<Tensor>& outputs,
                                                Device input_device, bool input_needs_grad);
@@ -79,7 +80,7 @@ class DataParallel : public nn::Module {
   Device output_device_;
   int64_t dim_;
   std::vector<std::shared_ptr<nn::Module>> replicas_;  // replicas_[0] aliases the master
-  std::unique_ptr<DeviceWorkers> workers_;              // one thread per device
+  std::unique_ptr<DeviceWorkers> workers_;             // one thread per device
 
   TrafficMatrix traffic_;
   std::vector<double> replica_seconds_;  // compute time of each replica's thread

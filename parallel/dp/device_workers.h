@@ -37,9 +37,9 @@ class DeviceWorkers {
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t active_ = 0;      // devices 0..active_-1 take part in this round
-  std::size_t remaining_ = 0;   // of the threads among them, still running
-  std::uint64_t round_ = 0;     // bumped by run(): a worker waits for a round it has not done
+  std::size_t active_ = 0;     // devices 0..active_-1 take part in this round
+  std::size_t remaining_ = 0;  // of the threads among them, still running
+  std::uint64_t round_ = 0;    // bumped by run(): a worker waits for a round it has not done
   bool grad_mode_ = true;
   bool stopping_ = false;
   std::vector<std::exception_ptr> errors_;

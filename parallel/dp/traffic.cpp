@@ -22,7 +22,9 @@ const char* dp_phase_name(DpPhase p) {
   return "?";
 }
 
-TrafficMatrix::TrafficMatrix(std::vector<Device> devices) : devices_(std::move(devices)) { reset(); }
+TrafficMatrix::TrafficMatrix(std::vector<Device> devices) : devices_(std::move(devices)) {
+  reset();
+}
 
 int TrafficMatrix::index_of(Device d) const {
   for (size_t i = 0; i < devices_.size(); ++i)
@@ -31,7 +33,8 @@ int TrafficMatrix::index_of(Device d) const {
 }
 
 void TrafficMatrix::emulate_links(double gbps) {
-  DPLAB_CHECK(gbps >= 0, "DataParallel: link bandwidth must be >= 0 Gbit/s (0: none), got {}", gbps);
+  DPLAB_CHECK(gbps >= 0, "DataParallel: link bandwidth must be >= 0 Gbit/s (0: none), got {}",
+              gbps);
   std::lock_guard lock(mutex_);
   link_ = gbps > 0 ? std::make_unique<LinkModel>(static_cast<int>(devices_.size()), gbps) : nullptr;
   arrival_.assign(devices_.size(), LinkClock::time_point{});

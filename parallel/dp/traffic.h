@@ -17,7 +17,16 @@
 
 namespace dplab::parallel {
 
-enum class DpPhase { Scatter, Replicate, ReplicateBuffers, Gather, GradScatter, Reduce, InputGrad, kCount };
+enum class DpPhase {
+  Scatter,
+  Replicate,
+  ReplicateBuffers,
+  Gather,
+  GradScatter,
+  Reduce,
+  InputGrad,
+  kCount
+};
 inline constexpr int kDpPhases = static_cast<int>(DpPhase::kCount);
 const char* dp_phase_name(DpPhase p);
 
@@ -39,14 +48,14 @@ class TrafficMatrix {
   void wait_for_arrivals(Device d);
 
   int64_t bytes(DpPhase phase, int from_index, int to_index) const;
-  int64_t bytes_out(int device_index) const;                  // all phases
+  int64_t bytes_out(int device_index) const;  // all phases
   int64_t bytes_in(int device_index) const;
   int64_t phase_bytes_out(DpPhase phase, int device_index) const;
   int64_t phase_bytes_in(DpPhase phase, int device_index) const;
-  double copy_seconds(int device_index) const;                // time spent in its copies
+  double copy_seconds(int device_index) const;  // time spent in its copies
   void reset();
   const std::vector<Device>& devices() const { return devices_; }
-  int index_of(Device d) const;                                // -1 when not one of ours
+  int index_of(Device d) const;  // -1 when not one of ours
 
  private:
   std::vector<Device> devices_;

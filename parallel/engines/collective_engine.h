@@ -1,12 +1,14 @@
 // collective_engine.h: the seam under ProcessGroup. A ProcessGroup checks arguments, queues
 // async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
-// collective, which moves the bytes. Three engines sit behind it:
+// collective: that one call moves the bytes, names what ran and reports the traffic.
+// Three engines sit behind it:
 //   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling and
-//     one-shot (comm/ring.cpp, comm/star.cpp, comm/recursive_doubling.cpp,
-//     comm/halving_doubling.cpp, comm/one_shot.cpp) over
-//     a transport (thread, shm; cuda_ipc for CUDA tensors, or host staging without it);
+//     one-shot (algorithms/: ring.cpp, star.cpp, recursive_doubling.cpp,
+//     halving_doubling.cpp, one_shot.cpp) over a transport (thread, shm; cuda_ipc for CUDA
+//     tensors, or host staging without it); it counts the bytes it moves;
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs.
+// mpi and nccl cannot see their wire: they report algorithms/cost.h's textbook formulas.
 // Adding a collective touches this interface, each engine, and ProcessGroup's checks.
 // Only create_process_group.cpp picks an engine (and a transport) by name.
 // Read next: dplab_engine.cpp (the teaching engine), then mpi_engine.cpp.
@@ -18,11 +20,22 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/collective_types.h"
+#include "parallel/algorithms/collective_types.h"
 #include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
+
+// One collective as ProcessGroup hands it to the engine, and what the engine hands back.
+struct CollectiveCall {
+  // In: the collective as error messages, hang reports and watchdogs name it
+  // ("broadcast(root 1)", "all_reduce(sum)"). all_reduce renames it with the algorithm it
+  // runs before it starts ("all_reduce(ring, sum)"), so every message about it says what ran.
+  std::string name;
+  // Out: the bytes this rank moved. dplab's engine counts them on its transports; mpi and
+  // nccl cannot see their wire and fill in the textbook formula (algorithms/cost.h).
+  Traffic traffic;
+};
 
 // Arguments reach an engine already checked by ProcessGroup (ranks in range, list lengths,
 // matching sizes and dtypes). ReduceOp::Avg is the engine's to do (sum, then scale by 1/N).
@@ -30,41 +43,43 @@ namespace dplab::parallel {
 class CollectiveEngine {
  public:
   virtual ~CollectiveEngine() = default;
-  virtual const std::string& name() const = 0;  // "ring", "star", "mpi", "nccl"
+  // The engine's word, as create_process_group was given it: "ring", "star", ..., "auto"
+  // (dplab's engine, named by its default all-reduce algorithm), "mpi", "nccl".
+  virtual const std::string& name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // How bytes of a tensor on `d` travel ("shm", "thread", "cuda_ipc", "mpi", ...); with no
   // device, how CPU tensors do.
   virtual const std::string& transport_name() const { return name(); }
   virtual std::string transport_name(Device) const { return name(); }
-  // What runs an all_reduce of `bytes` asked for with `a` (none: the group's default):
-  // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" on dplab's engine, where auto
-  // reads "auto:<the algorithm it picks for this size>"; MPI and NCCL pick their own
-  // algorithm and ignore `a`.
-  virtual std::string pattern(std::optional<Algorithm>, int64_t /*bytes*/) const { return name(); }
+  // What runs an all_reduce of `bytes` asked for with `algo` (none: the engine's default):
+  // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" on dplab's engine,
+  // where auto reads "auto:<the algorithm it picks for this size>"; MPI and NCCL pick their
+  // own algorithm, ignore `algo` and answer their name.
+  virtual std::string all_reduce_algorithm(int64_t /*bytes*/,
+                                           std::optional<Algorithm> /*algo*/) const {
+    return name();
+  }
 
-  // Called once before each collective with its name for error messages and watchdogs
-  // ("all_reduce(ring, sum)").
-  virtual void set_context(const std::string& /*collective*/) {}
-
-  virtual void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) = 0;
-  virtual void broadcast(Tensor& t, int root) = 0;
-  virtual void reduce(Tensor& t, int root, ReduceOp op) = 0;
-  virtual void all_gather(std::vector<Tensor>& outputs, const Tensor& input) = 0;
-  virtual void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) = 0;
-  virtual void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) = 0;
-  virtual void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) = 0;
-  virtual void barrier() = 0;
-  virtual void send(const Tensor& t, int dst) = 0;
-  virtual void recv(Tensor& t, int src) = 0;
-
-  // The bytes this rank moved in the collective that just returned, where the engine sees
-  // them (dplab's counts them on its transports). MPI and NCCL cannot: empty, and the
-  // counters show the textbook formulas of comm/cost.h instead (model bytes, not measured).
-  virtual std::optional<Traffic> measured_traffic() const { return std::nullopt; }
+  virtual void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
+                          std::optional<Algorithm> algo) = 0;
+  virtual void broadcast(CollectiveCall& call, Tensor& t, int root) = 0;
+  virtual void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) = 0;
+  virtual void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
+                          const Tensor& input) = 0;
+  virtual void reduce_scatter(CollectiveCall& call, Tensor& output,
+                              const std::vector<Tensor>& inputs, ReduceOp op) = 0;
+  virtual void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
+                      int root) = 0;
+  virtual void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+                       int root) = 0;
+  virtual void barrier(CollectiveCall& call) = 0;
+  virtual void send(CollectiveCall& call, const Tensor& t, int dst) = 0;
+  virtual void recv(CollectiveCall& call, Tensor& t, int src) = 0;
 
   // A collective on this rank threw: tell the peers, if the engine can (dplab marks its
-  // transports failed, so peers stop waiting and name this rank).
+  // transports failed, so peers stop waiting and name this rank). `why` names the
+  // collective, this rank and the error.
   virtual void mark_failed(const std::string& /*why*/) {}
   // This rank is done with the group: a peer still waiting on it will wait in vain.
   virtual void leave() {}
@@ -73,8 +88,6 @@ class CollectiveEngine {
   // (A rank that returns from main early is caught at exit: see mpi_engine.cpp.)
   virtual void abort(const std::string& why) = 0;
 };
-
-bool is_engine_backend(const std::string& backend);  // "mpi" or "nccl": no dplab transport
 
 // ---- the MPI world (mpi_engine.cpp; errors when built without MPI) ----
 struct MpiWorld {
@@ -104,8 +117,8 @@ class Transport;
 // transport for logical device cuda:k; later CUDA tensors must be on the same cuda:k.
 // Without a factory CUDA tensors are staged through host memory.
 using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
-// dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default pattern;
-// `link` is what Algorithm::Auto weighs its choice with (comm/cost.h).
+// dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default;
+// `link` is what Algorithm::Auto weighs its choice with (algorithms/cost.h).
 struct LinkCost;
 std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
                                                     Algorithm algorithm,
@@ -113,16 +126,15 @@ std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> t
                                                     const LinkCost& link);
 // mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp stand-ins, which throw an Error
 // naming the build option when dplab was built without that engine, and when rank /
-// world_size disagree with the engine's. `prefix` names this group's keys in the store
-// (NCCL publishes its unique id there).
+// world_size disagree with the engine's.
 // timeout: how long a collective may run before the engine gives up: the mpi engine's
 // watchdog then names the late rank and aborts the job (and a rank that exits waits this
 // long for the others); the nccl engine aborts its communicator. watchdog_store: the store
-// the mpi watchdog files its hang report in (collective_watchdog.h), under watchdog_prefix.
+// the mpi watchdog files its hang report in (collective_watchdog.h), a view of its own.
+// store: the group's own view (PrefixStore "dplab/pg3"): NCCL publishes its unique id there.
 std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
-                                                  CollectiveWatchdog::Connect watchdog_store,
-                                                  const std::string& watchdog_prefix);
-std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
-                                                   int rank, int world_size, Seconds timeout);
+                                                  CollectiveWatchdog::Connect watchdog_store);
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, int rank, int world_size,
+                                                   Seconds timeout);
 
 }  // namespace dplab::parallel

@@ -18,11 +18,10 @@ Seconds CollectiveWatchdog::grace(Seconds timeout) {
   return std::clamp(timeout * 0.5, Seconds(1.0), Seconds(5.0));
 }
 
-CollectiveWatchdog::CollectiveWatchdog(Connect connect, std::string key_prefix, int rank,
-                                       int size, Seconds timeout,
+CollectiveWatchdog::CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
                                        std::function<void(const std::string&)> on_hang)
-    : connect_(std::move(connect)), prefix_(std::move(key_prefix)), rank_(rank), size_(size),
-      timeout_(timeout), on_hang_(std::move(on_hang)) {
+    : connect_(std::move(connect)), rank_(rank), size_(size), timeout_(timeout),
+      on_hang_(std::move(on_hang)) {
   thread_ = std::thread([this] { watch(); });
 }
 
@@ -78,14 +77,14 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
   std::vector<int> silent;
   try {
     std::shared_ptr<Store> store = connect_(grace_s);
-    store->set(fmt::format("{}/{}", prefix_, rank_), fmt::format("{} {}", number, collective));
+    store->set(std::to_string(rank_), fmt::format("{} {}", number, collective));
     // give the others the grace period to find their own collective stuck and file it
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace_s);
     std::vector<bool> filed(static_cast<size_t>(size_), false);
     for (bool all = false; !all && Clock::now() < deadline;) {
       all = true;
       for (int r = 0; r < size_; ++r) {
-        if (!filed[r]) filed[r] = store->check({fmt::format("{}/{}", prefix_, r)});
+        if (!filed[r]) filed[r] = store->check({std::to_string(r)});
         all = all && filed[r];
       }
       if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -96,7 +95,7 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
         continue;
       }
       // "<number> <name>"
-      const std::string v = store->get(fmt::format("{}/{}", prefix_, r));
+      const std::string v = store->get(std::to_string(r));
       RankProgress p;
       auto space = v.find(' ');
       std::from_chars(v.data(), v.data() + (space == std::string::npos ? v.size() : space),
@@ -107,8 +106,8 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
   } catch (const std::exception& e) {
     // rank 0 hosts the store: a store that does not answer means rank 0 is not running
     return fmt::format("{}; rank 0 stopped making progress: the rendezvous store it hosts did "
-                       "not answer within {:.1f} s (rank 0 is stopped or hung; {})", head,
-                       grace_s.count(), e.what());
+                       "not answer within {:.1f} s (rank 0 is stopped or hung; {})",
+                       head, grace_s.count(), e.what());
   }
   std::string s = head;
   if (!silent.empty()) {
@@ -119,7 +118,8 @@ std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& col
   } else {
     s += "; every rank is stuck in a collective";
   }
-  if (std::string d = describe_out_of_step(reported); !d.empty()) s += fmt::format(". Out of step: {}", d);
+  if (std::string d = describe_out_of_step(reported); !d.empty())
+    s += fmt::format(". Out of step: {}", d);
   return s;
 }
 

@@ -23,10 +23,11 @@ namespace dplab::parallel {
 class CollectiveWatchdog {
  public:
   // connect() gives the watchdog a store of its own (its own connection, a short timeout),
-  // made only when a collective hangs; keys go under key_prefix ("dplab/pg0/watchdog").
+  // made only when a collective hangs: a view whose keys are the watchdog's alone
+  // (PrefixStore "dplab/pg0/watchdog"), one per rank ("0", "1", ...).
   using Connect = std::function<std::shared_ptr<Store>(Seconds timeout)>;
-  CollectiveWatchdog(Connect connect, std::string key_prefix, int rank, int size,
-                     Seconds timeout, std::function<void(const std::string&)> on_hang);
+  CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
+                     std::function<void(const std::string&)> on_hang);
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -43,7 +44,6 @@ class CollectiveWatchdog {
   std::string diagnose(uint64_t number, const std::string& collective);
 
   Connect connect_;
-  std::string prefix_;
   int rank_, size_;
   Seconds timeout_;
   std::function<void(const std::string&)> on_hang_;

@@ -1,20 +1,22 @@
 // dplab_engine.cpp: dplab's own CollectiveEngine, the one to read. Tensors in, algorithms
 // out: it picks the transport by the tensors' device (the CPU one for CPU tensors, cuda_ipc
 // for CUDA tensors, made at the first CUDA call; CUDA tensors go through host memory only
-// when there is no cuda_ipc), turns tensors into Blocks, and runs ring.cpp's, star.cpp's,
-// recursive_doubling.cpp's, halving_doubling.cpp's or one_shot.cpp's algorithm over them (auto: the one
-// cost.h's model picks for the tensor's size), counting the bytes it moves (comm_stats()
-// shows these, measured). An all-reduce on one rank does nothing at all (not even Avg's
-// scale by 1/1).
+// when there is no cuda_ipc), turns tensors into Blocks, and runs an algorithm of
+// algorithms/ over them: ring.cpp's, star.cpp's, recursive_doubling.cpp's,
+// halving_doubling.cpp's or one_shot.cpp's (auto: the one cost.h's model picks for the
+// tensor's size). The algorithms count the bytes they move into the call's traffic
+// (comm_stats() shows these, measured). An all-reduce on one rank does nothing at all (not
+// even Avg's scale by 1/1).
 // A collective that throws marks the transports failed, so peers stop waiting and name
 // this rank; so does a group destroyed while an exception unwinds the stack.
-// Read next: comm/ring.cpp, comm/star.cpp; transport/transport.h.
+// Read next: algorithms/ring.cpp, algorithms/star.cpp; transport/transport.h.
 #include "parallel/engines/collective_engine.h"
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
-#include "parallel/comm/collectives.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/collectives.h"
+#include "parallel/algorithms/cost.h"
+#include "parallel/transport/transport.h"
 
 namespace dplab::parallel {
 
@@ -34,17 +36,22 @@ Block block_of(const Tensor& t) { return {static_cast<std::byte*>(t.raw_data()),
 void write_back(Tensor& user, const Tensor& host) {
   if (!user.is_same(host)) user.copy_(host);
 }
-// The device a collective's buffers are on after staging: one CPU for all CPU devices.
-Device where(const Tensor& t) { return t.device().is_cpu() ? Device(DeviceKind::CPU) : t.device(); }
+// The device whose backend copies and adds a collective's buffer: one CPU for all CPU devices
+// (cpu:0..N-1 are all host memory), else the tensor's GPU.
+Device buffer_device(const Tensor& t) {
+  return t.device().is_cpu() ? Device(DeviceKind::CPU) : t.device();
+}
 // n bytes between two buffers of device d (memmove on the CPU, a D2D copy on the GPU).
 void copy_on(Device d, void* dst, const void* src, std::size_t n) {
   if (n) backend_for(d).copy_device(d, dst, d, src, n);
 }
-void check_where(const std::vector<Tensor>& staged, Device d, const char* what, const char* name) {
-  for (std::size_t i = 0; i < staged.size(); ++i)
-    DPLAB_CHECK(!staged[i].defined() || where(staged[i]) == d,
+void check_buffer_device(const std::vector<Tensor>& buffers, Device d, const char* what,
+                         const char* name) {
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    DPLAB_CHECK(!buffers[i].defined() || buffer_device(buffers[i]) == d,
                 "{}: {}[{}] is on {} but the input is on {}: one collective moves tensors of "
-                "one device", what, name, i, staged[i].device(), d);
+                "one device",
+                what, name, i, buffers[i].device(), d);
 }
 void scale_for_avg(const Tensor& t, ReduceOp op, int n) {
   if (op != ReduceOp::Avg || t.numel() == 0) return;
@@ -71,152 +78,160 @@ class DplabEngine final : public CollectiveEngine {
     if (cuda_in_place_) return "cuda_ipc";  // made, or to be made at the first CUDA call
     return transport_->name() + " (staged through host memory)";
   }
-  std::string pattern(std::optional<Algorithm> a, int64_t bytes) const override {
+  std::string all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> a) const override {
     const Algorithm asked = a.value_or(algorithm_);
     if (asked != Algorithm::Auto) return algorithm_name(asked);
     return "auto:" + algorithm_name(resolve(asked, bytes));
   }
-  void set_context(const std::string& collective) override {
-    context_ = collective;
-    traffic_ = {};
-  }
-  std::optional<Traffic> measured_traffic() const override { return traffic_; }
 
-  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) override {
+  void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
+                  std::optional<Algorithm> algo) override {
+    call.name = fmt::format("all_reduce({}, {})", all_reduce_algorithm(t.nbytes(), algo),
+                            reduce_op_name(op));
     if (size() == 1) return;  // the sum, max, min or mean of one tensor is that tensor
     const Algorithm a = resolve(algo.value_or(algorithm_), t.nbytes());
-    Tensor host = stage(t);
-    run(host.dtype(), op, where(host), [&](Ctx& c) {
+    Tensor buf = to_transport(t);
+    run(call, buf.dtype(), op, buffer_device(buf), [&](Exchange& ex) {
       switch (a) {
-        case Algorithm::Ring: ring_all_reduce(c, block_of(host)); break;
-        case Algorithm::Star: star_all_reduce(c, block_of(host)); break;
-        case Algorithm::RecursiveDoubling: recursive_doubling_all_reduce(c, block_of(host)); break;
-        case Algorithm::HalvingDoubling: halving_doubling_all_reduce(c, block_of(host)); break;
-        case Algorithm::OneShot: one_shot_all_reduce(c, block_of(host)); break;
+        case Algorithm::Ring: ring_all_reduce(ex, block_of(buf)); break;
+        case Algorithm::Star: star_all_reduce(ex, block_of(buf)); break;
+        case Algorithm::RecursiveDoubling: recursive_doubling_all_reduce(ex, block_of(buf)); break;
+        case Algorithm::HalvingDoubling: halving_doubling_all_reduce(ex, block_of(buf)); break;
+        case Algorithm::OneShot: one_shot_all_reduce(ex, block_of(buf)); break;
         case Algorithm::Auto: DPLAB_FAIL("all_reduce: auto was not resolved");
       }
     });
-    scale_for_avg(host, op, size());
-    write_back(t, host);
+    scale_for_avg(buf, op, size());
+    write_back(t, buf);
   }
 
-  void broadcast(Tensor& t, int root) override {
-    Tensor host = stage(t);
-    run(host.dtype(), ReduceOp::Sum, where(host),
-        [&](Ctx& c) { chain_broadcast(c, block_of(host), root); });
-    write_back(t, host);
+  void broadcast(CollectiveCall& call, Tensor& t, int root) override {
+    Tensor buf = to_transport(t);
+    run(call, buf.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { chain_broadcast(ex, block_of(buf), root); });
+    write_back(t, buf);
   }
 
-  void reduce(Tensor& t, int root, ReduceOp op) override {
-    Tensor host = stage(t);
-    run(host.dtype(), op, where(host), [&](Ctx& c) { star_reduce(c, block_of(host), root); });
+  void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
+    Tensor buf = to_transport(t);
+    run(call, buf.dtype(), op, buffer_device(buf),
+        [&](Exchange& ex) { star_reduce(ex, block_of(buf), root); });
     if (rank() == root) {
-      scale_for_avg(host, op, size());
-      write_back(t, host);
+      scale_for_avg(buf, op, size());
+      write_back(t, buf);
     }
   }
 
-  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
+  void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
+                  const Tensor& input) override {
     const int n = size(), r = rank();
-    std::vector<Tensor> host(n);
+    std::vector<Tensor> bufs(n);
     std::vector<Block> blocks(n);
     for (int i = 0; i < n; ++i) {
-      host[i] = stage(outputs[i]);
-      blocks[i] = block_of(host[i]);
+      bufs[i] = to_transport(outputs[i]);
+      blocks[i] = block_of(bufs[i]);
     }
-    Tensor in = stage(input);
-    check_where(host, where(in), "all_gather", "outputs");
-    copy_on(where(in), blocks[r].data, in.raw_data(), in.nbytes());
-    run(input.dtype(), ReduceOp::Sum, where(in), [&](Ctx& c) {
-      if (input.numel()) ring_all_gather(c, blocks, -1);  // rank r starts holding block r
+    Tensor in = to_transport(input);
+    const Device d = buffer_device(in);
+    check_buffer_device(bufs, d, "all_gather", "outputs");
+    copy_on(d, blocks[r].data, in.raw_data(), in.nbytes());
+    run(call, input.dtype(), ReduceOp::Sum, d, [&](Exchange& ex) {
+      if (input.numel()) ring_all_gather(ex, blocks, -1);  // rank r starts holding block r
     });
-    for (int i = 0; i < n; ++i) write_back(outputs[i], host[i]);
+    for (int i = 0; i < n; ++i) write_back(outputs[i], bufs[i]);
   }
 
-  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  void reduce_scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+                      ReduceOp op) override {
     // the ring reduces in place, so it runs on a scratch copy (on the output's device) and
     // the inputs stay as they were
     const int n = size(), r = rank();
     const std::size_t bytes = static_cast<std::size_t>(output.nbytes());
-    Tensor host = stage(output);
-    const Device d = where(host);
+    Tensor buf = to_transport(output);
+    const Device d = buffer_device(buf);
     std::vector<std::byte> host_scratch(d.is_cpu() ? bytes * n : 0);
-    Tensor gpu_scratch = d.is_cpu() ? Tensor() : Tensor::empty({output.numel() * n},
-                                                               {.dtype = output.dtype(), .device = d});
-    std::byte* base = d.is_cpu() ? host_scratch.data()
-                                 : static_cast<std::byte*>(gpu_scratch.raw_data());
+    Tensor gpu_scratch =
+        d.is_cpu() ? Tensor()
+                   : Tensor::empty({output.numel() * n}, {.dtype = output.dtype(), .device = d});
+    std::byte* base =
+        d.is_cpu() ? host_scratch.data() : static_cast<std::byte*>(gpu_scratch.raw_data());
     std::vector<Block> blocks(n);
     for (int i = 0; i < n; ++i) {
-      Tensor h = stage(inputs[i]);
-      check_where({h}, d, "reduce_scatter", "inputs");
+      Tensor in = to_transport(inputs[i]);
+      check_buffer_device({in}, d, "reduce_scatter", "inputs");
       blocks[i] = {base + i * bytes, output.numel()};
-      copy_on(d, blocks[i].data, h.raw_data(), bytes);
+      copy_on(d, blocks[i].data, in.raw_data(), bytes);
     }
-    run(output.dtype(), op, d, [&](Ctx& c) {
-      if (bytes) ring_reduce_scatter(c, blocks, -1);  // rank r ends with block r
+    run(call, output.dtype(), op, d, [&](Exchange& ex) {
+      if (bytes) ring_reduce_scatter(ex, blocks, -1);  // rank r ends with block r
     });
-    copy_on(d, host.raw_data(), blocks[r].data, bytes);
-    scale_for_avg(host, op, n);
-    write_back(output, host);
+    copy_on(d, buf.raw_data(), blocks[r].data, bytes);
+    scale_for_avg(buf, op, n);
+    write_back(output, buf);
   }
 
-  void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) override {
+  void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
+              int root) override {
     const int n = size(), r = rank();
-    Tensor in = stage(input);
-    std::vector<Tensor> host(n);
+    Tensor in = to_transport(input);
+    const Device d = buffer_device(in);
+    std::vector<Tensor> bufs(n);
     std::vector<Block> blocks(n);
     if (r == root) {
       for (int i = 0; i < n; ++i) {
-        host[i] = stage(outputs[i]);
-        blocks[i] = block_of(host[i]);
+        bufs[i] = to_transport(outputs[i]);
+        blocks[i] = block_of(bufs[i]);
       }
-      check_where(host, where(in), "gather", "outputs");
-      copy_on(where(in), blocks[root].data, in.raw_data(), in.nbytes());
+      check_buffer_device(bufs, d, "gather", "outputs");
+      copy_on(d, blocks[root].data, in.raw_data(), in.nbytes());
     } else {
       blocks[r] = block_of(in);
     }
-    run(input.dtype(), ReduceOp::Sum, where(in), [&](Ctx& c) { star_gather(c, blocks, root); });
+    run(call, input.dtype(), ReduceOp::Sum, d,
+        [&](Exchange& ex) { star_gather(ex, blocks, root); });
     if (r == root)
-      for (int i = 0; i < n; ++i) write_back(outputs[i], host[i]);
+      for (int i = 0; i < n; ++i) write_back(outputs[i], bufs[i]);
   }
 
-  void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) override {
+  void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+               int root) override {
     const int n = size();
-    std::vector<Tensor> host(n);
+    std::vector<Tensor> bufs(n);
     std::vector<Block> blocks(n);
     if (rank() == root) {
       for (int i = 0; i < n; ++i) {
-        host[i] = stage(inputs[i]);
-        blocks[i] = block_of(host[i]);
+        bufs[i] = to_transport(inputs[i]);
+        blocks[i] = block_of(bufs[i]);
       }
     }
-    Tensor out = stage(output);
-    check_where(host, where(out), "scatter", "inputs");
-    run(output.dtype(), ReduceOp::Sum, where(out),
-        [&](Ctx& c) { star_scatter(c, blocks, block_of(out), root); });
+    Tensor out = to_transport(output);
+    check_buffer_device(bufs, buffer_device(out), "scatter", "inputs");
+    run(call, output.dtype(), ReduceOp::Sum, buffer_device(out),
+        [&](Exchange& ex) { star_scatter(ex, blocks, block_of(out), root); });
     write_back(output, out);
   }
 
-  void barrier() override {
-    run(DType::Float32, ReduceOp::Sum, Device(DeviceKind::CPU), [&](Ctx& c) {
-      if (size() > 1) star_barrier(c);
+  void barrier(CollectiveCall& call) override {
+    run(call, DType::Float32, ReduceOp::Sum, Device(DeviceKind::CPU), [&](Exchange& ex) {
+      if (size() > 1) star_barrier(ex);
     });
   }
 
-  void send(const Tensor& t, int dst) override {
-    Tensor host = stage(t);
-    run(t.dtype(), ReduceOp::Sum, where(host), [&](Ctx& c) { send_block(c, dst, block_of(host)); });
+  void send(CollectiveCall& call, const Tensor& t, int dst) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { send_block(ex, dst, block_of(buf)); });
   }
 
-  void recv(Tensor& t, int src) override {
-    Tensor host = stage(t);
-    run(t.dtype(), ReduceOp::Sum, where(host), [&](Ctx& c) { recv_copy(c, src, block_of(host)); });
-    write_back(t, host);
+  void recv(CollectiveCall& call, Tensor& t, int src) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { recv_copy(ex, src, block_of(buf)); });
+    write_back(t, buf);
   }
 
   void mark_failed(const std::string& why) override {
-    const std::string msg = fmt::format("{} on rank {}: {}", context_, rank(), why);
-    each_transport([&](Transport& t) { t.mark_failed(msg); });
+    each_transport([&](Transport& t) { t.mark_failed(why); });
   }
   void leave() override {
     each_transport([&](Transport& t) { t.mark_left(); });
@@ -233,10 +248,11 @@ class DplabEngine final : public CollectiveEngine {
     return a == Algorithm::Auto ? choose_all_reduce(size(), double(bytes), link_) : a;
   }
 
-  // The tensor a collective works on. CPU tensors, and CUDA tensors when the group moves
-  // them with cuda_ipc, are used in place (every tensor is contiguous: tensor.h); a CUDA
-  // tensor without cuda_ipc goes through a host copy.
-  Tensor stage(const Tensor& t) const {
+  // The tensor a collective works on, in memory its transport reaches. CPU tensors, and CUDA
+  // tensors when the group moves them with cuda_ipc, are used in place (every tensor is
+  // contiguous: tensor.h); a CUDA tensor without cuda_ipc goes through a host copy, which
+  // write_back copies home.
+  Tensor to_transport(const Tensor& t) const {
     if (!t.defined() || t.device().is_cpu() || cuda_in_place_) return t;
     return t.contiguous_copy_on(Device(DeviceKind::CPU));
   }
@@ -245,15 +261,19 @@ class DplabEngine final : public CollectiveEngine {
   Transport& transport_for(Device d) {
     if (d.is_cpu()) return *transport_;
     if (!cuda_transport_) {
-      DPLAB_CHECK(make_cuda_ != nullptr, "process group: a {} buffer reached the collectives, "
-                  "but this group has no cuda_ipc transport (it should have been staged)", d);
+      DPLAB_CHECK(make_cuda_ != nullptr,
+                  "process group: a {} buffer reached the collectives, "
+                  "but this group has no cuda_ipc transport (it should have been staged)",
+                  d);
       cuda_transport_ = make_cuda_(d.index);
       cuda_index_ = d.index;
       make_cuda_ = nullptr;  // made once; this lets go of the store the factory held
     }
-    DPLAB_CHECK(d.index == cuda_index_, "process group: this rank's cuda_ipc transport is on "
+    DPLAB_CHECK(d.index == cuda_index_,
+                "process group: this rank's cuda_ipc transport is on "
                 "cuda:{} (its first CUDA collective), got a tensor on {}; use one device per "
-                "rank, or a second process group", cuda_index_, d);
+                "rank, or a second process group",
+                cuda_index_, d);
     return *cuda_transport_;
   }
   template <typename Each>
@@ -262,36 +282,34 @@ class DplabEngine final : public CollectiveEngine {
     if (cuda_transport_) each(*cuda_transport_);
   }
 
-  // One algorithm on buffers of `device`: its transport, named for error messages.
+  // One algorithm on buffers of `device` over its transport, which names the call in its
+  // messages; the algorithm counts its bytes into call.traffic.
   template <typename Fn>
-  void run(DType dtype, ReduceOp op, Device device, Fn fn) {
+  void run(CollectiveCall& call, DType dtype, ReduceOp op, Device device, Fn fn) {
     Transport& tr = transport_for(device);
-    tr.set_context(context_);
-    Ctx ctx{tr, dtype, kernel_op(op), traffic_, device};
+    tr.set_context(call.name);
+    Exchange ex{tr, dtype, kernel_op(op), call.traffic, device};
     try {
-      fn(ctx);
+      fn(ex);
     } catch (...) {
       // a GPU transport must order its streams again even when the collective threw; the
       // first error is the one to report
       try {
         tr.end_collective();
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
       throw;
     }
     tr.end_collective();  // cuda_ipc: compute waits for the comm stream from here on
   }
 
   std::unique_ptr<Transport> transport_;       // CPU tensors (and staged CUDA tensors)
-  Algorithm algorithm_;                         // all_reduce's pattern unless the call names one
-  LinkCost link_;                               // what Auto weighs (cost.h)
-  CudaTransportFactory make_cuda_;              // set by create_process_group with CUDA
-  bool cuda_in_place_ = false;                  // a factory was given: CUDA tensors stay put
-  std::unique_ptr<Transport> cuda_transport_;   // made by make_cuda_ at the first CUDA call
-  int cuda_index_ = -1;                         // its logical device
+  Algorithm algorithm_;                        // all_reduce's pattern unless the call names one
+  LinkCost link_;                              // what Auto weighs (cost.h)
+  CudaTransportFactory make_cuda_;             // set by create_process_group with CUDA
+  bool cuda_in_place_ = false;                 // a factory was given: CUDA tensors stay put
+  std::unique_ptr<Transport> cuda_transport_;  // made by make_cuda_ at the first CUDA call
+  int cuda_index_ = -1;                        // its logical device
   std::string name_;
-  std::string context_;  // the collective in progress (set_context)
-  Traffic traffic_;      // its bytes so far
 };
 
 }  // namespace
@@ -300,8 +318,7 @@ std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> t
                                                     Algorithm algorithm,
                                                     CudaTransportFactory make_cuda,
                                                     const LinkCost& link) {
-  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda),
-                                       link);
+  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda), link);
 }
 
 }  // namespace dplab::parallel

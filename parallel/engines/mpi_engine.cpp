@@ -1,4 +1,4 @@
-// mpi_engine.cpp: the mpi backend. Each collective is one MPI call on the group's own
+// mpi_engine.cpp: the mpi engine. Each collective is one MPI call on the group's own
 // communicator (MPI_Comm_dup of MPI_COMM_WORLD): MPI_Allreduce, MPI_Bcast, MPI_Reduce,
 // MPI_Allgather, MPI_Reduce_scatter_block, MPI_Gather/Scatter, MPI_Barrier, MPI_Send/Recv.
 // OpenMPI picks the algorithm (ring or Rabenseifner for large all-reduces, trees for small)
@@ -6,6 +6,8 @@
 // mpirun; CUDA tensors are staged through host memory; float16 sums use MPI user ops.
 // A collective that runs past the group's timeout wakes the watchdog (collective_watchdog.h),
 // which names the late rank and aborts the job: MPI itself would wait forever.
+// MPI does not say what it sent: each collective reports the textbook traffic of
+// algorithms/cost.h (a ring for all_reduce, as MPI runs large messages).
 // Read next: nccl_engine.cpp; tests/parallel/test_mpi_collectives.cpp.
 #include <mpi.h>
 
@@ -19,6 +21,7 @@
 
 #include "framework/backend/backend.h"
 #include "framework/error.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel {
@@ -53,16 +56,18 @@ void finalize_at_exit() {
   MpiState& s = state();
   MPI_Request request;
   MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.exit_timeout);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(s.exit_timeout);
   for (int done = 0; !done;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "dplab mpi backend: rank %d is exiting, but the other ranks did not "
+      std::fprintf(stderr,
+                   "dplab mpi engine: rank %d is exiting, but the other ranks did not "
                    "reach the end of the program within %.1f s (one failed, or is waiting in a "
-                   "collective with this rank): aborting the MPI job\n", s.world.rank,
-                   s.exit_timeout.count());
+                   "collective with this rank): aborting the MPI job\n",
+                   s.world.rank, s.exit_timeout.count());
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -98,14 +103,14 @@ void check_mpi(int err, const char* call, int rank, const char* collective) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(err, text, &len);
-  throw CommError(fmt::format("rank {}: {} failed in {} on the mpi backend: {}", rank, call,
+  throw CommError(fmt::format("rank {}: {} failed in {} on the mpi engine: {}", rank, call,
                               collective, std::string(text, len)));
 }
 
 int as_count(int64_t n, const char* collective) {
   DPLAB_CHECK(n <= std::numeric_limits<int>::max(),
-              "{} on the mpi backend: at most {} elements (MPI counts are int), got {}",
-              collective, std::numeric_limits<int>::max(), n);
+              "{} on the mpi engine: at most {} elements (MPI counts are int), got {}", collective,
+              std::numeric_limits<int>::max(), n);
   return static_cast<int>(n);
 }
 
@@ -126,28 +131,28 @@ void scale_for_avg(const Tensor& host, ReduceOp op, int n) {
 
 class MpiEngine final : public CollectiveEngine {
  public:
-  MpiEngine(int rank, int world_size, Seconds timeout, CollectiveWatchdog::Connect watchdog_store,
-            const std::string& watchdog_prefix) {
+  MpiEngine(int rank, int world_size, Seconds timeout, CollectiveWatchdog::Connect watchdog_store) {
     const MpiWorld w = mpi_world();
     state().exit_timeout = timeout;
     DPLAB_CHECK(rank == w.rank && world_size == w.size,
-                "the mpi backend takes ranks from mpirun: MPI says this is rank {} of {}, the "
+                "the mpi engine takes ranks from mpirun: MPI says this is rank {} of {}, the "
                 "caller asked for rank {} of {} (start the program with mpirun -np {})",
                 w.rank, w.size, rank, world_size, world_size);
     rank_ = w.rank;
     size_ = w.size;
     auto lock = serialize();
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup", rank_, "process group creation");
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup", rank_,
+              "process group creation");
     // errors come back as codes (turned into CommError) instead of aborting the job
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     // A rank blocked in MPI cannot be interrupted: past the timeout the watchdog names the
     // late rank and aborts the whole job, instead of every rank spinning forever.
-    watchdog_ = std::make_unique<CollectiveWatchdog>(
-        std::move(watchdog_store), watchdog_prefix, rank_, size_, timeout,
-        [](const std::string& why) {
-          std::fprintf(stderr, "dplab mpi backend watchdog: %s; aborting the MPI job\n", why.c_str());
-          std::fflush(stderr);
-          MPI_Abort(MPI_COMM_WORLD, 3);
+    watchdog_ =
+        std::make_unique<CollectiveWatchdog>(std::move(watchdog_store), rank_, size_, timeout,
+                                             [](const std::string& why) {
+      std::fprintf(stderr, "dplab mpi engine watchdog: %s; aborting the MPI job\n", why.c_str());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
         });
   }
   ~MpiEngine() override {
@@ -164,56 +169,65 @@ class MpiEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // MPI picks its own
+  void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
+                  std::optional<Algorithm>) override {  // MPI picks its own
+    call.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));
+    call.traffic = ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_);
     auto lock = serialize();
     Watched watched(*watchdog_, "all_reduce");
     Tensor h = host_of(t);
     if (h.numel() > 0 && size_ > 1)
-      call(MPI_Allreduce(MPI_IN_PLACE, h.raw_data(), as_count(h.numel(), "all_reduce"),
-                         type_of(h.dtype()), op_of(op, h.dtype()), comm_),
-           "MPI_Allreduce", "all_reduce");
+      check(MPI_Allreduce(MPI_IN_PLACE, h.raw_data(), as_count(h.numel(), "all_reduce"),
+                          type_of(h.dtype()), op_of(op, h.dtype()), comm_),
+            "MPI_Allreduce", "all_reduce");
     scale_for_avg(h, op, size_);
     write_back(t, h);
   }
 
-  void broadcast(Tensor& t, int root) override {
+  void broadcast(CollectiveCall& call, Tensor& t, int root) override {
+    call.traffic = chain_broadcast_cost(t.nbytes(), rank_, size_, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "broadcast");
     Tensor h = host_of(t);
-    call(MPI_Bcast(h.raw_data(), as_count(h.nbytes(), "broadcast"), MPI_BYTE, root, comm_),
-         "MPI_Bcast", "broadcast");
+    check(MPI_Bcast(h.raw_data(), as_count(h.nbytes(), "broadcast"), MPI_BYTE, root, comm_),
+          "MPI_Bcast", "broadcast");
     write_back(t, h);
   }
 
-  void reduce(Tensor& t, int root, ReduceOp op) override {
+  void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
+    call.traffic = star_reduce_cost(t.nbytes(), rank_, size_, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "reduce");
     Tensor h = host_of(t);
     const int count = as_count(h.numel(), "reduce");
     // the root reduces in place; the others' buffers are only read, so they stay unchanged
     void* send = rank_ == root ? MPI_IN_PLACE : h.raw_data();
-    call(MPI_Reduce(send, rank_ == root ? h.raw_data() : nullptr, count, type_of(h.dtype()),
-                    op_of(op, h.dtype()), root, comm_),
-         "MPI_Reduce", "reduce");
+    check(MPI_Reduce(send, rank_ == root ? h.raw_data() : nullptr, count, type_of(h.dtype()),
+                     op_of(op, h.dtype()), root, comm_),
+          "MPI_Reduce", "reduce");
     if (rank_ == root) {
       scale_for_avg(h, op, size_);
       write_back(t, h);
     }
   }
 
-  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
+  void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
+                  const Tensor& input) override {
+    call.traffic = ring_all_gather_cost(input.nbytes(), size_);
     auto lock = serialize();
     Watched watched(*watchdog_, "all_gather");
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(static_cast<std::size_t>(bytes * size_));
     const int count = as_count(bytes, "all_gather");
-    call(MPI_Allgather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_),
-         "MPI_Allgather", "all_gather");
+    check(MPI_Allgather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, comm_),
+          "MPI_Allgather", "all_gather");
     for (int i = 0; i < size_; ++i) copy_into(outputs[i], all.data() + i * bytes);
   }
 
-  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  void reduce_scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+                      ReduceOp op) override {
+    call.traffic = ring_all_gather_cost(output.nbytes(), size_);
     auto lock = serialize();
     Watched watched(*watchdog_, "reduce_scatter");
     // MPI wants the N blocks back to back; the inputs are separate tensors, so copy them once
@@ -222,28 +236,32 @@ class MpiEngine final : public CollectiveEngine {
     for (int i = 0; i < size_; ++i)
       if (bytes) std::memcpy(all.data() + i * bytes, host_of(inputs[i]).raw_data(), bytes);
     Tensor h = host_of(output);
-    call(MPI_Reduce_scatter_block(all.data(), h.raw_data(),
-                                  as_count(output.numel(), "reduce_scatter"),
-                                  type_of(h.dtype()), op_of(op, h.dtype()), comm_),
-         "MPI_Reduce_scatter_block", "reduce_scatter");
+    check(MPI_Reduce_scatter_block(all.data(), h.raw_data(),
+                                   as_count(output.numel(), "reduce_scatter"), type_of(h.dtype()),
+                                   op_of(op, h.dtype()), comm_),
+          "MPI_Reduce_scatter_block", "reduce_scatter");
     scale_for_avg(h, op, size_);
     write_back(output, h);
   }
 
-  void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) override {
+  void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
+              int root) override {
+    call.traffic = star_reduce_cost(input.nbytes(), rank_, size_, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "gather");
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(rank_ == root ? static_cast<std::size_t>(bytes * size_) : 0);
     const int count = as_count(bytes, "gather");
-    call(MPI_Gather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, root, comm_),
-         "MPI_Gather", "gather");
+    check(MPI_Gather(in.raw_data(), count, MPI_BYTE, all.data(), count, MPI_BYTE, root, comm_),
+          "MPI_Gather", "gather");
     if (rank_ == root)
       for (int i = 0; i < size_; ++i) copy_into(outputs[i], all.data() + i * bytes);
   }
 
-  void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) override {
+  void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+               int root) override {
+    call.traffic = star_scatter_cost(output.nbytes(), rank_, size_, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "scatter");
     const int64_t bytes = output.nbytes();
@@ -253,32 +271,34 @@ class MpiEngine final : public CollectiveEngine {
         if (bytes) std::memcpy(all.data() + i * bytes, host_of(inputs[i]).raw_data(), bytes);
     Tensor h = host_of(output);
     const int count = as_count(bytes, "scatter");
-    call(MPI_Scatter(all.data(), count, MPI_BYTE, h.raw_data(), count, MPI_BYTE, root, comm_),
-         "MPI_Scatter", "scatter");
+    check(MPI_Scatter(all.data(), count, MPI_BYTE, h.raw_data(), count, MPI_BYTE, root, comm_),
+          "MPI_Scatter", "scatter");
     write_back(output, h);
   }
 
-  void barrier() override {
+  void barrier(CollectiveCall&) override {
     auto lock = serialize();
     Watched watched(*watchdog_, "barrier");
-    call(MPI_Barrier(comm_), "MPI_Barrier", "barrier");
+    check(MPI_Barrier(comm_), "MPI_Barrier", "barrier");
   }
 
-  void send(const Tensor& t, int dst) override {
+  void send(CollectiveCall& call, const Tensor& t, int dst) override {
+    call.traffic = send_cost(t.nbytes());
     auto lock = serialize();
     Watched watched(*watchdog_, "send");
     Tensor h = host_of(t);
-    call(MPI_Send(h.raw_data(), as_count(h.nbytes(), "send"), MPI_BYTE, dst, kTag, comm_),
-         "MPI_Send", "send");
+    check(MPI_Send(h.raw_data(), as_count(h.nbytes(), "send"), MPI_BYTE, dst, kTag, comm_),
+          "MPI_Send", "send");
   }
 
-  void recv(Tensor& t, int src) override {
+  void recv(CollectiveCall& call, Tensor& t, int src) override {
+    call.traffic = recv_cost(t.nbytes());
     auto lock = serialize();
     Watched watched(*watchdog_, "recv");
     Tensor h = host_of(t);
     MPI_Status status;
-    call(MPI_Recv(h.raw_data(), as_count(h.nbytes(), "recv"), MPI_BYTE, src, kTag, comm_, &status),
-         "MPI_Recv", "recv");  // a longer message fails here with MPI_ERR_TRUNCATE
+    check(MPI_Recv(h.raw_data(), as_count(h.nbytes(), "recv"), MPI_BYTE, src, kTag, comm_, &status),
+          "MPI_Recv", "recv");  // a longer message fails here with MPI_ERR_TRUNCATE
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (got != h.nbytes())
@@ -289,8 +309,10 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void abort(const std::string& why) override {
-    std::fprintf(stderr, "dplab mpi backend: rank %d: %s; aborting the MPI job so that no rank "
-                 "waits for it forever\n", rank_, why.c_str());
+    std::fprintf(stderr,
+                 "dplab mpi engine: rank %d: %s; aborting the MPI job so that no rank "
+                 "waits for it forever\n",
+                 rank_, why.c_str());
     std::fflush(stderr);
     MPI_Abort(comm_, 1);
   }
@@ -312,14 +334,14 @@ class MpiEngine final : public CollectiveEngine {
     if (s.provided >= MPI_THREAD_MULTIPLE) return {};
     return std::unique_lock<std::mutex>(s.serial);
   }
-  void call(int err, const char* what, const char* collective) {
+  void check(int err, const char* what, const char* collective) {
     check_mpi(err, what, rank_, collective);
   }
   MPI_Datatype type_of(DType t) const {
     switch (t) {
       case DType::Float32: return MPI_FLOAT;
       case DType::Int64: return MPI_INT64_T;
-      case DType::Float16: return MPI_UINT16_T;  // with the half ops below
+      case DType::Float16: return MPI_UINT16_T;   // with the half ops below
       case DType::BFloat16: return MPI_UINT16_T;  // with the bfloat16 ops below
     }
     return MPI_BYTE;
@@ -363,10 +385,11 @@ MpiWorld mpi_world() {
     // Open MPI started outside mpirun becomes a "singleton", a world of one: N such
     // processes (dplab-run, spawn) would each think they are rank 0 of 1.
     DPLAB_CHECK(started_by_mpi_launcher() || !env_says_many_ranks(),
-                "the mpi backend needs mpirun (or srun --mpi=pmix): this process was started "
+                "the mpi engine needs mpirun (or srun --mpi=pmix): this process was started "
                 "by another launcher (WORLD_SIZE={}), and MPI cannot join independently started "
-                "processes into one world. Run `mpirun -np N PROGRAM`, or use --backend ring "
-                "under dplab-run", std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "?");
+                "processes into one world. Run `mpirun -np N PROGRAM`, or use --engine ring "
+                "under dplab-run",
+                std::getenv("WORLD_SIZE") ? std::getenv("WORLD_SIZE") : "?");
     int err = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.provided);
     DPLAB_CHECK(err == MPI_SUCCESS, "MPI_Init_thread failed with error {}", err);
     std::atexit(finalize_at_exit);
@@ -403,10 +426,8 @@ std::string mpi_broadcast_string(const std::string& value, int root) {
 }
 
 std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seconds timeout,
-                                                  CollectiveWatchdog::Connect watchdog_store,
-                                                  const std::string& watchdog_prefix) {
-  return std::make_unique<MpiEngine>(rank, world_size, timeout, std::move(watchdog_store),
-                                     watchdog_prefix);
+                                                  CollectiveWatchdog::Connect watchdog_store) {
+  return std::make_unique<MpiEngine>(rank, world_size, timeout, std::move(watchdog_store));
 }
 
 }  // namespace dplab::parallel

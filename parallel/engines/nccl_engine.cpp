@@ -1,5 +1,5 @@
-// nccl_engine.cpp: the nccl backend, one GPU per rank, any number of machines. Rank 0
-// publishes an ncclUniqueId in the store under the group's prefix; all ranks join with
+// nccl_engine.cpp: the nccl engine, one GPU per rank, any number of machines. Rank 0
+// publishes an ncclUniqueId in the group's own store (a PrefixStore view); all ranks join with
 // ncclCommInitRankConfig (one non-blocking communicator per group) on cuda:<local rank>
 // (nccl_rules.h picks it, and refuses several ranks per GPU).
 // Streams, PyTorch DDP's way: collectives run on the device's communication stream, which
@@ -12,6 +12,7 @@
 // naming the collective and this rank instead of a hang. An aborted communicator is never
 // destroyed again. The ProcessGroup's async worker gives DDP its overlap with the host.
 // NCCL has no gather/scatter/barrier: grouped ncclSend/ncclRecv, and a 1-float all-reduce.
+// NCCL does not say what it sent: each collective reports algorithms/cost.h's textbook traffic.
 // Compiled with the nccl build option; needs a GPU at run time (tests skip without one).
 // Read next: nccl_rules.h, mpi_engine.cpp, collective_engine.h.
 #include <cuda_runtime.h>
@@ -25,9 +26,10 @@
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
-#include "parallel/comm/init.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/engines/nccl_rules.h"
+#include "parallel/rendezvous/rendezvous.h"
 
 namespace dplab::parallel {
 
@@ -69,20 +71,22 @@ NcclPlacement placement_of(int rank, int world_size) {
 
 class NcclEngine final : public CollectiveEngine {
  public:
-  NcclEngine(Store& store, const std::string& prefix, int rank, int world_size, Seconds timeout)
+  NcclEngine(Store& store, int rank, int world_size, Seconds timeout)
       : rank_(rank), size_(world_size), timeout_(timeout) {
     device_ = nccl_device_for(placement_of(rank, world_size));
     cuda::LogicalDevice& dev = cuda::bind(device_);
     dev_ = &dev;
     ncclUniqueId id;
-    const std::string key = prefix + "/nccl_unique_id";
+    const std::string key = "nccl_unique_id";
     if (rank == 0) {
       nccl(ncclGetUniqueId(&id), "ncclGetUniqueId", "process group creation");
       store.set(key, std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
     } else {
       const std::string got = store.get(key);
-      DPLAB_CHECK(got.size() == sizeof(id), "nccl: the unique id in the store has {} bytes, "
-                  "expected {}", got.size(), sizeof(id));
+      DPLAB_CHECK(got.size() == sizeof(id),
+                  "nccl: the unique id in the store has {} bytes, "
+                  "expected {}",
+                  got.size(), sizeof(id));
       std::memcpy(&id, got.data(), sizeof(id));
     }
     // Non-blocking: a peer that never joins ends in the timeout below, not a hang.
@@ -101,7 +105,7 @@ class NcclEngine final : public CollectiveEngine {
         nccl(ncclCommFinalize(comm_), "ncclCommFinalize", "process group destruction");
         ncclCommDestroy(comm_);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "dplab nccl backend: %s\n", e.what());  // aborted by then
+        std::fprintf(stderr, "dplab nccl engine: %s\n", e.what());  // aborted by then
       }
     }
     if (inputs_ready_ != nullptr && cudaEventDestroy(inputs_ready_) != cudaSuccess)
@@ -113,39 +117,53 @@ class NcclEngine final : public CollectiveEngine {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm>) override {  // NCCL picks its own
+  void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
+                  std::optional<Algorithm>) override {  // NCCL picks its own
+    call.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));
+    call.traffic = ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_);
     cudaStream_t s = begin(t, "all_reduce");
-    nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op),
-                       comm_, s), "ncclAllReduce", "all_reduce");
+    nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), comm_,
+                       s),
+         "ncclAllReduce", "all_reduce");
     finish("all_reduce");
   }
-  void broadcast(Tensor& t, int root) override {
+  void broadcast(CollectiveCall& call, Tensor& t, int root) override {
+    call.traffic = chain_broadcast_cost(t.nbytes(), rank_, size_, root);
     cudaStream_t s = begin(t, "broadcast");
     nccl(ncclBroadcast(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), root, comm_, s),
          "ncclBroadcast", "broadcast");
     finish("broadcast");
   }
-  void reduce(Tensor& t, int root, ReduceOp op) override {
+  void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
+    call.traffic = star_reduce_cost(t.nbytes(), rank_, size_, root);
     // recvbuff is only written on the root, so the others' tensors stay unchanged
     cudaStream_t s = begin(t, "reduce");
     nccl(ncclReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), root,
-                    comm_, s), "ncclReduce", "reduce");
+                    comm_, s),
+         "ncclReduce", "reduce");
     finish("reduce");
   }
-  void all_gather(std::vector<Tensor>& outputs, const Tensor& input) override {
+  void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
+                  const Tensor& input) override {
+    call.traffic = ring_all_gather_cost(input.nbytes(), size_);
     for (const Tensor& o : outputs) check_device(o, "all_gather");
     cudaStream_t s = begin(input, "all_gather");
-    Tensor all = Tensor::empty({input.numel() * size_}, {.dtype = input.dtype(), .device = input.device()});
+    Tensor all =
+        Tensor::empty({input.numel() * size_}, {.dtype = input.dtype(), .device = input.device()});
     nccl(ncclAllGather(input.raw_data(), all.raw_data(), input.numel(), type_of(input.dtype()),
-                       comm_, s), "ncclAllGather", "all_gather");
+                       comm_, s),
+         "ncclAllGather", "all_gather");
     for (int i = 0; i < size_; ++i) copy_block(outputs[i].raw_data(), all, i, input.nbytes(), s);
     finish("all_gather");  // before `all` goes back to the cache: its readers are done
   }
-  void reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) override {
+  void reduce_scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+                      ReduceOp op) override {
+    call.traffic = ring_all_gather_cost(output.nbytes(), size_);
     for (const Tensor& in : inputs) check_device(in, "reduce_scatter");
     cudaStream_t s = begin(output, "reduce_scatter");
     const int64_t bytes = output.nbytes();
-    Tensor all = Tensor::empty({output.numel() * size_}, {.dtype = output.dtype(), .device = output.device()});
+    Tensor all = Tensor::empty({output.numel() * size_},
+                               {.dtype = output.dtype(), .device = output.device()});
     for (int i = 0; i < size_; ++i) {
       CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(all.raw_data()) + i * bytes,
                                  inputs[i].raw_data(), bytes, cudaMemcpyDeviceToDevice, s));
@@ -155,7 +173,9 @@ class NcclEngine final : public CollectiveEngine {
          "ncclReduceScatter", "reduce_scatter");
     finish("reduce_scatter");
   }
-  void gather(std::vector<Tensor>& outputs, const Tensor& input, int root) override {
+  void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
+              int root) override {
+    call.traffic = star_reduce_cost(input.nbytes(), rank_, size_, root);
     if (rank_ == root)
       for (const Tensor& o : outputs) check_device(o, "gather");
     cudaStream_t s = begin(input, "gather");
@@ -167,15 +187,19 @@ class NcclEngine final : public CollectiveEngine {
           CUDA_CHECK(cudaMemcpyAsync(outputs[i].raw_data(), input.raw_data(), input.nbytes(),
                                      cudaMemcpyDeviceToDevice, s));
         else
-          nccl(ncclRecv(outputs[i].raw_data(), n, type_of(input.dtype()), i, comm_, s), "ncclRecv", "gather");
+          nccl(ncclRecv(outputs[i].raw_data(), n, type_of(input.dtype()), i, comm_, s), "ncclRecv",
+               "gather");
       }
     } else {
-      nccl(ncclSend(input.raw_data(), n, type_of(input.dtype()), root, comm_, s), "ncclSend", "gather");
+      nccl(ncclSend(input.raw_data(), n, type_of(input.dtype()), root, comm_, s), "ncclSend",
+           "gather");
     }
     nccl(ncclGroupEnd(), "ncclGroupEnd", "gather");
     finish("gather");
   }
-  void scatter(Tensor& output, const std::vector<Tensor>& inputs, int root) override {
+  void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
+               int root) override {
+    call.traffic = star_scatter_cost(output.nbytes(), rank_, size_, root);
     if (rank_ == root)
       for (const Tensor& in : inputs) check_device(in, "scatter");
     cudaStream_t s = begin(output, "scatter");
@@ -187,15 +211,17 @@ class NcclEngine final : public CollectiveEngine {
           CUDA_CHECK(cudaMemcpyAsync(output.raw_data(), inputs[i].raw_data(), output.nbytes(),
                                      cudaMemcpyDeviceToDevice, s));
         else
-          nccl(ncclSend(inputs[i].raw_data(), n, type_of(output.dtype()), i, comm_, s), "ncclSend", "scatter");
+          nccl(ncclSend(inputs[i].raw_data(), n, type_of(output.dtype()), i, comm_, s), "ncclSend",
+               "scatter");
       }
     } else {
-      nccl(ncclRecv(output.raw_data(), n, type_of(output.dtype()), root, comm_, s), "ncclRecv", "scatter");
+      nccl(ncclRecv(output.raw_data(), n, type_of(output.dtype()), root, comm_, s), "ncclRecv",
+           "scatter");
     }
     nccl(ncclGroupEnd(), "ncclGroupEnd", "scatter");
     finish("scatter");
   }
-  void barrier() override {
+  void barrier(CollectiveCall&) override {
     // an all-reduce of one float on this rank's device: returns when every rank has joined
     Tensor one = Tensor::empty({1}, {.device = Device(DeviceKind::CUDA, device_)});
     cudaStream_t s = begin(one, "barrier");
@@ -203,36 +229,44 @@ class NcclEngine final : public CollectiveEngine {
          "ncclAllReduce", "barrier");
     finish("barrier");
   }
-  void send(const Tensor& t, int dst) override {
+  void send(CollectiveCall& call, const Tensor& t, int dst) override {
+    call.traffic = send_cost(t.nbytes());
     cudaStream_t s = begin(t, "send");
     nccl(ncclSend(t.raw_data(), t.numel(), type_of(t.dtype()), dst, comm_, s), "ncclSend", "send");
     finish("send");
   }
-  void recv(Tensor& t, int src) override {
+  void recv(CollectiveCall& call, Tensor& t, int src) override {
+    call.traffic = recv_cost(t.nbytes());
     cudaStream_t s = begin(t, "recv");
     nccl(ncclRecv(t.raw_data(), t.numel(), type_of(t.dtype()), src, comm_, s), "ncclRecv", "recv");
     finish("recv");
   }
   void abort(const std::string& why) override {
-    std::fprintf(stderr, "dplab nccl backend: rank %d: %s; aborting the communicator\n", rank_,
+    std::fprintf(stderr, "dplab nccl engine: rank %d: %s; aborting the communicator\n", rank_,
                  why.c_str());
     abort_comm();
   }
 
  private:
-  // CPU tensors are refused with the backends that take them.
+  // CPU tensors are refused, naming the engines that take them.
   void check_device(const Tensor& t, const char* collective) {
-    DPLAB_CHECK(t.device().is_cuda(), "{} on the nccl backend needs CUDA tensors, got a tensor "
-                "on {} (use the mpi or ring backend for CPU tensors)", collective, t.device().str());
-    DPLAB_CHECK(t.device().index == device_, "{} on the nccl backend: this rank's communicator "
-                "is on cuda:{}, the tensor is on {}", collective, device_, t.device().str());
+    DPLAB_CHECK(t.device().is_cuda(),
+                "{} on the nccl engine needs CUDA tensors, got a tensor "
+                "on {} (use the mpi or ring engine for CPU tensors)",
+                collective, t.device().str());
+    DPLAB_CHECK(t.device().index == device_,
+                "{} on the nccl engine: this rank's communicator "
+                "is on cuda:{}, the tensor is on {}",
+                collective, device_, t.device().str());
   }
   // Checks t, then orders the comm stream after everything queued so far on the compute
   // stream (the producer of the inputs) and returns the comm stream.
   cudaStream_t begin(const Tensor& t, const char* collective) {
     check_device(t, collective);
-    DPLAB_CHECK(comm_ != nullptr, "rank {}: {} on the nccl backend: the communicator was "
-                "aborted by an earlier failure; make a new process group", rank_, collective);
+    DPLAB_CHECK(comm_ != nullptr,
+                "rank {}: {} on the nccl engine: the communicator was "
+                "aborted by an earlier failure; make a new process group",
+                rank_, collective);
     cuda::bind(device_);
     CUDA_CHECK(cudaEventRecord(inputs_ready_, dev_->stream));
     CUDA_CHECK(cudaStreamWaitEvent(dev_->comm_stream, inputs_ready_, 0));
@@ -245,22 +279,22 @@ class NcclEngine final : public CollectiveEngine {
     CUDA_CHECK(cudaStreamWaitEvent(dev_->stream, done_, 0));
     nccl_wait_or_abort(
         [&](std::string& why) {
-          const cudaError_t e = cudaEventQuery(done_);
-          if (e == cudaSuccess) return NcclPoll::Done;
-          if (e != cudaErrorNotReady) {
-            cudaGetLastError();
-            why = fmt::format("CUDA error {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
-            return NcclPoll::Failed;
-          }
-          // no async error only means "not failed yet": the event decides when it is done
-          return async_state(why) == NcclPoll::Failed ? NcclPoll::Failed : NcclPoll::Pending;
+      const cudaError_t e = cudaEventQuery(done_);
+      if (e == cudaSuccess) return NcclPoll::Done;
+      if (e != cudaErrorNotReady) {
+        cudaGetLastError();
+        why = fmt::format("CUDA error {} ({})", cudaGetErrorName(e), cudaGetErrorString(e));
+        return NcclPoll::Failed;
+      }
+      // no async error only means "not failed yet": the event decides when it is done
+      return async_state(why) == NcclPoll::Failed ? NcclPoll::Failed : NcclPoll::Pending;
         },
         [&] { abort_comm(); }, timeout_, rank_, collective);
   }
   // Waits for a call that answered ncclInProgress (non-blocking communicator) to settle.
   void settle(const char* collective) {
-    nccl_wait_or_abort([&](std::string& why) { return async_state(why); },
-                       [&] { abort_comm(); }, timeout_, rank_, collective);
+    nccl_wait_or_abort([&](std::string& why) { return async_state(why); }, [&] { abort_comm(); },
+                       timeout_, rank_, collective);
   }
   NcclPoll async_state(std::string& why) {
     ncclResult_t r = ncclSuccess;
@@ -268,7 +302,8 @@ class NcclEngine final : public CollectiveEngine {
       why = "the communicator was aborted";
       return NcclPoll::Failed;
     }
-    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess || (r != ncclSuccess && r != ncclInProgress)) {
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess ||
+        (r != ncclSuccess && r != ncclInProgress)) {
       why = fmt::format("{} ({})", ncclGetErrorString(r), ncclGetLastError(comm_));
       return NcclPoll::Failed;
     }
@@ -292,9 +327,9 @@ class NcclEngine final : public CollectiveEngine {
     if (r == ncclInProgress) return settle(collective);
     const std::string last = ncclGetLastError(comm_);
     abort_comm();
-    throw CommError(fmt::format("rank {}: {} failed in {} on the nccl backend: {} ({}); the "
-                                "communicator was aborted", rank_, call, collective,
-                                ncclGetErrorString(r), last));
+    throw CommError(fmt::format("rank {}: {} failed in {} on the nccl engine: {} ({}); the "
+                                "communicator was aborted",
+                                rank_, call, collective, ncclGetErrorString(r), last));
   }
 
   std::string name_ = "nccl";
@@ -319,9 +354,9 @@ std::string nccl_version() {
   return fmt::format("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100);
 }
 
-std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, const std::string& prefix,
-                                                   int rank, int world_size, Seconds timeout) {
-  return std::make_unique<NcclEngine>(store, prefix, rank, world_size, timeout);
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, int rank, int world_size,
+                                                   Seconds timeout) {
+  return std::make_unique<NcclEngine>(store, rank, world_size, timeout);
 }
 
 }  // namespace dplab::parallel

@@ -1,5 +1,5 @@
 // nccl_engine_missing.cpp: stands in for nccl_engine.cpp in builds without CUDA or NCCL,
-// so that asking for the nccl backend says how to get it instead of failing to link.
+// so that asking for the nccl engine says how to get it instead of failing to link.
 // Read next: nccl_engine.cpp.
 #include "framework/error.h"
 #include "parallel/engines/collective_engine.h"
@@ -9,10 +9,10 @@ namespace dplab::parallel {
 bool nccl_built() { return false; }
 std::string nccl_version() { return ""; }
 
-std::unique_ptr<CollectiveEngine> make_nccl_engine(Store&, const std::string&, int, int, Seconds) {
-  DPLAB_FAIL("the nccl backend is not built: dplab was configured without CUDA or NCCL (needs "
+std::unique_ptr<CollectiveEngine> make_nccl_engine(Store&, int, int, Seconds) {
+  DPLAB_FAIL("the nccl engine is not built: dplab was configured without CUDA or NCCL (needs "
              "nvcc on PATH and NCCL from the CUDA toolkit, then `meson setup --reconfigure "
-             "-Dnccl=enabled build`); on CPUs use the mpi or ring backend");
+             "-Dnccl=enabled build`); on CPUs use the mpi or ring engine");
 }
 
 }  // namespace dplab::parallel

@@ -1,4 +1,4 @@
-// nccl_rules.h: the nccl backend's decisions that need no GPU, so they are tested on any
+// nccl_rules.h: the nccl engine's decisions that need no GPU, so they are tested on any
 // machine (tests/parallel/test_nccl_rules.cpp) and nccl_engine.cpp only calls them:
 //  - which GPU a rank uses: its LOCAL rank (the global rank is wrong on the second machine),
 //    and a refusal when a machine has more ranks than GPUs (NCCL cannot put two ranks on one
@@ -22,7 +22,7 @@ struct NcclPlacement {
   int local_rank = 0;         // used only when launcher_env
   int local_world_size = 1;   // used only when launcher_env
   int physical_gpus = 0;
-  int logical_devices = 0;    // > physical_gpus when DPLAB_VIRTUAL_GPUS shares GPUs
+  int logical_devices = 0;  // > physical_gpus when DPLAB_VIRTUAL_GPUS shares GPUs
 };
 
 // The logical device cuda:<local rank> this rank's communicator uses, or an Error saying why
@@ -34,8 +34,8 @@ enum class NcclPoll { Done, Pending, Failed };
 
 // Calls poll(why) until it returns Done. When it returns Failed (having set why), or when
 // `timeout` has passed, calls abort() once and throws CommError:
-//   "rank 1: all_reduce on the nccl backend failed: <why>; the communicator was aborted"
-//   "rank 1: all_reduce on the nccl backend did not finish within 30 s (a peer that never
+//   "rank 1: all_reduce on the nccl engine failed: <why>; the communicator was aborted"
+//   "rank 1: all_reduce on the nccl engine did not finish within 30 s (a peer that never
 //    joined, or died); the communicator was aborted"
 // Polls back-to-back at first, then sleeps up to 1 ms between polls (ranks may share cores).
 void nccl_wait_or_abort(const std::function<NcclPoll(std::string& why)>& poll,

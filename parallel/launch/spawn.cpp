@@ -15,15 +15,15 @@
 #include <exception>
 
 #include "framework/error.h"
+#include "parallel/launch/supervisor.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
-#include "parallel/launch/supervisor.h"
 
 namespace dplab::parallel {
 
 namespace {
 
-std::atomic<int> g_spawn_calls{0};     // how many times this process has called spawn()
+std::atomic<int> g_spawn_calls{0};  // how many times this process has called spawn()
 std::atomic<bool> g_in_child_fn{false};
 
 std::vector<std::string> own_argv() {
@@ -62,7 +62,8 @@ int env_int(const char* name) {
     int expected = env_int("DPLAB_SPAWN_NPROCS");
     DPLAB_CHECK(expected == nprocs,
                 "spawn: this child was started for {} ranks but spawn() now asks for {}; the "
-                "code before spawn() must make the same calls in every process", expected, nprocs);
+                "code before spawn() must make the same calls in every process",
+                expected, nprocs);
     g_in_child_fn = true;
     fn(rank);
   } catch (const std::exception& e) {
@@ -101,13 +102,15 @@ bool is_spawned_child() { return std::getenv("DPLAB_SPAWN_RANK") != nullptr; }
 void spawn(const std::function<void(int)>& fn, int nprocs, const SpawnOptions& opts) {
   DPLAB_CHECK(nprocs >= 1, "spawn: nprocs must be >= 1, got {}", nprocs);
   DPLAB_CHECK(!g_in_child_fn, "spawn: called from inside a spawned rank's fn; nested spawn is "
-              "not supported");
+                              "not supported");
   int call = g_spawn_calls++;
   if (is_spawned_child()) {
     int target = env_int("DPLAB_SPAWN_CALL");
     if (call < target) return;  // an earlier spawn() of main(); its own children ran it
-    DPLAB_CHECK(call == target, "spawn: child of spawn() call #{} reached call #{}; main() "
-                "must make the same spawn() calls in every process", target, call);
+    DPLAB_CHECK(call == target,
+                "spawn: child of spawn() call #{} reached call #{}; main() "
+                "must make the same spawn() calls in every process",
+                target, call);
     run_child(fn, nprocs);
   }
   refuse_under_launcher(nprocs);

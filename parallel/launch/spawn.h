@@ -16,9 +16,9 @@ namespace dplab::parallel {
 
 struct SpawnOptions {
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;   // 0: the parent picks a free port, so concurrent runs never collide
-  bool tee = false;      // prefix the children's output lines with "[rank r] "
-  Seconds grace{5.0};    // SIGTERM -> SIGKILL delay when stopping ranks after a failure
+  int master_port = 0;  // 0: the parent picks a free port, so concurrent runs never collide
+  bool tee = false;     // prefix the children's output lines with "[rank r] "
+  Seconds grace{5.0};   // SIGTERM -> SIGKILL delay when stopping ranks after a failure
 };
 
 // In the parent: starts nprocs children and waits for all of them. If any rank fails (an

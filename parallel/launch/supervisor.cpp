@@ -15,8 +15,8 @@
 
 #include <array>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -41,7 +41,7 @@ class SignalForwarding {
   explicit SignalForwarding(bool on) : on_(on) {
     if (!on_) return;
     g_pending_signal = 0;
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR at once
@@ -63,8 +63,8 @@ struct Child {
   int rank;
   int pid = -1;
   bool alive = false;
-  int pipe_fd[2] = {-1, -1};    // tee: read ends of the child's stdout and stderr
-  std::string partial[2];       // tee: bytes after the last newline
+  int pipe_fd[2] = {-1, -1};  // tee: read ends of the child's stdout and stderr
+  std::string partial[2];     // tee: bytes after the last newline
 };
 
 void write_all(int fd, const std::string& s) {
@@ -134,7 +134,8 @@ int start_one(const RankProcess& p, Child& c, bool tee) {
   std::vector<std::string> argv_s = p.argv, env_s = merged_env(p.env);
   std::vector<char*> argv = c_strings(argv_s), envp = c_strings(env_s);
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2];
-  DPLAB_CHECK(::pipe2(exec_pipe, O_CLOEXEC) == 0, "supervise: pipe2 failed: {}", std::strerror(errno));
+  DPLAB_CHECK(::pipe2(exec_pipe, O_CLOEXEC) == 0, "supervise: pipe2 failed: {}",
+              std::strerror(errno));
   if (tee) {
     DPLAB_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
                 "supervise: pipe2 failed: {}", std::strerror(errno));
@@ -209,16 +210,15 @@ std::map<std::string, std::string> rank_env(int local_rank, const NodePlacement&
                                             const std::string& master_addr, int master_port) {
   const int rank = where.node_rank * where.nproc_per_node + local_rank;
   const int world = where.nnodes * where.nproc_per_node;
-  std::map<std::string, std::string> env{
-      {"RANK", std::to_string(rank)},
-      {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(world)},
-      {"LOCAL_WORLD_SIZE", std::to_string(where.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(where.node_rank)},
-      {"NODE_RANK", std::to_string(where.node_rank)},
-      {"GROUP_WORLD_SIZE", std::to_string(where.nnodes)},
-      {"MASTER_ADDR", master_addr},
-      {"MASTER_PORT", std::to_string(master_port)}};
+  std::map<std::string, std::string> env{{"RANK", std::to_string(rank)},
+                                         {"LOCAL_RANK", std::to_string(local_rank)},
+                                         {"WORLD_SIZE", std::to_string(world)},
+                                         {"LOCAL_WORLD_SIZE", std::to_string(where.nproc_per_node)},
+                                         {"GROUP_RANK", std::to_string(where.node_rank)},
+                                         {"NODE_RANK", std::to_string(where.node_rank)},
+                                         {"GROUP_WORLD_SIZE", std::to_string(where.nnodes)},
+                                         {"MASTER_ADDR", master_addr},
+                                         {"MASTER_PORT", std::to_string(master_port)}};
   // N ranks on few cores: one thread each, unless the user chose otherwise.
   for (const char* var : {"OMP_NUM_THREADS", "DPLAB_NUM_THREADS"})
     if (std::getenv(var) == nullptr) env.emplace(var, std::string(1, '1'));
@@ -318,7 +318,8 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
       for (const Child& c : kids)
         if (c.alive && process_state(c.pid) == 'T')
           res.failure += fmt::format("; rank {} (pid {}) is stopped (SIGSTOP or a debugger): "
-                                     "it stopped making progress", c.rank, c.pid);
+                                     "it stopped making progress",
+                                     c.rank, c.pid);
       stop_all(SIGTERM);
     }
     if (stopping && alive > 0 && Clock::now() >= kill_at) {

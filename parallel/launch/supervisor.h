@@ -19,28 +19,28 @@
 namespace dplab::parallel {
 
 struct RankProcess {
-  std::vector<std::string> argv;            // argv[0] is the program (searched in PATH)
-  std::map<std::string, std::string> env;   // added to (or replacing in) the parent's env
+  std::vector<std::string> argv;           // argv[0] is the program (searched in PATH)
+  std::map<std::string, std::string> env;  // added to (or replacing in) the parent's env
 };
 
 struct SuperviseOptions {
-  bool tee = false;           // prefix each line of stdout/stderr with "[rank r] "
-  Seconds grace{5.0};         // between SIGTERM and SIGKILL when stopping the other ranks
+  bool tee = false;    // prefix each line of stdout/stderr with "[rank r] "
+  Seconds grace{5.0};  // between SIGTERM and SIGKILL when stopping the other ranks
   bool forward_signals = true;
 };
 
 struct RankOutcome {
   int pid = -1;
-  int wait_status = 0;        // as from waitpid
+  int wait_status = 0;         // as from waitpid
   bool stopped_by_us = false;  // killed because another rank failed (or on a forwarded signal)
 };
 
 struct SuperviseResult {
   std::vector<RankOutcome> ranks;
-  int failed_rank = -1;       // the first rank that failed on its own, -1 if none
-  std::string failure;        // "rank 1 (pid 123) exited with status 3"; empty if all ok
-  int interrupted_by = 0;     // a forwarded SIGINT/SIGTERM, 0 if none
-  int started = 0;            // ranks started: fewer than asked when a signal cut the start-up short
+  int failed_rank = -1;    // the first rank that failed on its own, -1 if none
+  std::string failure;     // "rank 1 (pid 123) exited with status 3"; empty if all ok
+  int interrupted_by = 0;  // a forwarded SIGINT/SIGTERM, 0 if none
+  int started = 0;         // ranks started: fewer than asked when a signal cut the start-up short
   bool ok() const { return failed_rank < 0 && interrupted_by == 0; }
 };
 

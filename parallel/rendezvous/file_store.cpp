@@ -53,7 +53,7 @@ FileStore::FileStore(std::string path, int world_size, Seconds timeout)
   DPLAB_CHECK(fd_ >= 0, "FileStore: cannot open '{}': {}{}", path_, std::strerror(errno),
               errno == ELOOP ? " (it is a symbolic link; the store takes a plain file only)" : "");
   // A file someone else made, or may write, could hold forged keys: refuse it.
-  struct stat st{};
+  struct stat st {};
   const bool ok = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() &&
                   (st.st_mode & 022) == 0;
   if (!ok) {
@@ -61,7 +61,8 @@ FileStore::FileStore(std::string path, int world_size, Seconds timeout)
     fd_ = -1;
     DPLAB_FAIL("FileStore: '{}' is not a plain file of this user's that only this user may write "
                "(uid {}, mode {:o}); another user could forge the job's keys there: remove it or "
-               "pick another path", path_, st.st_uid, st.st_mode & 07777);
+               "pick another path",
+               path_, st.st_uid, st.st_mode & 07777);
   }
 }
 
@@ -72,7 +73,8 @@ FileStore::~FileStore() {
       std::lock_guard<std::mutex> g(mu_);
       FileLock lock(fd_, LOCK_EX);
       refresh_locked();
-      int64_t done = cache_.count(kDoneKey) ? std::strtoll(cache_[kDoneKey].c_str(), nullptr, 10) : 0;
+      int64_t done =
+          cache_.count(kDoneKey) ? std::strtoll(cache_[kDoneKey].c_str(), nullptr, 10) : 0;
       append_locked(kDoneKey, std::to_string(done + 1));
       // The last rank out removes the file, so the next run starts from an empty store.
       if (done + 1 >= world_size_) ::unlink(path_.c_str());
@@ -84,8 +86,9 @@ FileStore::~FileStore() {
 }
 
 void FileStore::refresh_locked() {
-  struct stat st{};
-  DPLAB_CHECK(::fstat(fd_, &st) == 0, "FileStore: fstat('{}') failed: {}", path_, std::strerror(errno));
+  struct stat st {};
+  DPLAB_CHECK(::fstat(fd_, &st) == 0, "FileStore: fstat('{}') failed: {}", path_,
+              std::strerror(errno));
   if (st.st_size < offset_) {
     // Someone deleted and recreated the file under us; it cannot be the same store.
     DPLAB_FAIL("FileStore: '{}' shrank from {} to {} bytes while in use", path_, offset_,

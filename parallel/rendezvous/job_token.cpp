@@ -43,8 +43,10 @@ void check_job_token(const std::string& token, const std::string& where) {
               "`export {}=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')`)",
               where, token.size(), kMinTokenChars, kMaxTokenChars, kJobTokenVariable);
   for (unsigned char c : token) {
-    DPLAB_CHECK(c > 0x20 && c < 0x7f, "{} holds a space or a non-printable character (byte "
-                "{:#04x}); a job token is printable ASCII without spaces", where, c);
+    DPLAB_CHECK(c > 0x20 && c < 0x7f,
+                "{} holds a space or a non-printable character (byte "
+                "{:#04x}); a job token is printable ASCII without spaces",
+                where, c);
   }
 }
 

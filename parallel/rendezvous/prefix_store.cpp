@@ -10,7 +10,7 @@ PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {
   DPLAB_CHECK(base_ != nullptr, "PrefixStore('{}'): the base store is null", prefix_);
   DPLAB_CHECK(!prefix_.empty(), "PrefixStore: the prefix is empty (a view without one would "
-              "share every key of its base)");
+                                "share every key of its base)");
   timeout_ = base_->timeout();
 }
 

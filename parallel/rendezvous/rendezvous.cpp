@@ -62,7 +62,8 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
   size_t pos = 0;
   while (pos < spec.size()) {
     size_t comma = spec.find(',', pos);
-    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t paren = item.find("(x");
     int tasks = parse_int("SLURM_TASKS_PER_NODE", item.substr(0, paren));
     int repeat = 1;
@@ -125,8 +126,9 @@ RankInfo rank_info_from_env(const Env& env) {
     info.world_size = require_int(env, "SLURM_NTASKS", why);
     info.local_rank = optional_int(env, "SLURM_LOCALID", info.rank);
     const std::string* per_node = find(env, "SLURM_TASKS_PER_NODE");
-    info.local_world_size = per_node ? slurm_tasks_on_node(*per_node, optional_int(env, "SLURM_NODEID", 0))
-                                     : info.world_size;
+    info.local_world_size =
+        per_node ? slurm_tasks_on_node(*per_node, optional_int(env, "SLURM_NODEID", 0))
+                 : info.world_size;
   } else {
     DPLAB_FAIL("no rank information in the environment: expected RANK and WORLD_SIZE (set by "
                "dplab-run or torchrun), OMPI_COMM_WORLD_RANK (mpirun) or SLURM_PROCID (srun); "
@@ -134,11 +136,14 @@ RankInfo rank_info_from_env(const Env& env) {
   }
   DPLAB_CHECK(info.world_size >= 1, "world size must be >= 1, got {}", info.world_size);
   DPLAB_CHECK(info.rank >= 0 && info.rank < info.world_size,
-              "rank {} is not in [0, {}): RANK must be below WORLD_SIZE", info.rank, info.world_size);
+              "rank {} is not in [0, {}): RANK must be below WORLD_SIZE", info.rank,
+              info.world_size);
   DPLAB_CHECK(info.local_world_size >= 1 && info.local_world_size <= info.world_size,
-              "local world size {} is not in [1, world size {}]", info.local_world_size, info.world_size);
+              "local world size {} is not in [1, world size {}]", info.local_world_size,
+              info.world_size);
   DPLAB_CHECK(info.local_rank >= 0 && info.local_rank < info.local_world_size,
-              "local rank {} is not in [0, local world size {})", info.local_rank, info.local_world_size);
+              "local rank {} is not in [0, local world size {})", info.local_rank,
+              info.local_world_size);
   master_from_env(env, info);
   return info;
 }
@@ -184,7 +189,8 @@ void rendezvous(Store& store, int rank, int world_size, Seconds timeout) {
         store.add("rdzv/error_seen", 1);
       } else {
         int present = 0;
-        for (int r = 1; r < world_size; ++r) present += store.check({"rdzv/claim/" + std::to_string(r)});
+        for (int r = 1; r < world_size; ++r)
+          present += store.check({"rdzv/claim/" + std::to_string(r)});
         auto until = Clock::now() + std::chrono::seconds(1);
         while (store.add("rdzv/error_seen", 0) < present && Clock::now() < until)
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -196,7 +202,9 @@ void rendezvous(Store& store, int rank, int world_size, Seconds timeout) {
   };
   if (store.add("rdzv/claim/" + std::to_string(rank), 1) != 1) {
     fail(fmt::format("rendezvous: two processes claim rank {}; each rank must be started once "
-                     "(are two jobs sharing MASTER_PORT?)", rank), true);
+                     "(are two jobs sharing MASTER_PORT?)",
+                     rank),
+         true);
   }
   if (rank == 0) store.set("rdzv/world_size", std::to_string(world_size));
 
@@ -211,7 +219,9 @@ void rendezvous(Store& store, int rank, int world_size, Seconds timeout) {
       std::string theirs = store.get("rdzv/world_size");
       if (theirs != std::to_string(world_size)) {
         fail(fmt::format("rendezvous: ranks disagree on the world size: rank 0 has WORLD_SIZE={}, "
-                         "rank {} has WORLD_SIZE={}", theirs, rank, world_size), true);
+                         "rank {} has WORLD_SIZE={}",
+                         theirs, rank, world_size),
+             true);
       }
       size_checked = true;
       // Check in only after agreeing with rank 0: then rank 0 cannot finish with a rank

@@ -19,9 +19,7 @@ std::string encode_reply(bool ok, const std::string& body) {
 
 std::optional<std::string> StoreTable::handle(Owner owner, const Request& r) {
   switch (r.op) {
-    case StoreOp::Set:
-      put(r.args[0], r.args[1]);
-      return encode_reply(true, "");
+    case StoreOp::Set: put(r.args[0], r.args[1]); return encode_reply(true, "");
     case StoreOp::Add: {
       int64_t delta = 0, cur = 0;
       DPLAB_CHECK(parse_int64(r.args[1], delta), "add('{}'): the delta '{}' is not an integer",
@@ -35,13 +33,14 @@ std::optional<std::string> StoreTable::handle(Owner owner, const Request& r) {
       put(r.args[0], std::to_string(cur));
       return encode_reply(true, std::to_string(cur));
     }
-    case StoreOp::Check:
-      return encode_reply(true, all_exist(r.args) ? "1" : "0");
+    case StoreOp::Check: return encode_reply(true, all_exist(r.args) ? "1" : "0");
     case StoreOp::Get:
     case StoreOp::Wait: {
       int64_t ms = 0;
-      DPLAB_CHECK(parse_int64(r.args[0], ms) && ms >= 0, "{}: the timeout '{}' is not a number of "
-                  "milliseconds >= 0", op_name(r.op), r.args[0]);
+      DPLAB_CHECK(parse_int64(r.args[0], ms) && ms >= 0,
+                  "{}: the timeout '{}' is not a number of "
+                  "milliseconds >= 0",
+                  op_name(r.op), r.args[0]);
       ms = std::min<int64_t>(ms, int64_t{1} << 40);  // ~35 years: far enough, no overflow
       std::vector<std::string> keys(r.args.begin() + 1, r.args.end());
       if (all_exist(keys)) return answer(r.op, keys);
@@ -62,8 +61,10 @@ std::vector<std::pair<StoreTable::Owner, std::string>> StoreTable::settle(Clock:
       std::string missing;
       for (const auto& k : it->keys)
         if (!data_.count(k)) missing += (missing.empty() ? "'" : ", '") + k + "'";
-      out.emplace_back(it->owner, encode_reply(false, fmt::format(
-          "{} timed out after {:.1f} s; still missing: {}", op_name(it->op), it->timeout_s, missing)));
+      out.emplace_back(
+          it->owner,
+          encode_reply(false, fmt::format("{} timed out after {:.1f} s; still missing: {}",
+                                          op_name(it->op), it->timeout_s, missing)));
     } else {
       ++it;
       continue;
@@ -87,15 +88,17 @@ void StoreTable::put(const std::string& key, const std::string& value) {
   auto it = data_.find(key);
   const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
   const size_t total = total_bytes_ - old + key.size() + value.size();
-  DPLAB_CHECK(total <= limits_.max_total_bytes, "set('{}'): the store would hold {}, over its "
-              "limit of {} (it holds small facts, not tensors)", key.substr(0, 64),
-              human_bytes(total), human_bytes(limits_.max_total_bytes));
+  DPLAB_CHECK(total <= limits_.max_total_bytes,
+              "set('{}'): the store would hold {}, over its "
+              "limit of {} (it holds small facts, not tensors)",
+              key.substr(0, 64), human_bytes(total), human_bytes(limits_.max_total_bytes));
   data_[key] = value;
   total_bytes_ = total;
 }
 
 bool StoreTable::all_exist(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) > 0; });
+  return std::all_of(keys.begin(), keys.end(),
+                     [&](const std::string& k) { return data_.count(k) > 0; });
 }
 
 std::string StoreTable::answer(StoreOp op, const std::vector<std::string>& keys) const {

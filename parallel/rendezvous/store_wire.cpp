@@ -90,8 +90,10 @@ size_t RequestParser::feed(const char* p, size_t n) {
     switch (stage_) {
       case Stage::Op: {
         const uint8_t op = static_cast<uint8_t>(p[used++]);
-        DPLAB_CHECK(op >= 1 && op <= 5, "unknown operation {} (expected 1..5: set, get, add, "
-                    "wait, check)", op);
+        DPLAB_CHECK(op >= 1 && op <= 5,
+                    "unknown operation {} (expected 1..5: set, get, add, "
+                    "wait, check)",
+                    op);
         current_ = Request{static_cast<StoreOp>(op), {}};
         request_bytes_ = 5;
         stage_ = Stage::Count;
@@ -110,21 +112,22 @@ size_t RequestParser::feed(const char* p, size_t n) {
         if (stage_ == Stage::Count) {
           const bool pair = current_.op == StoreOp::Set || current_.op == StoreOp::Add ||
                             current_.op == StoreOp::Get;
-          DPLAB_CHECK(pair ? v == 2 : (v <= limits_.max_args &&
-                                       (current_.op == StoreOp::Check || v >= 1)),
-                      "{} with {} arguments (expected {})", op, v,
-                      pair ? std::string("2")
-                           : fmt::format("{} to {}", current_.op == StoreOp::Check ? 0 : 1,
-                                         limits_.max_args));
+          DPLAB_CHECK(
+              pair ? v == 2 : (v <= limits_.max_args && (current_.op == StoreOp::Check || v >= 1)),
+              "{} with {} arguments (expected {})", op, v,
+              pair ? std::string("2")
+                   : fmt::format("{} to {}", current_.op == StoreOp::Check ? 0 : 1,
+                                 limits_.max_args));
           count_ = v;
           current_.args.reserve(std::min<uint32_t>(v, 64));
           begin_arg();
         } else {
           const size_t index = current_.args.size();
-          DPLAB_CHECK(v <= arg_limit(index), "{}: argument {} is {}; the store takes at most {} "
-                      "there ({} holds small facts, not tensors)", op, index, human_bytes(v),
-                      human_bytes(arg_limit(index)), index == 1 && current_.op == StoreOp::Set
-                      ? "a value" : "a key");
+          DPLAB_CHECK(v <= arg_limit(index),
+                      "{}: argument {} is {}; the store takes at most {} "
+                      "there ({} holds small facts, not tensors)",
+                      op, index, human_bytes(v), human_bytes(arg_limit(index)),
+                      index == 1 && current_.op == StoreOp::Set ? "a value" : "a key");
           request_bytes_ += 4 + size_t{v};
           DPLAB_CHECK(request_bytes_ <= limits_.max_request_bytes,
                       "{} request of more than {}; the limit is {}", op,

@@ -28,7 +28,7 @@ struct StoreLimits {
   // Connections that have not proved the token yet: past this, the oldest is closed, so a
   // crowd of strangers cannot hold descriptors (or the port) for long.
   size_t max_pending = 32;
-  double handshake_seconds = 10.0;            // a pending connection has this long to prove it
+  double handshake_seconds = 10.0;  // a pending connection has this long to prove it
   // Connections that proved it (0: half of RLIMIT_NOFILE's soft limit, so the process that
   // hosts the store keeps descriptors for its own files).
   size_t max_clients = 0;

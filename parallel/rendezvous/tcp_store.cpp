@@ -46,8 +46,8 @@ int connect_once(const std::string& host, int port) {
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
-    throw CommError(fmt::format("TCPStore: cannot resolve MASTER_ADDR '{}': {}", host,
-                                gai_strerror(rc)));
+    throw CommError(
+        fmt::format("TCPStore: cannot resolve MASTER_ADDR '{}': {}", host, gai_strerror(rc)));
   }
   int fd = -1;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
@@ -70,8 +70,8 @@ void send_all(int fd, const std::string& data, const std::string& where) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       throw CommError(fmt::format("TCPStore: lost the connection to the store server {} "
-                                  "while sending ({}); did rank 0 exit?", where,
-                                  std::strerror(errno)));
+                                  "while sending ({}); did rank 0 exit?",
+                                  where, std::strerror(errno)));
     }
     off += static_cast<size_t>(n);
   }
@@ -87,14 +87,15 @@ void recv_exact(int fd, char* buf, size_t n, Clock::time_point deadline, const s
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {
       throw CommError(fmt::format("TCPStore: no reply from the store server {} to {}({}) in "
-                                  "time; the server is stuck or gone", where, op, what));
+                                  "time; the server is stuck or gone",
+                                  where, op, what));
     }
     ssize_t got = ::recv(fd, buf + off, n - off, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       throw CommError(fmt::format("TCPStore: the store server {} closed the connection during "
-                                  "{}({}); rank 0 (which hosts it) exited or crashed", where, op,
-                                  what));
+                                  "{}({}); rank 0 (which hosts it) exited or crashed",
+                                  where, op, what));
     }
     off += static_cast<size_t>(got);
   }
@@ -114,7 +115,8 @@ int find_free_port(const std::string& host) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;  // the kernel picks a free port
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1)
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int saved = errno;
     ::close(fd);
@@ -179,7 +181,8 @@ int TCPStore::connect_and_prove(Clock::time_point deadline) {
       if (rc == 0) {
         ::close(fd);
         throw CommError(fmt::format("TCPStore: the server {} accepted the connection but did not "
-                                    "finish the handshake in time; is it a dplab store?", where));
+                                    "finish the handshake in time; is it a dplab store?",
+                                    where));
       }
       ssize_t got = ::recv(fd, buf + off, n - off, 0);
       if (got < 0 && errno == EINTR) continue;
@@ -221,14 +224,16 @@ int TCPStore::connect_and_prove(Clock::time_point deadline) {
     }
     ::close(fd);
     throw CommError(fmt::format("TCPStore: the store server {} refused this rank: {}; every rank "
-                                "of a job needs the same {}", where, why, kJobTokenVariable));
+                                "of a job needs the same {}",
+                                where, why, kJobTokenVariable));
   }
   std::string proof(kProofBytes, '\0');
   if (!read(proof.data(), proof.size())) return give_up();
   if (!same_proof(proof, token_proof(token_, "server", server_nonce, nonce))) {
     ::close(fd);
     throw CommError(fmt::format("TCPStore: the server {} could not prove the job token: it is "
-                                "another job's store, or a stranger holds MASTER_PORT", where));
+                                "another job's store, or a stranger holds MASTER_PORT",
+                                where));
   }
   int one = 1;  // small requests: send them now, not after Nagle's 40 ms
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -258,7 +263,8 @@ std::string TCPStore::round_trip(const std::string& request, Seconds reply_withi
   // the server proved the token, but a reply still never gets more room than a value can take
   if (len > limits_.max_value_bytes + 4096) {
     throw CommError(fmt::format("TCPStore: a reply of {} from the server {} to {}({}); replies "
-                                "are at most {}", detail::human_bytes(len), where, op, what,
+                                "are at most {}",
+                                detail::human_bytes(len), where, op, what,
                                 detail::human_bytes(limits_.max_value_bytes)));
   }
   std::string body(len, '\0');
@@ -268,8 +274,10 @@ std::string TCPStore::round_trip(const std::string& request, Seconds reply_withi
 }
 
 void TCPStore::check_key(const std::string& key, const char* op) const {
-  DPLAB_CHECK(key.size() <= limits_.max_key_bytes, "TCPStore::{}: a key of {} ('{}...'); the "
-              "store takes keys up to {}", op, detail::human_bytes(key.size()), key.substr(0, 32),
+  DPLAB_CHECK(key.size() <= limits_.max_key_bytes,
+              "TCPStore::{}: a key of {} ('{}...'); the "
+              "store takes keys up to {}",
+              op, detail::human_bytes(key.size()), key.substr(0, 32),
               detail::human_bytes(limits_.max_key_bytes));
 }
 
@@ -279,9 +287,10 @@ static std::string timeout_ms_str(Seconds t) {
 
 void TCPStore::set(const std::string& key, const std::string& value) {
   check_key(key, "set");
-  DPLAB_CHECK(value.size() <= limits_.max_value_bytes, "TCPStore::set('{}'): a value of {}; the "
-              "store takes values up to {} (it holds small facts, not tensors)", key,
-              detail::human_bytes(value.size()), detail::human_bytes(limits_.max_value_bytes));
+  DPLAB_CHECK(value.size() <= limits_.max_value_bytes,
+              "TCPStore::set('{}'): a value of {}; the "
+              "store takes values up to {} (it holds small facts, not tensors)",
+              key, detail::human_bytes(value.size()), detail::human_bytes(limits_.max_value_bytes));
   round_trip(detail::encode_request(detail::StoreOp::Set, {key, value}), timeout_ + kReplyMargin,
              "set", "'" + key + "'");
 }
@@ -294,11 +303,13 @@ std::string TCPStore::get(const std::string& key) {
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
   check_key(key, "add");
-  std::string v = round_trip(detail::encode_request(detail::StoreOp::Add, {key, std::to_string(delta)}),
-                             timeout_ + kReplyMargin, "add", "'" + key + "'");
+  std::string v =
+      round_trip(detail::encode_request(detail::StoreOp::Add, {key, std::to_string(delta)}),
+                 timeout_ + kReplyMargin, "add", "'" + key + "'");
   int64_t out = 0;
   if (!detail::parse_int64(v, out))
-    throw CommError(fmt::format("TCPStore: add('{}') got '{}' back, not an integer", key, v.substr(0, 64)));
+    throw CommError(
+        fmt::format("TCPStore: add('{}') got '{}' back, not an integer", key, v.substr(0, 64)));
   return out;
 }
 

@@ -39,9 +39,9 @@ namespace dplab::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::encode_reply;
 using detail::Request;
 using detail::StoreOp;
-using detail::encode_reply;
 
 std::string peer_name(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -61,14 +61,14 @@ std::string peer_name(const sockaddr_storage& a) {
 struct Connection {
   int fd = -1;
   std::string peer;
-  bool served = false;           // proved the token
+  bool served = false;  // proved the token
   Clock::time_point accepted;
   std::string server_nonce;
-  std::string proof_in;          // pending: the client's nonce + proof so far
+  std::string proof_in;  // pending: the client's nonce + proof so far
   detail::RequestParser parser;
-  std::string in;                // served: received bytes not yet parsed
-  std::string out;               // reply bytes not yet sent
-  bool parked = false;           // a get/wait waits for keys
+  std::string in;                 // served: received bytes not yet parsed
+  std::string out;                // reply bytes not yet sent
+  bool parked = false;            // a get/wait waits for keys
   bool close_after_send = false;  // a refused request: say why, then close
   Clock::time_point close_by;     // ... by then at the latest, read or not
   Connection(const StoreLimits& limits) : parser(limits) {}
@@ -90,7 +90,7 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port, std::string to
   check_job_token(token_, "the store's job token");
   if (limits_.max_clients == 0) limits_.max_clients = default_max_clients();
   DPLAB_CHECK(limits_.max_pending >= 1 && limits_.handshake_seconds > 0 &&
-              limits_.max_value_bytes <= limits_.max_total_bytes,
+                  limits_.max_value_bytes <= limits_.max_total_bytes,
               "TCPStore server: limits need max_pending >= 1, handshake_seconds > 0 and "
               "max_value_bytes <= max_total_bytes");
   addrinfo hints{};
@@ -98,9 +98,11 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port, std::string to
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints,
+                       &res);
   if (rc != 0) {
-    throw CommError(fmt::format("TCPStore server: cannot resolve '{}': {}", host, gai_strerror(rc)));
+    throw CommError(
+        fmt::format("TCPStore server: cannot resolve '{}': {}", host, gai_strerror(rc)));
   }
   int err = 0;
   for (addrinfo* ai = res; ai != nullptr && listen_fd_ < 0; ai = ai->ai_next) {
@@ -122,8 +124,8 @@ TCPStoreServer::TCPStoreServer(const std::string& host, int port, std::string to
     if (err == EADDRINUSE) {
       throw CommError(fmt::format("port {} on {} is in use; pick another MASTER_PORT", port, host));
     }
-    throw CommError(fmt::format("TCPStore server: cannot listen on {}:{}: {}", host, port,
-                                std::strerror(err)));
+    throw CommError(
+        fmt::format("TCPStore server: cannot listen on {}:{}: {}", host, port, std::strerror(err)));
   }
   set_nonblocking(listen_fd_);
   sockaddr_storage addr{};
@@ -304,9 +306,11 @@ void TCPStoreServer::serve() {
         conns.push_back(std::move(c));
         size_t pending = conns.size() - served;
         if (pending > limits_.max_pending) {  // the oldest stranger makes room
-          auto oldest = std::find_if(conns.begin(), conns.end(), [](const Connection& x) { return !x.served; });
+          auto oldest = std::find_if(conns.begin(), conns.end(),
+                                     [](const Connection& x) { return !x.served; });
           log_refusal(*oldest, fmt::format("more than {} connections were waiting to prove the job "
-                                           "token; closed the oldest", limits_.max_pending));
+                                           "token; closed the oldest",
+                                           limits_.max_pending));
           close_conn(oldest);
         }
         if (served >= limits_.max_clients) {

@@ -3,7 +3,7 @@
 // mailbox_transport.cpp's, untouched: this file only overrides slot_fill / slot_view /
 // slot_read_done and sets up and tears down the shared GPU buffers. The comment above
 // CudaIpcTransport says how CUDA's IPC rules are met.
-// Read next: ../comm/process_group.cpp (transport_for), ../comm/ring.cpp.
+// Read next: ../engines/dplab_engine.cpp (transport_for), ../algorithms/ring.cpp.
 #include "parallel/transport/cuda_ipc_transport.h"
 
 #include <cuda_runtime.h>
@@ -31,8 +31,8 @@ namespace dplab::parallel {
 namespace {
 
 constexpr std::size_t kCudaSegmentBytes = std::size_t{4} << 20;  // one GPU slot
-constexpr int kMaxIpcRanks = 64;                                  // bits of `released_by`
-constexpr auto kReleaseWait = std::chrono::seconds(5);            // at teardown, at most
+constexpr int kMaxIpcRanks = 64;                                 // bits of `released_by`
+constexpr auto kReleaseWait = std::chrono::seconds(5);           // at teardown, at most
 
 // Per rank, in the block after the mailbox: bit s is set once rank s closed our buffer.
 struct alignas(64) IpcStatus {
@@ -45,15 +45,19 @@ std::size_t block_bytes(int size) {
 
 std::string to_hex(const void* p, std::size_t n) {
   std::string out;
-  for (std::size_t i = 0; i < n; ++i) out += fmt::format("{:02x}", static_cast<const uint8_t*>(p)[i]);
+  for (std::size_t i = 0; i < n; ++i)
+    out += fmt::format("{:02x}", static_cast<const uint8_t*>(p)[i]);
   return out;
 }
 
 void from_hex(const std::string& hex, void* p, std::size_t n, int peer) {
-  DPLAB_CHECK(hex.size() == 2 * n, "cuda_ipc: rank {} published a {}-character handle, expected "
-              "{} (hex of a cudaIpcMemHandle_t)", peer, hex.size(), 2 * n);
+  DPLAB_CHECK(hex.size() == 2 * n,
+              "cuda_ipc: rank {} published a {}-character handle, expected "
+              "{} (hex of a cudaIpcMemHandle_t)",
+              peer, hex.size(), 2 * n);
   for (std::size_t i = 0; i < n; ++i)
-    static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+    static_cast<uint8_t*>(p)[i] =
+        static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
 }
 
 // What a rank publishes about its slot buffer: "pid offset pointer handle-hex".
@@ -117,7 +121,8 @@ void sweep_deferred() {
   std::lock_guard<std::mutex> lock(g_deferred_mu);
   auto& list = deferred();
   for (std::size_t i = 0; i < list.size();) {
-    if ((list[i].status->released_by.load(std::memory_order_acquire) & list[i].all) == list[i].all) {
+    if ((list[i].status->released_by.load(std::memory_order_acquire) & list[i].all) ==
+        list[i].all) {
       try {
         cuda::cache_free(list[i].device, list[i].buffer);
       } catch (const std::exception&) {
@@ -133,8 +138,8 @@ void sweep_deferred() {
 
 class CudaIpcTransport final : public MailboxTransport {
  public:
-  CudaIpcTransport(std::shared_ptr<void> owner, void* memory, int rank, int size,
-                   Seconds timeout, int device, bool threads)
+  CudaIpcTransport(std::shared_ptr<void> owner, void* memory, int rank, int size, Seconds timeout,
+                   int device, bool threads)
       : MailboxTransport(owner, memory, rank, size, timeout, "cuda_ipc", 0),
         owner_(std::move(owner)), threads_(threads), device_(device),
         peers_(static_cast<std::size_t>(size)) {
@@ -171,7 +176,7 @@ class CudaIpcTransport final : public MailboxTransport {
   }
 
   // Publishes our buffer and opens every peer's. Collective.
-  void connect(Store& store, const std::string& key_prefix);
+  void connect(Store& store);
 
  protected:
   // Copies into the peer's slot on the comm stream, and waits for that copy only: the bytes
@@ -209,8 +214,8 @@ class CudaIpcTransport final : public MailboxTransport {
   bool threads_;                 // every peer is a thread of this process
   int device_;
   cuda::LogicalDevice* dev_ = nullptr;
-  cudaEvent_t compute_ready_ = nullptr;  // compute stream -> comm stream, per collective
-  cudaEvent_t comm_done_ = nullptr;      // comm stream -> host and compute stream
+  cudaEvent_t compute_ready_ = nullptr;         // compute stream -> comm stream, per collective
+  cudaEvent_t comm_done_ = nullptr;             // comm stream -> host and compute stream
   std::optional<cuda::CommStreamScope> scope_;  // open between set_context and end_collective
   std::byte* mine_ = nullptr;  // my buffer: the slots of every link that ends at me
   std::vector<Peer> peers_;
@@ -222,13 +227,15 @@ Published CudaIpcTransport::read_published(Store& store, const std::string& key,
   Published p;
   std::string hex;
   in >> p.pid >> p.offset >> p.pointer >> hex;
-  DPLAB_CHECK(!in.fail(), "cuda_ipc: rank {} found no \"pid offset pointer handle\" under {} "
-              "(rank {} published something else)", rank(), key, peer);
+  DPLAB_CHECK(!in.fail(),
+              "cuda_ipc: rank {} found no \"pid offset pointer handle\" under {} "
+              "(rank {} published something else)",
+              rank(), key, peer);
   from_hex(hex, &p.handle, sizeof(p.handle), peer);
   return p;
 }
 
-void CudaIpcTransport::connect(Store& store, const std::string& key_prefix) {
+void CudaIpcTransport::connect(Store& store) {
   const int me = rank(), n = size();
   if (n == 1) return;
   // A handle names a whole cudaMalloc block: export its base, tell peers where we are in it.
@@ -237,12 +244,12 @@ void CudaIpcTransport::connect(Store& store, const std::string& key_prefix) {
   cuda::bind(device_);
   cudaIpcMemHandle_t handle;
   CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
-  store.set(fmt::format("{}/buffer/{}", key_prefix, me),
+  store.set(fmt::format("buffer/{}", me),
             fmt::format("{} {} {} {}", static_cast<long>(getpid()), offset,
                         reinterpret_cast<std::uintptr_t>(mine_), to_hex(&handle, sizeof(handle))));
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    Published pub = read_published(store, fmt::format("{}/buffer/{}", key_prefix, p), p);
+    Published pub = read_published(store, fmt::format("buffer/{}", p), p);
     std::byte* theirs = nullptr;
     if (pub.pid == static_cast<long>(getpid())) {
       // same process (thread ranks): CUDA refuses to open our own handle; the pointer works
@@ -255,8 +262,8 @@ void CudaIpcTransport::connect(Store& store, const std::string& key_prefix) {
         throw CudaError(fmt::format(
             "rank {} (cuda:{}): cuda_ipc could not open rank {}'s slot buffer (pid {}): "
             "cudaIpcOpenMemHandle failed: {} ({}); the ranks must see the same GPUs, with peer "
-            "access between them when they differ", me, device_, p, pub.pid,
-            cudaGetErrorName(err), cudaGetErrorString(err)));
+            "access between them when they differ",
+            me, device_, p, pub.pid, cudaGetErrorName(err), cudaGetErrorString(err)));
       }
       peers_[p].opened = opened;
       theirs = static_cast<std::byte*>(opened) + pub.offset;
@@ -306,7 +313,8 @@ CudaIpcTransport::~CudaIpcTransport() {
   if (missing != 0) {
     // A live peer may still write into it: never hand it to another tensor. Reported, since
     // the memory stays reserved until this process exits.
-    std::fprintf(stderr, "dplab: rank %d: cuda_ipc keeps its %zu-byte slot buffer on cuda:%d "
+    std::fprintf(stderr,
+                 "dplab: rank %d: cuda_ipc keeps its %zu-byte slot buffer on cuda:%d "
                  "until exit: peers (bitmask %#" PRIx64 ") had not closed it after %lld s\n",
                  me, part_bytes() * n, device_, missing,
                  static_cast<long long>(kReleaseWait.count()));
@@ -323,9 +331,8 @@ CudaIpcTransport::~CudaIpcTransport() {
 
 bool cuda_ipc_compiled() { return true; }
 
-std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, const std::string& key_prefix,
-                                                   int rank, int size, int cuda_device,
-                                                   bool threads, Seconds timeout) {
+std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, int rank, int size,
+                                                   int cuda_device, bool threads, Seconds timeout) {
   DPLAB_CHECK(size <= kMaxIpcRanks, "cuda_ipc: at most {} ranks share GPU buffers, got {}",
               kMaxIpcRanks, size);
   MakeMailbox make = [&](std::shared_ptr<void> owner, void* memory) {
@@ -333,10 +340,9 @@ std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, const std::stri
                                               cuda_device, threads);
   };
   const std::size_t bytes = block_bytes(size);
-  std::unique_ptr<MailboxTransport> t =
-      threads ? make_heap_mailbox(store, key_prefix, rank, size, bytes, make)
-              : make_shm_mailbox(store, key_prefix, rank, size, bytes, make);
-  static_cast<CudaIpcTransport&>(*t).connect(store, key_prefix);
+  std::unique_ptr<MailboxTransport> t = threads ? make_heap_mailbox(store, rank, size, bytes, make)
+                                                : make_shm_mailbox(store, rank, size, bytes, make);
+  static_cast<CudaIpcTransport&>(*t).connect(store);
   return t;
 }
 

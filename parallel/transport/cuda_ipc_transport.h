@@ -7,7 +7,7 @@
 // flags are mailbox_transport's, in a POSIX shm block (the heap for thread ranks).
 // This header names no CUDA type: it compiles in every build; without CUDA
 // (cuda_ipc_fallback.cpp) cuda_ipc_compiled() is false and CUDA tensors are staged.
-// Read next: cuda_ipc_transport.cpp, then comm/process_group.cpp (where it is chosen).
+// Read next: cuda_ipc_transport.cpp, then comm/create_process_group.cpp (where it is chosen).
 #pragma once
 #include <memory>
 #include <string>
@@ -22,8 +22,8 @@ bool cuda_ipc_compiled();
 // Collective: every rank of the group calls it with its own logical device cuda:k (several
 // ranks may share one physical GPU). threads: the ranks are threads of this process (a
 // HashStore group), so the mailbox lives on the heap and peers' buffers are used directly.
-std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, const std::string& key_prefix,
-                                                   int rank, int size, int cuda_device,
-                                                   bool threads, Seconds timeout);
+// `store`: this transport's own view (PrefixStore "dplab/pg3/cuda_ipc").
+std::unique_ptr<Transport> make_cuda_ipc_transport(Store& store, int rank, int size,
+                                                   int cuda_device, bool threads, Seconds timeout);
 
 }  // namespace dplab::parallel

@@ -56,7 +56,8 @@ std::string state_words(const RankProgress& p) {
   if (dead(p.process_state)) return "its process has died";
   if (p.waiting_on >= 0)
     return fmt::format("its wait on rank {} has not woken up for {:.1f} s (the process is not "
-                       "running)", p.waiting_on, p.silent_s);
+                       "running)",
+                       p.waiting_on, p.silent_s);
   if (p.process_state == 'D') return "its process is blocked in the kernel (I/O?)";
   return "it waits on no rank: busy or stuck outside the collectives";
 }
@@ -107,7 +108,8 @@ std::string describe_hang(int me, int peer, const std::vector<RankProgress>& ran
   }
   std::vector<std::pair<int, RankProgress>> all;
   for (int r = 0; r < n; ++r) all.emplace_back(r, ranks[r]);
-  if (std::string d = describe_out_of_step(all); !d.empty()) s += fmt::format(". Out of step: {}", d);
+  if (std::string d = describe_out_of_step(all); !d.empty())
+    s += fmt::format(". Out of step: {}", d);
   return s;
 }
 

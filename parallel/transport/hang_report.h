@@ -16,11 +16,11 @@ namespace dplab::parallel {
 
 // One rank as the waiting rank sees it when its wait times out.
 struct RankProgress {
-  uint64_t collectives = 0;     // collectives started (the current one is #collectives)
-  std::string collective;       // name of the current (or last) one, e.g. "all_reduce(ring)"
-  int waiting_on = -1;          // the peer it waits on, -1 while it is not waiting
-  char process_state = 'R';     // as /proc/<pid>/stat: R, S, T (stopped), Z; '?' unknown
-  double silent_s = 0;          // since its wait last woke up (a waiting rank wakes every few ms)
+  uint64_t collectives = 0;  // collectives started (the current one is #collectives)
+  std::string collective;    // name of the current (or last) one, e.g. "all_reduce(ring)"
+  int waiting_on = -1;       // the peer it waits on, -1 while it is not waiting
+  char process_state = 'R';  // as /proc/<pid>/stat: R, S, T (stopped), Z; '?' unknown
+  double silent_s = 0;       // since its wait last woke up (a waiting rank wakes every few ms)
 };
 
 // A waiting rank that has not woken for this long is not running (stopped, or starved).

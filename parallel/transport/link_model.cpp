@@ -35,8 +35,7 @@ LinkClock::time_point LinkDirection::reserve(int64_t bytes, LinkClock::time_poin
 }
 
 LinkModel::LinkModel(int endpoints, double gbps)
-    : gbps_(gbps),
-      egress_(endpoints, LinkDirection(link_bytes_per_s(gbps))),
+    : gbps_(gbps), egress_(endpoints, LinkDirection(link_bytes_per_s(gbps))),
       ingress_(endpoints, LinkDirection(link_bytes_per_s(gbps))) {}
 
 LinkClock::time_point LinkModel::book(int from, int to, int64_t bytes) {
@@ -50,9 +49,7 @@ LinkClock::time_point LinkModel::book(int from, int to, int64_t bytes) {
   return end;
 }
 
-void LinkModel::transfer(int from, int to, int64_t bytes) {
-  sleep_on_link(book(from, to, bytes));
-}
+void LinkModel::transfer(int from, int to, int64_t bytes) { sleep_on_link(book(from, to, bytes)); }
 
 namespace {
 
@@ -62,9 +59,7 @@ constexpr int kQueuedSegments = 2;
 class PacedTransport : public Transport {
  public:
   PacedTransport(std::unique_ptr<Transport> inner, double gbps)
-      : inner_(std::move(inner)),
-        bytes_per_s_(link_bytes_per_s(gbps)),
-        egress_(bytes_per_s_),
+      : inner_(std::move(inner)), bytes_per_s_(link_bytes_per_s(gbps)), egress_(bytes_per_s_),
         ingress_(bytes_per_s_) {}
 
   int rank() const override { return inner_->rank(); }
@@ -78,16 +73,15 @@ class PacedTransport : public Transport {
   // The segment leaves once the egress link has room in its queue for it.
   void send_segment(int peer, const void* src, std::size_t len) override {
     const auto end = egress_.reserve(static_cast<int64_t>(len));
-    const auto queue = std::chrono::duration_cast<LinkClock::duration>(std::chrono::duration<double>(
-        kQueuedSegments * double(segment_bytes()) / bytes_per_s_));
+    const auto queue = std::chrono::duration_cast<LinkClock::duration>(
+        std::chrono::duration<double>(kQueuedSegments * double(segment_bytes()) / bytes_per_s_));
     sleep_on_link(end - queue);
     inner_->send_segment(peer, src, len);
   }
 
   // The segment is usable once the ingress link has carried it; the slot stays taken
   // meanwhile, so a fast sender is held back by a slow receiver, as on a wire.
-  void recv_segment(int peer,
-                    const std::function<void(const void*, std::size_t)>& use) override {
+  void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
     inner_->recv_segment(peer, [&](const void* data, std::size_t len) {
       sleep_on_link(ingress_.reserve(static_cast<int64_t>(len)));
       use(data, len);

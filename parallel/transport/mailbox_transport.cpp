@@ -63,11 +63,13 @@ WaitPolicy wait_policy(int ranks) {
     const std::string v = env;
     const size_t comma = v.find(',');
     int spin_us = -1, yield_us = -1;
-    DPLAB_CHECK(comma != std::string::npos && whole_int(v.substr(0, comma), spin_us) &&
-                    whole_int(v.substr(comma + 1), yield_us) && spin_us >= 0 && yield_us >= 0 &&
-                    spin_us <= 1000000 && yield_us <= 1000000,
-                "DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers in 0..1000000, e.g. 50,0), "
-                "got \"{}\"", env);
+    DPLAB_CHECK(
+        comma != std::string::npos && whole_int(v.substr(0, comma), spin_us) &&
+            whole_int(v.substr(comma + 1), yield_us) && spin_us >= 0 && yield_us >= 0 &&
+            spin_us <= 1000000 && yield_us <= 1000000,
+        "DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers in 0..1000000, e.g. 50,0), "
+        "got \"{}\"",
+        env);
     return WaitPolicy{spin_us, yield_us};
   }();
   if (from_env) return *from_env;
@@ -104,11 +106,10 @@ std::size_t mailbox_bytes(int size, std::size_t slot_bytes) {
          n * n * kSlots * slot_bytes;
 }
 
-MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank,
-                                   int size, Seconds timeout, std::string name,
-                                   std::size_t slot_bytes)
-    : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout),
-      name_(std::move(name)), slot_bytes_(slot_bytes), policy_(wait_policy(size)) {
+MailboxTransport::MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank, int size,
+                                   Seconds timeout, std::string name, std::size_t slot_bytes)
+    : owner_(std::move(owner)), rank_(rank), size_(size), timeout_(timeout), name_(std::move(name)),
+      slot_bytes_(slot_bytes), policy_(wait_policy(size)) {
   auto* base = static_cast<std::byte*>(memory);
   std::size_t n = static_cast<std::size_t>(size);
   statuses_ = reinterpret_cast<RankStatus*>(base);
@@ -139,11 +140,11 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
   RankStatus& p = statuses_[peer];
   if (p.left.load(std::memory_order_acquire))
     gone = fmt::format("rank {}: {} failed: rank {} left the group (destroyed its "
-                       "ProcessGroup) while rank {} still waits on it", rank_, context_, peer,
-                       rank_);
+                       "ProcessGroup) while rank {} still waits on it",
+                       rank_, context_, peer, rank_);
   else if (check_pid && p.pid != 0 && !pid_alive(p.pid))
-    gone = fmt::format("rank {}: {} failed: rank {} (pid {}) died while rank {} waits on it",
-                       rank_, context_, peer, p.pid, rank_);
+    gone = fmt::format("rank {}: {} failed: rank {} (pid {}) died while rank {} waits on it", rank_,
+                       context_, peer, p.pid, rank_);
   // Failed flags are read after that, so a rank that failed and then exited is reported
   // with its reason rather than as merely dead.
   // Name the first cause: a rank that failed on its own, rather than one that only failed
@@ -155,7 +156,8 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
     if (!s.failed.load(std::memory_order_acquire)) continue;
     std::string why(s.why, strnlen(s.why, sizeof(s.why)));
     std::string msg = fmt::format("rank {}: {} failed because rank {} failed ({}) while "
-                                  "waiting on rank {}", rank_, context_, r, why, peer);
+                                  "waiting on rank {}",
+                                  rank_, context_, r, why, peer);
     if (why.find("failed because rank") == std::string::npos) return msg;
     if (!echo) echo = msg;
   }
@@ -234,8 +236,9 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_
     statuses_[rank_].heartbeat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     if (now - start > timeout_) {
       throw CommError(fmt::format("rank {}: {} #{} timed out after {:.1f} s waiting for {} "
-                                  "rank {}; {}", rank_, context_, collectives_, timeout_.count(),
-                                  waiting_for, peer, hang_report(peer)));
+                                  "rank {}; {}",
+                                  rank_, context_, collectives_, timeout_.count(), waiting_for,
+                                  peer, hang_report(peer)));
     }
     // Raise the flag, then look once more: the peer bumps the counter, then reads the flag
     // (both seq_cst), so either it sees the flag and wakes us, or we see its bump here.
@@ -267,24 +270,28 @@ std::string MailboxTransport::hang_report(int peer) const {
     p.waiting_on = s.waiting_on.load(std::memory_order_acquire) - 1;
     p.process_state = s.pid != 0 ? process_state(s.pid) : '?';
     const int64_t beat = s.heartbeat_ns.load(std::memory_order_relaxed);
-    p.silent_s = beat == 0 ? 0.0 : std::chrono::duration<double>(
-        Clock::now().time_since_epoch() - Clock::duration(beat)).count();
+    p.silent_s =
+        beat == 0
+            ? 0.0
+            : std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(beat))
+                  .count();
   }
   return describe_hang(rank_, peer, ranks);
 }
 
 void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) {
   DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
-              "send_segment: peer must be another rank in [0, {}), got {} (I am rank {})",
-              size_, peer, rank_);
+              "send_segment: peer must be another rank in [0, {}), got {} (I am rank {})", size_,
+              peer, rank_);
   DPLAB_CHECK(len <= segment_bytes(), "send_segment: {} bytes exceed the {}-byte slot", len,
               segment_bytes());
   LinkHeader& l = link(rank_, peer);
   uint32_t w = l.written.load(std::memory_order_relaxed);  // only this rank writes it
   // wait until the receiver has freed the slot we are about to fill
-  wait_for(l.consumed, l.sender_sleeping,
-           [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; }, peer,
-           "a free slot towards");
+  wait_for(
+      l.consumed, l.sender_sleeping,
+      [&] { return w - l.consumed.load(std::memory_order_acquire) < kSlots; }, peer,
+      "a free slot towards");
   slot_fill(peer, w, src, len);
   l.lens[w % kSlots] = static_cast<uint32_t>(len);
   l.written.store(w + 1, std::memory_order_seq_cst);  // publishes the bytes and the length
@@ -294,13 +301,14 @@ void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) 
 void MailboxTransport::recv_segment(
     int peer, const std::function<void(const void* data, std::size_t len)>& use) {
   DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
-              "recv_segment: peer must be another rank in [0, {}), got {} (I am rank {})",
-              size_, peer, rank_);
+              "recv_segment: peer must be another rank in [0, {}), got {} (I am rank {})", size_,
+              peer, rank_);
   LinkHeader& l = link(peer, rank_);
   uint32_t c = l.consumed.load(std::memory_order_relaxed);  // only this rank writes it
   // wait for the write from the peer
-  wait_for(l.written, l.receiver_sleeping,
-           [&] { return l.written.load(std::memory_order_acquire) != c; }, peer, "data from");
+  wait_for(
+      l.written, l.receiver_sleeping,
+      [&] { return l.written.load(std::memory_order_acquire) != c; }, peer, "data from");
   use(slot_view(peer, c), l.lens[c % kSlots]);
   slot_read_done();  // e.g. a GPU reduce of the slot has finished: it may be overwritten
   l.consumed.store(c + 1, std::memory_order_seq_cst);  // the slot may be refilled now

@@ -28,14 +28,13 @@
 
 namespace dplab::parallel {
 
-inline constexpr std::size_t kSegmentBytes = 128 * 1024;  // one slot; a multiple of 8
-inline constexpr uint32_t kSlots = 4;                      // slots per link: the pipeline depth
+inline constexpr uint32_t kSlots = 4;  // slots per link: the pipeline depth
 
 struct alignas(64) RankStatus {
   std::atomic<uint32_t> failed;  // 0 ok, 1 failed (why holds the reason)
   std::atomic<uint32_t> left;    // 1 once its ProcessGroup was destroyed normally
   int32_t pid;                   // 0: do not check liveness (threads of one process)
-  char why[1000];                 // long enough for a hang report (hang_report.h)
+  char why[1000];                // long enough for a hang report (hang_report.h)
   // Progress, for the hang report: read by other ranks only after a wait timed out.
   std::atomic<uint64_t> collectives;  // collectives started (set_context calls)
   std::atomic<int32_t> waiting_on;    // peer + 1 while in a wait, 0 while not waiting
@@ -97,8 +96,8 @@ class MailboxTransport : public Transport {
  public:
   // memory: mailbox_bytes(size, slot_bytes) bytes, kept alive by `owner` (munmap or free in
   // its deleter).
-  MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank, int size,
-                   Seconds timeout, std::string name, std::size_t slot_bytes = kSegmentBytes);
+  MailboxTransport(std::shared_ptr<void> owner, void* memory, int rank, int size, Seconds timeout,
+                   std::string name, std::size_t slot_bytes = kSegmentBytes);
   ~MailboxTransport() override;
 
   int rank() const override { return rank_; }
@@ -130,8 +129,8 @@ class MailboxTransport : public Transport {
   // Returns once ready() holds; throws CommError on timeout, a failed peer or a dead pid.
   // `sleeping` is the link's flag for this side: raised while it sleeps on `word`.
   template <typename Ready>
-  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, Ready ready,
-                int peer, const char* waiting_for);
+  void wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleeping, Ready ready, int peer,
+                const char* waiting_for);
   // Why waiting on `peer` is hopeless (it left, died, or some rank failed), if it is.
   std::optional<std::string> problem(int peer, bool check_pid);
   // After a timeout: which rank stopped making progress, from every rank's filed status.
@@ -143,8 +142,9 @@ class MailboxTransport : public Transport {
   std::string name_;
   std::size_t slot_bytes_;
   WaitPolicy policy_;  // wait_policy(size)
-  std::chrono::steady_clock::time_point no_yield_until_{};  // yields kept losing the core: sleep instead
-  int long_yields_ = 0;  // waits in a row whose yield lost the core for long
+  std::chrono::steady_clock::time_point
+      no_yield_until_{};  // yields kept losing the core: sleep instead
+  int long_yields_ = 0;   // waits in a row whose yield lost the core for long
   std::string context_ = "(no collective)";
   uint64_t collectives_ = 0;  // set_context calls so far: the current collective's number
   RankStatus* statuses_;

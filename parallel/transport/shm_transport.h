@@ -23,14 +23,13 @@ using MakeMailbox =
 // The rendezvous above for a block of `bytes` (>= mailbox_bytes(size, ...)): make() builds
 // the transport once the block is mapped, then this rank's pid is filed and rank 0's
 // descriptor closed. make_shm_transport is this with a plain MailboxTransport; cuda_ipc reuses it.
-std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, const std::string& key_prefix,
-                                                   int rank, int size, std::size_t bytes,
-                                                   const MakeMailbox& make);
+// `store` is the group's own: a PrefixStore view ("dplab/pg3"), so its keys ("shm_block",
+// "mapped/1") never meet another group's.
+std::unique_ptr<MailboxTransport> make_shm_mailbox(Store& store, int rank, int size,
+                                                   std::size_t bytes, const MakeMailbox& make);
 
-// key_prefix makes the store keys unique to one process group ("dplab/pg3"); slot_bytes: one
-// slot (all ranks pass the same), shm_segment_bytes(size) by default.
-std::unique_ptr<Transport> make_shm_transport(Store& store, const std::string& key_prefix,
-                                              int rank, int size, Seconds timeout,
+// slot_bytes: one slot (all ranks pass the same), shm_segment_bytes(size) by default.
+std::unique_ptr<Transport> make_shm_transport(Store& store, int rank, int size, Seconds timeout,
                                               std::size_t slot_bytes);
 
 }  // namespace dplab::parallel

@@ -21,11 +21,10 @@ int64_t next_id = 0;
 
 }  // namespace
 
-std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::string& key_prefix,
-                                                    int rank, int size, std::size_t bytes,
-                                                    const MakeMailbox& make) {
+std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, int rank, int size,
+                                                    std::size_t bytes, const MakeMailbox& make) {
   std::shared_ptr<void> block;
-  const std::string id_key = key_prefix + "/thread_block";
+  const std::string id_key = "thread_block";
   if (rank == 0) {
     void* p = std::aligned_alloc(64, bytes);
     DPLAB_CHECK(p != nullptr, "thread transport: cannot allocate {} bytes", bytes);
@@ -39,7 +38,7 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::str
     }
     store.set(id_key, std::to_string(id));
     std::vector<std::string> keys;
-    for (int r = 1; r < size; ++r) keys.push_back(fmt::format("{}/taken/{}", key_prefix, r));
+    for (int r = 1; r < size; ++r) keys.push_back(fmt::format("taken/{}", r));
     try {
       store.wait(keys);
     } catch (...) {
@@ -56,22 +55,22 @@ std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::str
       auto it = registry.find(id);
       DPLAB_CHECK(it != registry.end(),
                   "thread transport: rank {} found no block {}: is rank 0 a thread of another "
-                  "process? (a HashStore only joins threads of one process)", rank, id);
+                  "process? (a HashStore only joins threads of one process)",
+                  rank, id);
       block = it->second;
     }
-    store.set(fmt::format("{}/taken/{}", key_prefix, rank), "1");
+    store.set(fmt::format("taken/{}", rank), "1");
   }
   return make(block, block.get());
 }
 
-std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
-                                                 int rank, int size, Seconds timeout,
+std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size, Seconds timeout,
                                                  std::size_t slot_bytes) {
-  return make_heap_mailbox(store, key_prefix, rank, size, mailbox_bytes(size, slot_bytes),
+  return make_heap_mailbox(store, rank, size, mailbox_bytes(size, slot_bytes),
                            [&](std::shared_ptr<void> owner, void* memory) {
-                             return std::make_unique<MailboxTransport>(owner, memory, rank, size,
-                                                                       timeout, "thread", slot_bytes);
-                           });
+    return std::make_unique<MailboxTransport>(owner, memory, rank, size, timeout, "thread",
+                                              slot_bytes);
+  });
 }
 
 }  // namespace dplab::parallel

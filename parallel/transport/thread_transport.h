@@ -11,12 +11,11 @@
 namespace dplab::parallel {
 
 // The heap twin of make_shm_mailbox: a zeroed block of `bytes`, shared by the rank threads.
-std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, const std::string& key_prefix,
-                                                    int rank, int size, std::size_t bytes,
-                                                    const MakeMailbox& make);
+// `store` is the group's own (a PrefixStore view), as for make_shm_mailbox.
+std::unique_ptr<MailboxTransport> make_heap_mailbox(Store& store, int rank, int size,
+                                                    std::size_t bytes, const MakeMailbox& make);
 
-std::unique_ptr<Transport> make_thread_transport(Store& store, const std::string& key_prefix,
-                                                 int rank, int size, Seconds timeout,
+std::unique_ptr<Transport> make_thread_transport(Store& store, int rank, int size, Seconds timeout,
                                                  std::size_t slot_bytes = kSegmentBytes);
 
 }  // namespace dplab::parallel

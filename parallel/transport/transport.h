@@ -6,7 +6,7 @@
 // they never add. Every wait ends, within the timeout, in a CommError naming this rank,
 // the peer and the collective; a failed or dead peer ends it sooner.
 // Implementations: mailbox_transport.h (shared by shm_transport.h and thread_transport.h).
-// Read next: mailbox_transport.h, comm/ring.cpp.
+// Read next: mailbox_transport.h, algorithms/ring.cpp.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -15,6 +15,10 @@
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
+
+// One slot, the unit of every hand-off, unless a transport is made with another (a multiple
+// of 8): the thread transport's, and the cost model's default (algorithms/cost.h).
+inline constexpr std::size_t kSegmentBytes = 128 * 1024;
 
 class Transport {
  public:

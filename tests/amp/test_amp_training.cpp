@@ -12,13 +12,13 @@
 #include <memory>
 
 #include "datasets/fashion_mnist.h"
-#include "framework/amp/autocast.h"
 #include "framework/amp/grad_scaler.h"
 #include "framework/amp/master_weights.h"
 #include "framework/amp/precision.h"
-#include "framework/dplab.h"
 #include "framework/data/dataloader.h"
+#include "framework/dplab.h"
 #include "framework/nn/layers.h"
+#include "framework/ops/autocast.h"
 #include "framework/optim/adam.h"
 #include "framework/optim/sgd.h"
 #include "models/lenet.h"
@@ -47,7 +47,10 @@ struct RegressionRun {
 RegressionRun train_regression(bool use_scaler) {
   TinyRegression data;
   auto model = std::make_shared<nn::Linear>(64, 1, nn::LinearOptions{.bias = false});
-  { NoGradGuard g; model->weight.zero_(); }
+  {
+    NoGradGuard g;
+    model->weight.zero_();
+  }
   amp::cast_module_(*model, DType::Float16);  // O2: the weights are float16
   amp::MasterWeightOptimizer opt(model->parameters(), [](std::vector<Tensor> masters) {
     // Adam moves by ~lr whatever the gradient's size; eps must sit below these ~1e-9
@@ -58,11 +61,12 @@ RegressionRun train_regression(bool use_scaler) {
   RegressionRun run;
   for (int step = 0; step < 60; ++step) {
     opt.zero_grad();
-    Tensor y = model->forward(data.x);                                    // float16 [256, 1]
-    Tensor loss = mse_loss(y.to(DType::Float32), data.target);            // float32
+    Tensor y = model->forward(data.x);                          // float16 [256, 1]
+    Tensor loss = mse_loss(y.to(DType::Float32), data.target);  // float32
     scaler.scale(loss).backward();
     if (step == 0) {
-      for (uint16_t bits : model->weight.grad().to_vector<uint16_t>()) run.nonzero_grads_first_step += (bits & 0x7fff) != 0;
+      for (uint16_t bits : model->weight.grad().to_vector<uint16_t>())
+        run.nonzero_grads_first_step += (bits & 0x7fff) != 0;
     }
     scaler.step(opt);
     scaler.update();
@@ -76,7 +80,8 @@ struct Data {
   std::shared_ptr<datasets::FashionMNIST> train, test;
 };
 Data& fashion() {
-  static Data d{std::make_shared<datasets::FashionMNIST>("train", datasets::FashionMNISTOptions{.limit = 5000}),
+  static Data d{std::make_shared<datasets::FashionMNIST>(
+                    "train", datasets::FashionMNISTOptions{.limit = 5000}),
                 std::make_shared<datasets::FashionMNIST>("test")};
   return d;
 }
@@ -89,8 +94,9 @@ double accuracy(nn::Module& model, amp::Precision p) {
   for (const auto& batch : loader) {
     Tensor logits;
     {
-      amp::AutocastGuard autocast(amp::compute_dtype(p) == DType::Float32 ? DType::Float16 : amp::compute_dtype(p),
-                                  p != amp::Precision::Fp32);
+      amp::AutocastGuard autocast(
+          amp::compute_dtype(p) == DType::Float32 ? DType::Float16 : amp::compute_dtype(p),
+          p != amp::Precision::Fp32);
       logits = model.forward(batch.data);
     }
     const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
@@ -115,11 +121,12 @@ double train_and_test(const std::string& which, amp::Precision p, int epochs, do
   const double lrs[] = {lr, lr / 2, lr / 10};  // a step decay: every run settles near a minimum
   for (int e = 0; e < epochs; ++e) {
     opt.set_lr(lrs[std::min(e, 2)]);
-    for (const auto& batch : loader) skipped += !amp::train_step(*model, opt, scaler, batch.data, batch.target, p).stepped;
+    for (const auto& batch : loader)
+      skipped += !amp::train_step(*model, opt, scaler, batch.data, batch.target, p).stepped;
   }
   const double acc = accuracy(*model, p);
-  MESSAGE(which << " " << std::string(amp::precision_name(p)) << ": test accuracy " << acc << ", skipped steps " << skipped
-                << ", final scale " << scaler.get_scale());
+  MESSAGE(which << " " << std::string(amp::precision_name(p)) << ": test accuracy " << acc
+                << ", skipped steps " << skipped << ", final scale " << scaler.get_scale());
   return acc;
 }
 
@@ -127,14 +134,15 @@ double train_and_test(const std::string& which, amp::Precision p, int epochs, do
 
 TEST_CASE("float16 gradients underflow to zero without loss scaling; GradScaler trains the model") {
   const RegressionRun plain = train_regression(false);
-  CHECK(plain.nonzero_grads_first_step == 0);        // every float16 gradient is exactly 0
-  CHECK(plain.last_loss == plain.first_loss);         // so nothing moved
+  CHECK(plain.nonzero_grads_first_step == 0);  // every float16 gradient is exactly 0
+  CHECK(plain.last_loss == plain.first_loss);  // so nothing moved
   const RegressionRun scaled = train_regression(true);
-  CHECK(scaled.nonzero_grads_first_step == 64);       // x 65536: all 64 gradients representable
+  CHECK(scaled.nonzero_grads_first_step == 64);  // x 65536: all 64 gradients representable
   CHECK(scaled.first_loss == plain.first_loss);
   CHECK(scaled.last_loss < 0.05f * scaled.first_loss);  // and it learns
   MESSAGE("regression loss: without scaling " << plain.first_loss << " -> " << plain.last_loss
-                                              << "; with GradScaler " << scaled.first_loss << " -> " << scaled.last_loss);
+                                              << "; with GradScaler " << scaled.first_loss << " -> "
+                                              << scaled.last_loss);
 }
 
 TEST_CASE("MLP on Fashion-MNIST: fp16 + GradScaler and bf16 within 1 point of float32") {

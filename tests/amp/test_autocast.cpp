@@ -1,5 +1,5 @@
 // Autocast: the table of output dtypes of every op inside AutocastGuard (PyTorch's lists,
-// amp/autocast.h), for float32 and 16-bit inputs; nothing changes outside the guard;
+// ops/autocast.h), for float32 and 16-bit inputs; nothing changes outside the guard;
 // gradients come back in the leaves' dtypes; guards nest and restore.
 #include <doctest/doctest.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/amp/autocast.h"
 #include "framework/dplab.h"
+#include "framework/ops/autocast.h"
 
 using namespace dplab;
 
@@ -31,13 +31,26 @@ std::vector<Row> table() {
   return {
       {"matmul", [](const Tensor& x) { return matmul(x, w8()); }, false, "L", "L"},
       {"linear", [](const Tensor& x) { return linear(x, w8(), zeros({8})); }, false, "L", "L"},
-      {"conv2d", [](const Tensor& x) { return conv2d(x, full({3, 1, 3, 3}, 0.1), zeros({3})); }, true, "L", "L"},
+      {"conv2d",
+       [](const Tensor& x) {
+    return conv2d(x, full({3, 1, 3, 3}, 0.1), zeros({3}));
+       },
+       true, "L", "L"},
       {"softmax", [](const Tensor& x) { return softmax(x, 1); }, false, "F", "F"},
       {"log_softmax", [](const Tensor& x) { return log_softmax(x, 1); }, false, "F", "F"},
-      {"cross_entropy", [labels](const Tensor& x) { return cross_entropy(x, labels); }, false, "F", "F"},
+      {"cross_entropy", [labels](const Tensor& x) { return cross_entropy(x, labels); }, false, "F",
+       "F"},
       {"nll_loss", [labels](const Tensor& x) { return nll_loss(x, labels); }, false, "F", "F"},
-      {"mse_loss", [](const Tensor& x) { return mse_loss(x, zeros_like(x.detach().to(DType::Float32)).to(x.dtype())); }, false, "F", "F"},
-      {"batch_norm", [](const Tensor& x) { return batch_norm(x, {}, {}, ones({8}), zeros({8}), true, 0.1f, 1e-5f); }, false, "F", "F"},
+      {"mse_loss",
+       [](const Tensor& x) {
+    return mse_loss(x, zeros_like(x.detach().to(DType::Float32)).to(x.dtype()));
+       },
+       false, "F", "F"},
+      {"batch_norm",
+       [](const Tensor& x) {
+    return batch_norm(x, {}, {}, ones({8}), zeros({8}), true, 0.1f, 1e-5f);
+       },
+       false, "F", "F"},
       {"sum", [](const Tensor& x) { return sum(x); }, false, "F", "F"},
       {"sum dims", [](const Tensor& x) { return sum(x, {1}); }, false, "F", "F"},
       {"mean", [](const Tensor& x) { return mean(x); }, false, "F", "F"},
@@ -55,8 +68,12 @@ std::vector<Row> table() {
       {"transpose", [](const Tensor& x) { return transpose(x, 0, 1); }, false, "F", "L"},
       {"max", [](const Tensor& x) { return max(x); }, false, "F", "L"},
       // two dtypes: promoted
-      {"add(x, float32)", [](const Tensor& x) { return add(x, ones({4, 8})); }, false, "F", "F"},
-  };
+      {"add(x, float32)",
+       [](const Tensor& x) {
+    return add(x, ones({4, 8}));
+       },
+       false, "F", "F"},
+      };
 }
 
 }  // namespace
@@ -75,8 +92,10 @@ TEST_CASE("autocast: the output dtype of every op, for float16 and bfloat16") {
         got_f32 = row.run(x32).dtype();
         got_low = row.run(xlow).dtype();
       }
-      CHECK(dtype_name(got_f32) == dtype_name(std::string(row.from_f32) == "L" ? low : DType::Float32));
-      CHECK(dtype_name(got_low) == dtype_name(std::string(row.from_low) == "L" ? low : DType::Float32));
+      CHECK(dtype_name(got_f32) ==
+            dtype_name(std::string(row.from_f32) == "L" ? low : DType::Float32));
+      CHECK(dtype_name(got_low) ==
+            dtype_name(std::string(row.from_low) == "L" ? low : DType::Float32));
       // outside the guard, float32 stays float32 everywhere
       CHECK(row.run(x32).dtype() == DType::Float32);
     }
@@ -128,5 +147,6 @@ TEST_CASE("autocast guards nest, can be disabled inside, and restore") {
     CHECK(*amp::autocast_dtype() == DType::Float16);
   }
   CHECK(!amp::autocast_dtype());
-  CHECK_THROWS_WITH_AS(amp::AutocastGuard(DType::Float32), doctest::Contains("expected float16 or bfloat16"), Error);
+  CHECK_THROWS_WITH_AS(amp::AutocastGuard(DType::Float32),
+                       doctest::Contains("expected float16 or bfloat16"), Error);
 }

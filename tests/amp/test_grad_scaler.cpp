@@ -21,7 +21,8 @@ namespace {
 
 // A one-layer model whose gradient we set by hand: p.grad = value * scale.
 struct Setup {
-  std::shared_ptr<nn::Linear> model = std::make_shared<nn::Linear>(2, 1, nn::LinearOptions{.bias = false});
+  std::shared_ptr<nn::Linear> model =
+      std::make_shared<nn::Linear>(2, 1, nn::LinearOptions{.bias = false});
   Tensor& w() { return model->weight; }
 };
 
@@ -29,14 +30,16 @@ void set_grad(Tensor& p, float scaled_value) { p.set_grad(full(p.shape(), scaled
 
 }  // namespace
 
-TEST_CASE("GradScaler: scale, unscale, and the step skipped exactly when a gradient is inf or NaN") {
+TEST_CASE(
+    "GradScaler: scale, unscale, and the step skipped exactly when a gradient is inf or NaN") {
   Setup s;
   optim::SGD opt(s.model->parameters(), {.lr = 1.0});
   amp::GradScaler scaler;
   CHECK(scaler.get_scale() == 65536.0);
   CHECK(scaler.scale(full({}, 2.0)).item() == 131072.0f);
 
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
   // step k's gradient, as backward of the scaled loss would leave it (scale * 0.25, or bad)
   const std::vector<float> bad_values = {0, 0, inf, 0, nan, -inf, 0, 0};  // 0 = a good step
   double expected_scale = 65536.0;
@@ -51,7 +54,8 @@ TEST_CASE("GradScaler: scale, unscale, and the step skipped exactly when a gradi
     CHECK(stepped == !bad);
     const std::vector<float> after = s.w().to_vector<float>();
     for (size_t i = 0; i < after.size(); ++i)
-      CHECK(after[i] == doctest::Approx(bad ? before[i] : before[i] - 0.25f));  // lr 1 * true grad 0.25
+      CHECK(after[i] ==
+            doctest::Approx(bad ? before[i] : before[i] - 0.25f));  // lr 1 * true grad 0.25
     if (bad) {
       expected_scale *= 0.5;
       ++skipped;
@@ -100,7 +104,8 @@ TEST_CASE("GradScaler: unscale_ for clipping, misuse, disabled, state in a check
   scaler.update();
   amp::GradScaler fresh;
   CHECK_THROWS_WITH_AS(fresh.update(), doctest::Contains("no inf checks"), Error);
-  CHECK_THROWS_WITH_AS(amp::GradScaler({.backoff_factor = 1.5}), doctest::Contains("backoff_factor"), Error);
+  CHECK_THROWS_WITH_AS(amp::GradScaler({.backoff_factor = 1.5}),
+                       doctest::Contains("backoff_factor"), Error);
 
   amp::GradScaler off({.enabled = false});
   CHECK(off.scale(full({}, 3.0)).item() == 3.0f);
@@ -122,7 +127,8 @@ TEST_CASE("GradScaler: unscale_ for clipping, misuse, disabled, state in a check
   restored.load_state_dict(meta);
   CHECK(restored.get_scale() == scaler.get_scale());
   CHECK(restored.growth_tracker() == 8);
-  CHECK_THROWS_WITH_AS(restored.load_state_dict(Metadata{}), doctest::Contains("missing \"scaler.scale\""), Error);
+  CHECK_THROWS_WITH_AS(restored.load_state_dict(Metadata{}),
+                       doctest::Contains("missing \"scaler.scale\""), Error);
 }
 
 TEST_CASE("GradScaler: inf in the first of two parameters' gradients skips the step") {
@@ -141,13 +147,17 @@ TEST_CASE("GradScaler: inf in the first of two parameters' gradients skips the s
   CHECK(scaler.skipped_steps() == 1);
 }
 
-TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refused state changes nothing") {
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refused state changes "
+          "nothing") {
+  const double inf = std::numeric_limits<double>::infinity(),
+               nan = std::numeric_limits<double>::quiet_NaN();
   for (double g : {nan, inf, 0.0, 1.0})
     CHECK_THROWS_WITH_AS(amp::GradScaler({.growth_factor = g}),
                          doctest::Contains("growth_factor must be a finite value > 1"), Error);
-  CHECK_THROWS_WITH_AS(amp::GradScaler({.init_scale = 1e39}), doctest::Contains("scale must be a finite "
-                       "value in (0, 3.40282e+38]"), Error);
+  CHECK_THROWS_WITH_AS(amp::GradScaler({.init_scale = 1e39}),
+                       doctest::Contains("scale must be a finite "
+                                         "value in (0, 3.40282e+38]"),
+                       Error);
   amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 5});
   Metadata good;
   scaler.state_dict(good);
@@ -156,15 +166,17 @@ TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refu
     const char* value;
     const char* message;
   };
-  for (const Bad& bad : {Bad{"scaler.scale", "inf", "scale must be a finite value in (0, "},
-                         Bad{"scaler.scale", "nan", "scale must be a finite value in (0, "},
-                         Bad{"scaler.scale", "-1", "scale must be a finite value in (0, "},
-                         Bad{"scaler.growth_factor", "inf", "growth_factor must be a finite value > 1"},
-                         Bad{"scaler.growth_factor", "0", "growth_factor must be a finite value > 1"},
-                         Bad{"scaler.backoff_factor", "1", "backoff_factor must lie in (0, 1)"},
-                         Bad{"scaler.growth_interval", "0", "growth_interval must be >= 1"},
-                         Bad{"scaler.growth_interval", "2x", "\"scaler.growth_interval\" should be an integer"},
-                         Bad{"scaler.growth_tracker", "-1", "growth_tracker must lie in [0, growth_interval = 5)"}}) {
+  for (const Bad& bad :
+       {Bad{"scaler.scale", "inf", "scale must be a finite value in (0, "},
+        Bad{"scaler.scale", "nan", "scale must be a finite value in (0, "},
+        Bad{"scaler.scale", "-1", "scale must be a finite value in (0, "},
+        Bad{"scaler.growth_factor", "inf", "growth_factor must be a finite value > 1"},
+        Bad{"scaler.growth_factor", "0", "growth_factor must be a finite value > 1"},
+        Bad{"scaler.backoff_factor", "1", "backoff_factor must lie in (0, 1)"},
+        Bad{"scaler.growth_interval", "0", "growth_interval must be >= 1"},
+        Bad{"scaler.growth_interval", "2x", "\"scaler.growth_interval\" should be an integer"},
+        Bad{"scaler.growth_tracker", "-1",
+            "growth_tracker must lie in [0, growth_interval = 5)"}}) {
     CAPTURE(bad.key);
     CAPTURE(bad.value);
     Metadata meta = good;
@@ -192,8 +204,9 @@ TEST_CASE("Apex O2: 16-bit model weights, float32 master weights, batch norm kep
   for (DType low : {DType::Float16, DType::BFloat16}) {
     CAPTURE(dtype_name(low));
     manual_seed(5);
-    auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-        std::make_shared<nn::Linear>(6, 4), std::make_shared<nn::BatchNorm1d>(4)});
+    auto model =
+        std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+            std::make_shared<nn::Linear>(6, 4), std::make_shared<nn::BatchNorm1d>(4)});
     amp::cast_module_(*model, low);
     for (const auto& [name, p] : model->named_parameters()) {
       CAPTURE(name);
@@ -207,10 +220,12 @@ TEST_CASE("Apex O2: 16-bit model weights, float32 master weights, batch norm kep
     // in the master, and it reaches the model once enough of them add up.
     Tensor w16 = model->parameters()[0];
     const float w0 = w16.detach().to(DType::Float32).to_vector<float>()[0];
-    const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(w0)) - (low == DType::Float16 ? 10 : 7));
+    const double ulp =
+        std::ldexp(1.0, std::ilogb(std::fabs(w0)) - (low == DType::Float16 ? 10 : 7));
     const float tiny_grad = static_cast<float>(ulp / 8 / 0.5);  // lr * g = ulp / 8
     for (int k = 0; k < 8; ++k) {
-      for (const Tensor& p : model->parameters()) const_cast<Tensor&>(p).set_grad(full(p.shape(), tiny_grad).to(p.dtype()));
+      for (const Tensor& p : model->parameters())
+        const_cast<Tensor&>(p).set_grad(full(p.shape(), tiny_grad).to(p.dtype()));
       opt.step();
       CHECK(!opt.params()[0].grad().defined());  // the masters' gradients are freed after the step
       opt.zero_grad();

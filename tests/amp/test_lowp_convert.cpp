@@ -33,16 +33,34 @@ struct PathScope {
 };
 
 std::vector<float> probe_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65520.0f, 65519.99f, 1e-8f, 5.96e-8f,
-                          2.98e-8f, 2.99e-8f, 6.1e-5f, 1e30f, -1e30f, 3.0e38f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
-                          float_of(0x3f808000u), float_of(0x3f818000u), float_of(0x3f808001u)};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65520.0f,
+                          65519.99f,
+                          1e-8f,
+                          5.96e-8f,
+                          2.98e-8f,
+                          2.99e-8f,
+                          6.1e-5f,
+                          1e30f,
+                          -1e30f,
+                          3.0e38f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(),
+                          float_of(0x3f808000u),
+                          float_of(0x3f818000u),
+                          float_of(0x3f808001u)};
   std::mt19937 gen(7);
   std::uniform_int_distribution<uint32_t> any_bits;
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int i = 0; i < 500000; ++i) v.push_back(float_of(any_bits(gen)));  // every exponent
-  for (int i = 0; i < 500000; ++i) v.push_back(normal(gen) * std::pow(2.0f, static_cast<float>(i % 40 - 30)));
+  for (int i = 0; i < 500000; ++i)
+    v.push_back(normal(gen) * std::pow(2.0f, static_cast<float>(i % 40 - 30)));
   return v;
 }
 
@@ -57,8 +75,8 @@ bool same16(uint16_t a, uint16_t b, DType t) {
 
 TEST_CASE("float16 scalar conversion: known values") {
   CHECK(float_to_half(1.0f) == 0x3c00);
-  CHECK(float_to_half(65504.0f) == 0x7bff);             // the largest float16
-  CHECK(float_to_half(65520.0f) == 0x7c00);             // halfway to 2^16 rounds to inf
+  CHECK(float_to_half(65504.0f) == 0x7bff);               // the largest float16
+  CHECK(float_to_half(65520.0f) == 0x7c00);               // halfway to 2^16 rounds to inf
   CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);  // the smallest subnormal
   CHECK(float_to_half(std::ldexp(1.0f, -26)) == 0x0000);  // below half of it: zero (underflow)
   CHECK(half_to_float(0x0001) == std::ldexp(1.0f, -24));
@@ -74,7 +92,8 @@ TEST_CASE("bfloat16 scalar conversion: known values") {
   CHECK(float_to_bfloat16(3.0e38f) == 0x7f62);                // float32's range: no overflow
   CHECK(float_to_bfloat16(float_of(0x7f7fffffu)) == 0x7f80);  // FLT_MAX rounds up to inf
   CHECK(std::isnan(bfloat16_to_float(float_to_bfloat16(std::numeric_limits<float>::quiet_NaN()))));
-  CHECK(std::isnan(bfloat16_to_float(float_to_bfloat16(float_of(0x7f800001u)))));  // a NaN that truncation would make inf
+  CHECK(std::isnan(bfloat16_to_float(
+      float_to_bfloat16(float_of(0x7f800001u)))));  // a NaN that truncation would make inf
   CHECK(bfloat16_to_float(0x4049) == 3.140625f);
 }
 
@@ -85,7 +104,8 @@ TEST_CASE("every conversion path agrees with the scalar reference, bit for bit")
   const std::vector<float> floats = probe_floats();
   for (HalfPath path : {HalfPath::Scalar, HalfPath::F16c, HalfPath::Avx512}) {
     if (!half_path_available(path)) {
-      MESSAGE("conversion path " << half_path_name(path) << " not supported by this CPU: not tested");
+      MESSAGE("conversion path " << half_path_name(path)
+                                 << " not supported by this CPU: not tested");
       continue;
     }
     set_half_path(path);
@@ -96,7 +116,8 @@ TEST_CASE("every conversion path agrees with the scalar reference, bit for bit")
       to_float(t, all16.data(), wide.data(), 65536);
       int bad = 0;
       for (uint32_t i = 0; i < 65536; ++i) {
-        const float ref = t == DType::Float16 ? half_to_float(all16[i]) : bfloat16_to_float(all16[i]);
+        const float ref =
+            t == DType::Float16 ? half_to_float(all16[i]) : bfloat16_to_float(all16[i]);
         bad += !same(wide[i], ref);
       }
       CHECK(bad == 0);
@@ -104,7 +125,8 @@ TEST_CASE("every conversion path agrees with the scalar reference, bit for bit")
       from_float(t, floats.data(), narrow.data(), static_cast<int64_t>(floats.size()));
       bad = 0;
       for (size_t i = 0; i < floats.size(); ++i) {
-        const uint16_t ref = t == DType::Float16 ? float_to_half(floats[i]) : float_to_bfloat16(floats[i]);
+        const uint16_t ref =
+            t == DType::Float16 ? float_to_half(floats[i]) : float_to_bfloat16(floats[i]);
         bad += !same16(narrow[i], ref, t);
       }
       CHECK(bad == 0);
@@ -124,12 +146,15 @@ TEST_CASE("Tensor::to between every pair of dtypes") {
     CHECK(other.to(DType::Float32).to_vector<float>() == x.to_vector<float>());
     CHECK(h.at({2}) == 100.0f);
     CHECK(to_string(h).find("100.0000") != std::string::npos);
-    CHECK(to_string(h).find(std::string("dtype=") + std::string(dtype_name(t))) != std::string::npos);
+    CHECK(to_string(h).find(std::string("dtype=") + std::string(dtype_name(t))) !=
+          std::string::npos);
     CHECK(full({3}, 0.1, {.dtype = t}).to(DType::Float32).to_vector<float>()[0] ==
-          (t == DType::Float16 ? half_to_float(float_to_half(0.1f)) : bfloat16_to_float(float_to_bfloat16(0.1f))));
+          (t == DType::Float16 ? half_to_float(float_to_half(0.1f))
+                               : bfloat16_to_float(float_to_bfloat16(0.1f))));
   }
   Tensor labels = from_vector(std::vector<int64_t>{3, -4}, {2});
-  CHECK(labels.to(DType::BFloat16).to(DType::Float32).to_vector<float>() == std::vector<float>{3.0f, -4.0f});
+  CHECK(labels.to(DType::BFloat16).to(DType::Float32).to_vector<float>() ==
+        std::vector<float>{3.0f, -4.0f});
 }
 
 TEST_CASE("16-bit collectives' reduction (reduce_into) adds in float32 and rounds once") {

@@ -19,7 +19,9 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-double unit_roundoff(DType t) { return t == DType::Float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8); }
+double unit_roundoff(DType t) {
+  return t == DType::Float16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+}
 
 // max |a - r| / max |r|, both converted to float32
 double relative_error(const Tensor& a, const Tensor& r) {
@@ -90,15 +92,18 @@ TEST_CASE("16-bit elementwise ops against float32") {
   check_op("add", [](auto& in) { return add(in[0], in[1]); }, {a, b});
   check_op("sub broadcast", [](auto& in) { return sub(in[0], in[1]); }, {a, row});
   check_op("mul", [](auto& in) { return mul(in[0], in[1]); }, {a, b});
-  check_op("div", [](auto& in) { return div(in[0], in[1]); }, {a, pos}, 4, 16);
+  check_op(
+      "div", [](auto& in) { return div(in[0], in[1]); }, {a, pos}, 4, 16);
   check_op("maximum", [](auto& in) { return maximum(in[0], in[1]); }, {a, b});
   check_op("relu", [](auto& in) { return relu(in[0]); }, {a});
   check_op("sigmoid", [](auto& in) { return sigmoid(in[0]); }, {a});
   check_op("tanh", [](auto& in) { return tanh(in[0]); }, {a});
   check_op("exp", [](auto& in) { return exp(in[0]); }, {a});
-  check_op("log", [](auto& in) { return log(in[0]); }, {pos}, 4, 16);
+  check_op(
+      "log", [](auto& in) { return log(in[0]); }, {pos}, 4, 16);
   check_op("sqrt", [](auto& in) { return sqrt(in[0]); }, {pos});
-  check_op("pow", [](auto& in) { return pow(in[0], 3.0f); }, {a}, 4, 16);
+  check_op(
+      "pow", [](auto& in) { return pow(in[0], 3.0f); }, {a}, 4, 16);
   check_op("scalars", [](auto& in) { return add_scalar(mul_scalar(neg(in[0]), 2.5f), 1.0f); }, {a});
   check_op("abs", [](auto& in) { return abs(in[0]); }, {a});
 }
@@ -108,7 +113,8 @@ TEST_CASE("16-bit reductions accumulate in float32") {
   check_op("sum", [](auto& in) { return sum(in[0]); }, {a});
   check_op("sum dims", [](auto& in) { return sum(in[0], {0, 2}); }, {a});
   check_op("mean", [](auto& in) { return mean(in[0], {1}, true); }, {a});
-  check_op("var", [](auto& in) { return var(in[0], {1}, true); }, {a}, 4, 16);
+  check_op(
+      "var", [](auto& in) { return var(in[0], {1}, true); }, {a}, 4, 16);
   check_op("max", [](auto& in) { return max(in[0]); }, {a});
   check_op("max dim", [](auto& in) { return max(in[0], 1).values; }, {a});
   // 4096 ones and one 0.5: a float16 accumulator would stop at 2048 (2048 + 1 rounds to
@@ -121,12 +127,17 @@ TEST_CASE("16-bit reductions accumulate in float32") {
 
 TEST_CASE("16-bit matmul and linear: float32 accumulation, one rounding") {
   Tensor a = rnd({9, 33}, 6), b = rnd({33, 7}, 7), b3 = rnd({2, 33, 7}, 8), a3 = rnd({2, 9, 33}, 9);
-  check_op("matmul", [](auto& in) { return matmul(in[0], in[1]); }, {a, b}, 2, 6);
-  check_op("matmul batched", [](auto& in) { return matmul(in[0], in[1]); }, {a3, b3}, 2, 6);
-  check_op("matmul shared b", [](auto& in) { return matmul(in[0], in[1]); }, {a3, b}, 2, 6);
+  check_op(
+      "matmul", [](auto& in) { return matmul(in[0], in[1]); }, {a, b}, 2, 6);
+  check_op(
+      "matmul batched", [](auto& in) { return matmul(in[0], in[1]); }, {a3, b3}, 2, 6);
+  check_op(
+      "matmul shared b", [](auto& in) { return matmul(in[0], in[1]); }, {a3, b}, 2, 6);
   Tensor x = rnd({16, 33}, 10), w = rnd({8, 33}, 11, 0.2f), bias = rnd({8}, 12);
-  check_op("linear", [](auto& in) { return linear(in[0], in[1], in[2]); }, {x, w, bias}, 4, 8);
-  check_op("linear no bias", [](auto& in) { return linear(in[0], in[1]); }, {x, w}, 2, 6);
+  check_op(
+      "linear", [](auto& in) { return linear(in[0], in[1], in[2]); }, {x, w, bias}, 4, 8);
+  check_op(
+      "linear no bias", [](auto& in) { return linear(in[0], in[1]); }, {x, w}, 2, 6);
   // 4096 products 1 * 1: a float16 accumulator stops at 2048 (2048 + 1 rounds back to 2048);
   // float32 accumulation gets 4096, which float16 holds exactly.
   for (DType t : {DType::Float16, DType::BFloat16}) {
@@ -139,8 +150,10 @@ TEST_CASE("16-bit matmul and linear: float32 accumulation, one rounding") {
 
 TEST_CASE("16-bit conv2d, pooling, softmax, losses, batch norm against float32") {
   Tensor x = rnd({3, 2, 7, 6}, 13), w = rnd({4, 2, 3, 3}, 14, 0.3f), b = rnd({4}, 15);
-  check_op("conv2d", [](auto& in) { return conv2d(in[0], in[1], in[2], 1, 1); }, {x, w, b}, 4, 8);
-  check_op("conv2d stride 2", [](auto& in) { return conv2d(in[0], in[1], {}, 2, 0); }, {x, w}, 4, 8);
+  check_op(
+      "conv2d", [](auto& in) { return conv2d(in[0], in[1], in[2], 1, 1); }, {x, w, b}, 4, 8);
+  check_op(
+      "conv2d stride 2", [](auto& in) { return conv2d(in[0], in[1], {}, 2, 0); }, {x, w}, 4, 8);
   check_op("max_pool2d", [](auto& in) { return max_pool2d(in[0], 2); }, {x});
   check_op("avg_pool2d", [](auto& in) { return avg_pool2d(in[0], 3, 2, 1); }, {x});
   Tensor logits = rnd({5, 10}, 16, 3.0f);
@@ -150,16 +163,21 @@ TEST_CASE("16-bit conv2d, pooling, softmax, losses, batch norm against float32")
   check_op("cross_entropy", [](auto& in) { return cross_entropy(in[0], in[1]); }, {logits, labels});
   check_op("mse_loss", [](auto& in) { return mse_loss(in[0], in[1]); }, {logits, rnd({5, 10}, 17)});
   Tensor gamma = add_scalar(rnd({2}, 18, 0.1f), 1.0f), beta = rnd({2}, 19, 0.1f);
-  check_op("batch_norm", [](auto& in) {
-    return batch_norm(in[0], {}, {}, in[1], in[2], true, 0.1f, 1e-5f);
-  }, {x, gamma, beta}, 4, 16);
-  check_op("reshape/transpose/cat", [](auto& in) {
+  check_op(
+      "batch_norm",
+      [](auto& in) { return batch_norm(in[0], {}, {}, in[1], in[2], true, 0.1f, 1e-5f); },
+      {x, gamma, beta}, 4, 16);
+  check_op(
+      "reshape/transpose/cat",
+      [](auto& in) {
     return cat({transpose(reshape(in[0], {6, 42}), 0, 1), in[1]}, 0);
-  }, {x, rnd({1, 6}, 20)}, 1, 1);
+      },
+      {x, rnd({1, 6}, 20)}, 1, 1);
 }
 
 TEST_CASE("mixed dtypes promote as in PyTorch; bad input is a clear error") {
-  Tensor h = ones({2, 2}).to(DType::Float16), bf = ones({2, 2}).to(DType::BFloat16), f = ones({2, 2});
+  Tensor h = ones({2, 2}).to(DType::Float16), bf = ones({2, 2}).to(DType::BFloat16),
+         f = ones({2, 2});
   CHECK(add(h, h).dtype() == DType::Float16);
   CHECK(add(h, f).dtype() == DType::Float32);
   CHECK(mul(h, bf).dtype() == DType::Float32);

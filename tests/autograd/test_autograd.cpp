@@ -54,7 +54,8 @@ TEST_CASE("a non-scalar output needs an explicit gradient") {
   CHECK_THROWS_WITH_AS(y.backward(), doctest::Contains("shape [2]"), Error);
   y.backward(from_vector(std::vector<float>{1, 10}, {2}));
   CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 20});
-  CHECK_THROWS_WITH_AS(ones({2}).sum().backward(), doctest::Contains("does not require grad"), Error);
+  CHECK_THROWS_WITH_AS(ones({2}).sum().backward(), doctest::Contains("does not require grad"),
+                       Error);
 }
 
 TEST_CASE("a freed graph cannot be reused; retain_graph keeps it") {
@@ -110,12 +111,16 @@ TEST_CASE("tensor hooks see and may replace the gradient") {
   CHECK(leaf_calls == 1);
 }
 
-TEST_CASE("post-accumulate hooks fire once per backward, in reverse order of use, before callbacks") {
+TEST_CASE(
+    "post-accumulate hooks fire once per backward, in reverse order of use, before callbacks") {
   Tensor w1 = leaf({1}), w2 = leaf({2}), w3 = leaf({3});
   std::vector<std::string> order;
-  w1.register_post_accumulate_grad_hook([&](Tensor& p) { order.push_back("w1=" + std::to_string((int)p.grad().item())); });
-  w2.register_post_accumulate_grad_hook([&](Tensor& p) { order.push_back("w2=" + std::to_string((int)p.grad().item())); });
-  w3.register_post_accumulate_grad_hook([&](Tensor& p) { order.push_back("w3=" + std::to_string((int)p.grad().item())); });
+  w1.register_post_accumulate_grad_hook(
+      [&](Tensor& p) { order.push_back("w1=" + std::to_string((int)p.grad().item())); });
+  w2.register_post_accumulate_grad_hook(
+      [&](Tensor& p) { order.push_back("w2=" + std::to_string((int)p.grad().item())); });
+  w3.register_post_accumulate_grad_hook(
+      [&](Tensor& p) { order.push_back("w3=" + std::to_string((int)p.grad().item())); });
   Tensor x = from_vector(std::vector<float>{1}, {1});
   // forward uses w1, then w2 twice, then w3: backward finishes w3 first, w1 last
   Tensor h = x * w1;

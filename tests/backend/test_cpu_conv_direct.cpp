@@ -1,5 +1,6 @@
-// test_cpu_conv_direct.cpp: the CPU's direct convolution (cpu_conv_direct.cpp) against the
-// reference, im2col + GEMM (the same conv2d op with DPLAB_CONV's setting at im2col): the
+// test_cpu_conv_direct.cpp: the CPU's direct convolution (backend/cpu/fast/cpu_conv_direct.cpp)
+// against the reference, im2col + GEMM (ops/conv2d_im2col.cpp: the same conv2d op with
+// DPLAB_CONV's setting at im2col): the
 // output and all three gradients, on random shapes (odd channel counts, non-square kernels,
 // stride and padding, batch 1), once per build of the kernel (baseline AVX2 and AVX-512: the
 // latter skipped on a CPU without it) and on 1 and 2 threads. Then the cases where the direct
@@ -10,12 +11,11 @@
 #include <random>
 #include <string>
 
-#include "framework/backend/cpu/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;
@@ -82,16 +82,76 @@ std::vector<Case> random_cases(uint32_t seed, int count) {
   std::mt19937 gen(seed);
   auto pick = [&gen](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
   std::vector<Case> cases = {
-      {.N = 3, .C = 1, .H = 28, .W = 28, .O = 16, .kh = 5, .kw = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = false},  // LeNet conv1
-      {.N = 2, .C = 16, .H = 14, .W = 14, .O = 32, .kh = 5, .kw = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = true},  // LeNet conv2
-      {.N = 1, .C = 3, .H = 7, .W = 9, .O = 5, .kh = 3, .kw = 2, .stride = 1, .pad = 1, .bias = false, .x_grad = true},    // batch 1, odd
-      {.N = 2, .C = 7, .H = 9, .W = 8, .O = 33, .kh = 3, .kw = 3, .stride = 2, .pad = 1, .bias = true, .x_grad = false},   // strided, O past a block
-      {.N = 2, .C = 17, .H = 6, .W = 31, .O = 3, .kh = 1, .kw = 1, .stride = 1, .pad = 0, .bias = true, .x_grad = true},   // 1x1, wide rows
+      // clang-format off: one case to a row
+      {.N = 3,
+       .C = 1,
+       .H = 28,
+       .W = 28,
+       .O = 16,
+       .kh = 5,
+       .kw = 5,
+       .stride = 1,
+       .pad = 2,
+       .bias = true,
+       .x_grad = false},  // LeNet conv1
+      {.N = 2,
+       .C = 16,
+       .H = 14,
+       .W = 14,
+       .O = 32,
+       .kh = 5,
+       .kw = 5,
+       .stride = 1,
+       .pad = 2,
+       .bias = true,
+       .x_grad = true},  // LeNet conv2
+      {.N = 1,
+       .C = 3,
+       .H = 7,
+       .W = 9,
+       .O = 5,
+       .kh = 3,
+       .kw = 2,
+       .stride = 1,
+       .pad = 1,
+       .bias = false,
+       .x_grad = true},  // batch 1, odd
+      {.N = 2,
+       .C = 7,
+       .H = 9,
+       .W = 8,
+       .O = 33,
+       .kh = 3,
+       .kw = 3,
+       .stride = 2,
+       .pad = 1,
+       .bias = true,
+       .x_grad = false},  // strided, O past a block
+      {.N = 2,
+       .C = 17,
+       .H = 6,
+       .W = 31,
+       .O = 3,
+       .kh = 1,
+       .kw = 1,
+       .stride = 1,
+       .pad = 0,
+       .bias = true,
+       .x_grad = true},  // 1x1, wide rows
+                         // clang-format on
   };
   for (int k = 0; k < count; ++k) {
-    Case c{.N = pick(1, 3), .C = pick(1, 19), .H = pick(3, 12), .W = pick(3, 20), .O = pick(1, 40),
-           .kh = pick(1, 4), .kw = pick(1, 4), .stride = pick(1, 2), .pad = 0,
-           .bias = pick(0, 1) == 1, .x_grad = true};
+    Case c{.N = pick(1, 3),
+           .C = pick(1, 19),
+           .H = pick(3, 12),
+           .W = pick(3, 20),
+           .O = pick(1, 40),
+           .kh = pick(1, 4),
+           .kw = pick(1, 4),
+           .stride = pick(1, 2),
+           .pad = 0,
+           .bias = pick(0, 1) == 1,
+           .x_grad = true};
     c.pad = pick(0, static_cast<int>(std::min(c.kh, c.kw)) - 1);
     c.kh = std::min(c.kh, c.H + 2 * c.pad);
     c.kw = std::min(c.kw, c.W + 2 * c.pad);
@@ -107,8 +167,16 @@ void check_all_cases(GemmIsa isa) {
     uint64_t seed = 100;
     for (const Case& c : random_cases(7, 12)) {
       CAPTURE(threads);
-      CAPTURE(c.N); CAPTURE(c.C); CAPTURE(c.H); CAPTURE(c.W); CAPTURE(c.O);
-      CAPTURE(c.kh); CAPTURE(c.kw); CAPTURE(c.stride); CAPTURE(c.pad); CAPTURE(c.bias);
+      CAPTURE(c.N);
+      CAPTURE(c.C);
+      CAPTURE(c.H);
+      CAPTURE(c.W);
+      CAPTURE(c.O);
+      CAPTURE(c.kh);
+      CAPTURE(c.kw);
+      CAPTURE(c.stride);
+      CAPTURE(c.pad);
+      CAPTURE(c.bias);
       check_direct_equals_im2col(c, isa, seed++);
     }
   }
@@ -127,12 +195,22 @@ TEST_CASE("direct conv2d equals im2col + GEMM: output and gradients, AVX-512 ker
 
 TEST_CASE("the direct path declines what it does not compute, and the backend says so") {
   ConvScope scope(ConvAlgorithm::Direct, gemm_isa());
-  const Window2d strided{.N = 1, .C = 2, .H = 6, .W = 6, .kh = 3, .kw = 3, .stride = 2, .pad = 1,
-                         .out_h = 3, .out_w = 3};
+  const Window2d strided{.N = 1,
+                         .C = 2,
+                         .H = 6,
+                         .W = 6,
+                         .kh = 3,
+                         .kw = 3,
+                         .stride = 2,
+                         .pad = 1,
+                         .out_h = 3,
+                         .out_w = 3};
   std::vector<float> x(72, 1.0f), w(36, 1.0f), gy(18, 1.0f), gx(72), gw(36);
   // forward and the weight gradient of a strided convolution run; its input gradient does not
-  CHECK(cpu().conv2d_direct_backward(gy.data(), x.data(), w.data(), strided, 2, nullptr, gw.data(), nullptr));
-  CHECK_FALSE(cpu().conv2d_direct_backward(gy.data(), x.data(), w.data(), strided, 2, gx.data(), gw.data(), nullptr));
+  CHECK(cpu().conv2d_direct_backward(gy.data(), x.data(), w.data(), strided, 2, nullptr, gw.data(),
+                                     nullptr));
+  CHECK_FALSE(cpu().conv2d_direct_backward(gy.data(), x.data(), w.data(), strided, 2, gx.data(),
+                                           gw.data(), nullptr));
   set_conv_algorithm(ConvAlgorithm::Im2col);
   std::vector<float> y(18);
   CHECK_FALSE(cpu().conv2d_direct(x.data(), w.data(), nullptr, strided, 2, y.data()));

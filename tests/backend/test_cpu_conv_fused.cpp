@@ -1,4 +1,4 @@
-// test_cpu_conv_fused.cpp: conv2d_relu_max_pool2d (ops/nn_conv.cpp, cpu_conv_fused.cpp)
+// test_cpu_conv_fused.cpp: conv2d_relu_max_pool2d (ops/nn_conv.cpp, backend/cpu/fast/cpu_conv_fused.cpp)
 // against the three ops it fuses, max_pool2d(relu(conv2d(...)), 2): the output and all three
 // gradients must be the same floats, bit for bit, on random shapes (odd output sizes whose
 // last row and column no window covers, channel counts past the kernel's blocks, no bias,
@@ -14,9 +14,8 @@
 #include <cmath>
 #include <random>
 
-#include "framework/backend/cpu/cpu_conv_direct.h"
 #include "framework/autograd/node.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "framework/tensor/random.h"
@@ -27,16 +26,16 @@ using namespace dplab;
 namespace {
 
 struct FusedScope {  // the settings for one block, put back afterwards
-  bool fused_before = fused_ops();
+  bool fused_before = fused_conv();
   ConvAlgorithm algo_before = conv_algorithm();
   GemmIsa isa_before = gemm_isa();
   FusedScope(bool fused, ConvAlgorithm a = ConvAlgorithm::Direct, GemmIsa isa = gemm_isa()) {
-    set_fused_ops(fused);
+    set_fused_conv(fused);
     set_conv_algorithm(a);
     set_gemm_isa(isa);
   }
   ~FusedScope() {
-    set_fused_ops(fused_before);
+    set_fused_conv(fused_before);
     set_conv_algorithm(algo_before);
     set_gemm_isa(isa_before);
   }
@@ -72,15 +71,52 @@ Run run(const Case& c, uint64_t seed) {
 
 std::vector<Case> cases() {
   std::vector<Case> all = {
-      {.N = 3, .C = 1, .H = 28, .W = 28, .O = 16, .k = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = false},  // LeNet conv1
-      {.N = 2, .C = 16, .H = 14, .W = 14, .O = 32, .k = 5, .stride = 1, .pad = 2, .bias = true, .x_grad = true},  // LeNet conv2
-      {.N = 1, .C = 3, .H = 7, .W = 9, .O = 70, .k = 3, .stride = 1, .pad = 1, .bias = false, .x_grad = true},    // odd sizes, O > 64
+      // clang-format off: one case to a row
+      {.N = 3,
+       .C = 1,
+       .H = 28,
+       .W = 28,
+       .O = 16,
+       .k = 5,
+       .stride = 1,
+       .pad = 2,
+       .bias = true,
+       .x_grad = false},  // LeNet conv1
+      {.N = 2,
+       .C = 16,
+       .H = 14,
+       .W = 14,
+       .O = 32,
+       .k = 5,
+       .stride = 1,
+       .pad = 2,
+       .bias = true,
+       .x_grad = true},  // LeNet conv2
+      {.N = 1,
+       .C = 3,
+       .H = 7,
+       .W = 9,
+       .O = 70,
+       .k = 3,
+       .stride = 1,
+       .pad = 1,
+       .bias = false,
+       .x_grad = true},  // odd sizes, O > 64
+                         // clang-format on
   };
   std::mt19937 gen(11);
   auto pick = [&gen](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
   for (int n = 0; n < 10; ++n) {
-    Case c{.N = pick(1, 3), .C = pick(1, 18), .H = pick(4, 13), .W = pick(4, 21), .O = pick(1, 40),
-           .k = pick(1, 5), .stride = 1, .pad = 0, .bias = pick(0, 1) == 1, .x_grad = pick(0, 3) > 0};
+    Case c{.N = pick(1, 3),
+           .C = pick(1, 18),
+           .H = pick(4, 13),
+           .W = pick(4, 21),
+           .O = pick(1, 40),
+           .k = pick(1, 5),
+           .stride = 1,
+           .pad = 0,
+           .bias = pick(0, 1) == 1,
+           .x_grad = pick(0, 3) > 0};
     c.pad = pick(0, static_cast<int>(c.k) - 1);
     c.k = std::min<int64_t>(c.k, std::min(c.H, c.W));
     c.pad = std::min(c.pad, c.k - 1);
@@ -96,8 +132,15 @@ void check_fused_equals_unfused(GemmIsa isa) {
     uint64_t seed = 300;
     for (const Case& c : cases()) {
       CAPTURE(threads);
-      CAPTURE(c.N); CAPTURE(c.C); CAPTURE(c.H); CAPTURE(c.W); CAPTURE(c.O);
-      CAPTURE(c.k); CAPTURE(c.pad); CAPTURE(c.bias); CAPTURE(c.x_grad);
+      CAPTURE(c.N);
+      CAPTURE(c.C);
+      CAPTURE(c.H);
+      CAPTURE(c.W);
+      CAPTURE(c.O);
+      CAPTURE(c.k);
+      CAPTURE(c.pad);
+      CAPTURE(c.bias);
+      CAPTURE(c.x_grad);
       Run ref, got;
       {
         FusedScope unfused(false, ConvAlgorithm::Direct, isa);
@@ -121,7 +164,8 @@ void check_fused_equals_unfused(GemmIsa isa) {
 
 }  // namespace
 
-TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, baseline (AVX2) kernel") {
+TEST_CASE(
+    "conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, baseline (AVX2) kernel") {
   check_fused_equals_unfused(GemmIsa::Baseline);
 }
 
@@ -130,7 +174,8 @@ TEST_CASE("conv2d_relu_max_pool2d equals max_pool2d(relu(conv2d)) to the bit, AV
   check_fused_equals_unfused(GemmIsa::Avx512);
 }
 
-TEST_CASE("ties: an all-zero input with a positive bias, every window a tie; the first element wins") {
+TEST_CASE(
+    "ties: an all-zero input with a positive bias, every window a tie; the first element wins") {
   // x = 0, so conv2d(x) = b > 0 everywhere: relu passes it, every 2x2 window ties. The winner
   // (top-left, as max_pool2d's rule) takes the window's gradient into dW, db and dx.
   auto run_ties = [](bool fused) {
@@ -142,11 +187,12 @@ TEST_CASE("ties: an all-zero input with a positive bias, every window a tie; the
     x.requires_grad_(true);
     w.requires_grad_(true);
     b.requires_grad_(true);
-    Tensor y = fused ? conv2d_relu_max_pool2d(x, w, b, 1, 1)
-                     : max_pool2d(relu(conv2d(x, w, b, 1, 1)), 2);
+    Tensor y =
+        fused ? conv2d_relu_max_pool2d(x, w, b, 1, 1) : max_pool2d(relu(conv2d(x, w, b, 1, 1)), 2);
     y.backward(randn(y.shape(), {}, &gen));
     return std::vector<std::vector<float>>{y.to_vector<float>(), x.grad().to_vector<float>(),
-                                           w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+                                           w.grad().to_vector<float>(),
+                                           b.grad().to_vector<float>()};
   };
   const auto ref = run_ties(false), got = run_ties(true);
   for (size_t k = 0; k < ref.size(); ++k) {
@@ -173,7 +219,8 @@ TEST_CASE("ties: an all-zero input with a positive bias, every window a tie; the
   CHECK_MESSAGE(differ == 0, differ << " of 128 dx entries are not the top-left winner's");
 }
 
-TEST_CASE("the fused op keeps a byte per output for backward, not the convolution output and argmax") {
+TEST_CASE(
+    "the fused op keeps a byte per output for backward, not the convolution output and argmax") {
   const Device cpu("cpu");
   auto kept = [&](bool fused) {  // bytes allocated by a forward, less its output
     FusedScope scope(fused);
@@ -186,12 +233,30 @@ TEST_CASE("the fused op keeps a byte per output for backward, not the convolutio
   };
   const int64_t conv_output = 4 * 32 * 14 * 14 * 4, outputs = 4 * 32 * 7 * 7;
   CHECK(kept(false) == conv_output + outputs * 8);  // the ReLU's input, the pool's int64 argmax
-  CHECK(kept(true) == (outputs + 7) / 8 * 8);        // a byte each, in whole int64s
+  CHECK(kept(true) == (outputs + 7) / 8 * 8);       // a byte each, in whole int64s
 }
 
 TEST_CASE("where the fused path declines, the three ops run") {
-  const Case strided{.N = 2, .C = 3, .H = 9, .W = 9, .O = 4, .k = 3, .stride = 2, .pad = 1, .bias = true, .x_grad = true};
-  const Case plain{.N = 2, .C = 3, .H = 8, .W = 8, .O = 4, .k = 3, .stride = 1, .pad = 1, .bias = true, .x_grad = true};
+  const Case strided{.N = 2,
+                     .C = 3,
+                     .H = 9,
+                     .W = 9,
+                     .O = 4,
+                     .k = 3,
+                     .stride = 2,
+                     .pad = 1,
+                     .bias = true,
+                     .x_grad = true};
+  const Case plain{.N = 2,
+                   .C = 3,
+                   .H = 8,
+                   .W = 8,
+                   .O = 4,
+                   .k = 3,
+                   .stride = 1,
+                   .pad = 1,
+                   .bias = true,
+                   .x_grad = true};
   FusedScope on(true);
   CHECK(run(strided, 1).node == "MaxPool2dBackward");  // a strided input gradient is not direct
   {
@@ -204,6 +269,15 @@ TEST_CASE("where the fused path declines, the three ops run") {
   }
   CHECK(run(plain, 1).node == "Conv2dReluMaxPool2dBackward");
   // a 1-pixel convolution output has no 2x2 window: max_pool2d's own error, unfused
-  const Case tiny{.N = 1, .C = 1, .H = 3, .W = 3, .O = 2, .k = 3, .stride = 1, .pad = 0, .bias = false, .x_grad = false};
+  const Case tiny{.N = 1,
+                  .C = 1,
+                  .H = 3,
+                  .W = 3,
+                  .O = 2,
+                  .k = 3,
+                  .stride = 1,
+                  .pad = 0,
+                  .bias = false,
+                  .x_grad = false};
   CHECK_THROWS_WITH(run(tiny, 1), doctest::Contains("max_pool2d"));
 }

@@ -1,5 +1,5 @@
 // test_cpu_gemm.cpp: the CPU GEMM against a naive loop, once per build of its kernel
-// (baseline and AVX-512, cpu_isa.h): every transpose combination, alpha/beta, batch strides,
+// (baseline and AVX-512, cpu_dispatch.h): every transpose combination, alpha/beta, batch strides,
 // columns split over threads, NaN in C with beta = 0, and concurrent callers. The AVX-512
 // cases report "skipped" on a CPU without AVX-512. Then the choice of kernel itself.
 #include <doctest/doctest.h>
@@ -8,10 +8,11 @@
 #include <limits>
 #include <thread>
 
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;
@@ -31,8 +32,12 @@ void check_transposes_alpha_beta_batches_threads() {
   // N = 13 on one thread; N = 301 on three, where C's columns are split 100/100/101 between
   // threads (cpu_gemm.cpp), so every slice's pointer and stride arithmetic is exercised; and a
   // narrow C with many rows (M = 700, N = 13) on three, where its rows are split instead.
-  struct Shape3 { int64_t M, N, K; int threads; };
-  for (auto [M, N, K, threads] : {Shape3{7, 13, 5, 1}, Shape3{7, 301, 5, 3}, Shape3{700, 13, 300, 3}}) {
+  struct Shape3 {
+    int64_t M, N, K;
+    int threads;
+  };
+  for (auto [M, N, K, threads] :
+       {Shape3{7, 13, 5, 1}, Shape3{7, 301, 5, 3}, Shape3{700, 13, 300, 3}}) {
     testing::ThreadCountScope scope(threads);
     if (!scope.available()) {
       MESSAGE("skipping ", threads, " threads: built without OpenMP");
@@ -46,9 +51,17 @@ void check_transposes_alpha_beta_batches_threads() {
           CAPTURE(ta);
           CAPTURE(tb);
           CAPTURE(stride_b_mult);
-          GemmArgs g{.batch = B, .M = M, .N = N, .K = K, .trans_a = ta, .trans_b = tb,
-                     .stride_a = M * K, .stride_b = stride_b_mult * K * N, .stride_c = M * N,
-                     .alpha = 0.5f, .beta = 0.25f};
+          GemmArgs g{.batch = B,
+                     .M = M,
+                     .N = N,
+                     .K = K,
+                     .trans_a = ta,
+                     .trans_b = tb,
+                     .stride_a = M * K,
+                     .stride_b = stride_b_mult * K * N,
+                     .stride_c = M * N,
+                     .alpha = 0.5f,
+                     .beta = 0.25f};
           std::vector<float> a = random_vec(B * M * K, 20), b = random_vec(B * K * N, 21);
           std::vector<float> c = random_vec(B * M * N, 22), ref(c.size());
           for (int64_t p = 0; p < B; ++p)
@@ -121,8 +134,7 @@ void check_every_case(GemmIsa isa) {
 
 TEST_CASE("gemm, baseline kernel (AVX2 + FMA on x86-64)") { check_every_case(GemmIsa::Baseline); }
 
-TEST_CASE("gemm, AVX-512 kernel" *
-          doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
+TEST_CASE("gemm, AVX-512 kernel" * doctest::skip(!gemm_isa_available(GemmIsa::Avx512))) {
   check_every_case(GemmIsa::Avx512);
 }
 
@@ -141,4 +153,43 @@ TEST_CASE("gemm kernel choice: the best available by default, names parsed, bad 
     CHECK_THROWS_WITH_AS(set_gemm_isa(GemmIsa::Avx512), doctest::Contains("use baseline"), Error);
     CHECK(gemm_isa() == GemmIsa::Baseline);
   }
+}
+
+// cpu_dispatch.h decides every kernel in one place: the float16 conversions follow the GEMM's
+// instruction set (they once took AVX-512 whatever DPLAB_GEMM_ISA said), and
+// kernels_summary() names what the settings choose.
+TEST_CASE(
+    "cpu_dispatch: float16 conversions follow the instruction set; the summary names the kernels") {
+  const GemmIsa isa0 = gemm_isa();
+  const GemmAlgorithm gemm0 = gemm_algorithm();
+  const ConvAlgorithm conv0 = conv_algorithm();
+  const bool fuse0 = fused_conv();
+  set_gemm_isa(GemmIsa::Baseline);
+  CHECK(half_path() != HalfPath::Avx512);  // nobody in this program set a path of its own
+  CHECK(half_path() == (half_path_available(HalfPath::F16c) ? HalfPath::F16c : HalfPath::Scalar));
+  set_gemm_algorithm(GemmAlgorithm::Eigen);
+  set_conv_algorithm(ConvAlgorithm::Im2col);
+  std::string s = kernels_summary();
+  CAPTURE(s);
+  CHECK(s.find("GEMM reference eigen on baseline, convolution reference im2col, float16 ") == 0);
+  CHECK(s.find("fused") == std::string::npos);  // fusion needs the direct convolution
+  if (gemm_isa_available(GemmIsa::Avx512)) {
+    set_gemm_isa(GemmIsa::Avx512);
+    CHECK(half_path() == HalfPath::Avx512);
+    set_gemm_algorithm(GemmAlgorithm::Auto);  // auto: direct on avx512
+    set_conv_algorithm(ConvAlgorithm::Direct);
+    set_fused_conv(true);
+    s = kernels_summary();
+    CHECK(s.find("GEMM fast direct on avx512, convolution fast direct + fused ReLU/max-pool, "
+                 "float16 avx512, ") == 0);
+  }
+  // DPLAB_FUSE is the backend's: conv2d_relu_max_pool2d asks it whether it fuses
+  set_fused_conv(false);
+  CHECK_FALSE(cpu_backend().fuses_conv_relu_pool());
+  set_fused_conv(true);
+  CHECK(cpu_backend().fuses_conv_relu_pool());
+  set_gemm_isa(isa0);
+  set_gemm_algorithm(gemm0);
+  set_conv_algorithm(conv0);
+  set_fused_conv(fuse0);
 }

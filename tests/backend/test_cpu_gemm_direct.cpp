@@ -1,4 +1,4 @@
-// test_cpu_gemm_direct.cpp: the direct GEMM kernel (cpu_gemm_direct_kernel.h), through
+// test_cpu_gemm_direct.cpp: the direct GEMM kernel (backend/cpu/fast/cpu_gemm_direct_kernel.h), through
 // CpuBackend::gemm, for the shapes cpu_gemm.cpp sends it: every transpose combination, beta 0
 // (C full of NaN) and 1, batches with a shared B, row counts that leave partial blocks and
 // widths that leave partial column blocks, on 1, 2 and 3 threads and in both builds.
@@ -13,9 +13,9 @@
 #include <limits>
 #include <thread>
 
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;
@@ -45,7 +45,8 @@ struct Case {
 // C for `c` given the case's operands: the kernel's own order (k = 0, 1, ..., one FMA each,
 // then C's old value added once) in float, and in double.
 void references(const Case& t, const std::vector<float>& a, const std::vector<float>& b,
-                const std::vector<float>& c, std::vector<float>& in_order, std::vector<float>& exact) {
+                const std::vector<float>& c, std::vector<float>& in_order,
+                std::vector<float>& exact) {
   in_order = c;
   exact = c;
   for (int64_t p = 0; p < t.batch; ++p)
@@ -69,9 +70,16 @@ void references(const Case& t, const std::vector<float>& a, const std::vector<fl
 std::vector<float> run(const Case& t, const std::vector<float>& a, const std::vector<float>& b,
                        const std::vector<float>& c0) {
   std::vector<float> c = c0;
-  GemmArgs g{.batch = t.batch, .M = t.M, .N = t.N, .K = t.K, .trans_a = t.ta, .trans_b = t.tb,
-             .stride_a = t.M * t.K, .stride_b = t.shared_b ? 0 : t.K * t.N,
-             .stride_c = t.M * t.N, .beta = t.beta};
+  GemmArgs g{.batch = t.batch,
+             .M = t.M,
+             .N = t.N,
+             .K = t.K,
+             .trans_a = t.ta,
+             .trans_b = t.tb,
+             .stride_a = t.M * t.K,
+             .stride_b = t.shared_b ? 0 : t.K * t.N,
+             .stride_c = t.M * t.N,
+             .beta = t.beta};
   cpu().gemm(g, a.data(), b.data(), c.data());
   return c;
 }
@@ -84,13 +92,14 @@ std::vector<Case> direct_cases() {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f}) {
-        const int64_t wide = 80, narrow = 7;  // the dimension that must be a multiple of 16, and not
+        const int64_t wide = 80,
+                      narrow = 7;  // the dimension that must be a multiple of 16, and not
         cases.push_back({2, tb ? wide : narrow, tb ? narrow : wide, 5, ta, tb, true, beta});
         cases.push_back({1, tb ? 48 : 13, tb ? 13 : 48, 1, ta, tb, false, beta});
         cases.push_back({1, tb ? 64 : 70, tb ? 70 : 64, 300, ta, tb, false, beta});
       }
-  cases.push_back({1, 64, 256, 784, false, true, false, 0.0f});   // the MLP's forward
-  cases.push_back({1, 256, 784, 64, true, false, false, 0.0f});   // its weight gradient
+  cases.push_back({1, 64, 256, 784, false, true, false, 0.0f});  // the MLP's forward
+  cases.push_back({1, 256, 784, 64, true, false, false, 0.0f});  // its weight gradient
   return cases;
 }
 
@@ -173,7 +182,8 @@ TEST_CASE("direct gemm: callers on four threads at once, with a transposed copy 
 
 // Auto runs the direct kernel in the AVX-512 build only, Eigen in the baseline build. (This
 // case's data gives Eigen and the direct kernel different last bits, so the check can tell.)
-TEST_CASE("gemm algorithm choice: auto by default, direct in the AVX-512 build only; names parsed") {
+TEST_CASE(
+    "gemm algorithm choice: auto by default, direct in the AVX-512 build only; names parsed") {
   if (std::getenv("DPLAB_GEMM") == nullptr) CHECK(gemm_algorithm() == GemmAlgorithm::Auto);
   const Case t{1, 64, 256, 784, true, false, false, 0.0f};
   const std::vector<float> a = random_vec(t.M * t.K, 70), b = random_vec(t.K * t.N, 71);
@@ -195,5 +205,6 @@ TEST_CASE("gemm algorithm choice: auto by default, direct in the AVX-512 build o
   CHECK(parse_gemm_algorithm("auto") == GemmAlgorithm::Auto);
   CHECK(std::string(gemm_algorithm_name(GemmAlgorithm::Eigen)) == "eigen");
   CHECK_THROWS_WITH_AS(parse_gemm_algorithm("blas"),
-                       doctest::Contains("expected 'eigen', 'direct' or 'auto', got 'blas'"), Error);
+                       doctest::Contains("expected 'eigen', 'direct' or 'auto', got 'blas'"),
+                       Error);
 }

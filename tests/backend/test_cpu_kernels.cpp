@@ -13,7 +13,7 @@
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;
@@ -65,7 +65,8 @@ TEST_CASE("strided_copy: transpose, broadcast and int64 match index arithmetic")
   for (int d = 0; d < 3; ++d) perm.shape[d] = shp[d], perm.strides[d] = str[d];
   std::vector<float> out(60), ref(60);
   be.strided_copy(DType::Float32, src.data(), perm, out.data());
-  for_each_index(perm, [&](int64_t flat, const int64_t* idx) { ref[flat] = src[offset_of(perm, idx)]; });
+  for_each_index(perm,
+                 [&](int64_t flat, const int64_t* idx) { ref[flat] = src[offset_of(perm, idx)]; });
   CHECK(out == ref);
 
   // [13] broadcast to [7, 13] and [7, 1] to [7, 13], int64
@@ -85,7 +86,11 @@ TEST_CASE("unary ops match std:: on 37 elements") {
   std::vector<float> x = random_vec(37, 3, -3.0f, 3.0f), pos = random_vec(37, 4, 0.1f, 4.0f);
   x[0] = 0.0f;
   const float s = 1.5f;
-  struct Case { UnaryOp op; bool positive; double (*f)(double, double); };
+  struct Case {
+    UnaryOp op;
+    bool positive;
+    double (*f)(double, double);
+  };
   const Case cases[] = {
       {UnaryOp::Neg, false, [](double v, double) { return -v; }},
       {UnaryOp::Exp, false, [](double v, double) { return std::exp(v); }},
@@ -141,9 +146,10 @@ double binary_ref(BinaryOp op, double a, double b) {
 void check_binary(const Strided& al, const Strided& bl, int64_t a_size, int64_t b_size) {
   std::vector<float> a = random_vec(a_size, 10, 0.2f, 2.0f), b = random_vec(b_size, 11, 0.2f, 2.0f);
   a[0] = b[0];  // an Eq hit
-  const BinaryOp ops[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div,
-                          BinaryOp::Pow, BinaryOp::Max, BinaryOp::Min, BinaryOp::Eq,
-                          BinaryOp::ReluGrad, BinaryOp::SigmoidGrad, BinaryOp::TanhGrad};
+  const BinaryOp ops[] = {BinaryOp::Add,         BinaryOp::Sub,     BinaryOp::Mul,
+                          BinaryOp::Div,         BinaryOp::Pow,     BinaryOp::Max,
+                          BinaryOp::Min,         BinaryOp::Eq,      BinaryOp::ReluGrad,
+                          BinaryOp::SigmoidGrad, BinaryOp::TanhGrad};
   for (BinaryOp op : ops) {
     CAPTURE(static_cast<int>(op));
     std::vector<float> out(static_cast<std::size_t>(al.numel())), ref(out.size());
@@ -160,9 +166,15 @@ void check_binary(const Strided& al, const Strided& bl, int64_t a_size, int64_t 
 TEST_CASE("binary: contiguous, scalar, trailing, column and two-sided broadcasts") {
   SUBCASE("same shape [7, 13]") { check_binary(contiguous({7, 13}), contiguous({7, 13}), 91, 91); }
   SUBCASE("[7, 13] op scalar") { check_binary(contiguous({7, 13}), broadcast({7, 13}, {}), 91, 1); }
-  SUBCASE("scalar op [7, 13]") { check_binary(broadcast({7, 13}, {1}), contiguous({7, 13}), 1, 91); }
-  SUBCASE("[7, 13] op [13]") { check_binary(contiguous({7, 13}), broadcast({7, 13}, {13}), 91, 13); }
-  SUBCASE("[7, 13] op [7, 1]") { check_binary(contiguous({7, 13}), broadcast({7, 13}, {7, 1}), 91, 7); }
+  SUBCASE("scalar op [7, 13]") {
+    check_binary(broadcast({7, 13}, {1}), contiguous({7, 13}), 1, 91);
+  }
+  SUBCASE("[7, 13] op [13]") {
+    check_binary(contiguous({7, 13}), broadcast({7, 13}, {13}), 91, 13);
+  }
+  SUBCASE("[7, 13] op [7, 1]") {
+    check_binary(contiguous({7, 13}), broadcast({7, 13}, {7, 1}), 91, 7);
+  }
   SUBCASE("[3, 1, 5] op [4, 5] -> [3, 4, 5]") {
     check_binary(broadcast({3, 4, 5}, {3, 1, 5}), broadcast({3, 4, 5}, {4, 5}), 15, 20);
   }
@@ -209,8 +221,8 @@ TEST_CASE("reduce_into: float sum/max/min and int64 sum") {
 }
 
 TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first maximum") {
-  for (auto [outer, r, inner] : {std::tuple<int64_t, int64_t, int64_t>{3, 7, 5}, {4, 13, 1},
-                                 {1, 9, 11}, {2, 1, 3}}) {
+  for (auto [outer, r, inner] :
+       {std::tuple<int64_t, int64_t, int64_t>{3, 7, 5}, {4, 13, 1}, {1, 9, 11}, {2, 1, 3}}) {
     CAPTURE(outer);
     CAPTURE(r);
     CAPTURE(inner);
@@ -223,7 +235,9 @@ TEST_CASE("reduce over [outer, r, inner] matches loops; argmax keeps the first m
           double acc = x[o * r * inner + i];
           for (int64_t k = 1; k < r; ++k) {
             double v = x[(o * r + k) * inner + i];
-            acc = op == ReduceKind::Sum ? acc + v : op == ReduceKind::Max ? std::max(acc, v) : std::min(acc, v);
+            acc = op == ReduceKind::Sum   ? acc + v
+                  : op == ReduceKind::Max ? std::max(acc, v)
+                                          : std::min(acc, v);
           }
           ref[o * inner + i] = static_cast<float>(acc);
         }
@@ -291,7 +305,10 @@ TEST_CASE("run_pieces: every piece once, lane t gets the t-th block of pieces; e
     CAPTURE(i);
     const int block = i < 2 ? 0 : i < 5 ? 1 : 2;  // 8 pieces on 3 lanes: [0, 2), [2, 5), [5, 8)
     CHECK(lane_of[i] == block);
-    CHECK(thread_of[i] == thread_of[block == 0 ? 0 : block == 1 ? 2 : 5]);  // one lane, one thread: its scratch needs no lock
+    CHECK(thread_of[i] ==
+          thread_of[block == 0   ? 0
+                    : block == 1 ? 2
+                                 : 5]);  // one lane, one thread: its scratch needs no lock
     CHECK(kernel_threads_in[i] == 1);
   }
   CHECK(thread_of[0] != thread_of[2]);
@@ -299,10 +316,12 @@ TEST_CASE("run_pieces: every piece once, lane t gets the t-th block of pieces; e
   CHECK(kernel_threads() == 3);  // outside the lanes, the kernels have all threads again
   // A piece that throws: the error comes out of run_pieces, after the other lanes stopped.
   std::vector<int> ran(n, 0);
-  CHECK_THROWS_WITH_AS(cpu().run_pieces(n, 3, [&](int64_t i, int) {
-                         ran[i] = 1;
-                         DPLAB_CHECK(i != 3, "piece {} failed", i);
-                       }),
+  CHECK_THROWS_WITH_AS(cpu().run_pieces(
+                           n, 3,
+                           [&](int64_t i, int) {
+    ran[i] = 1;
+    DPLAB_CHECK(i != 3, "piece {} failed", i);
+                           }),
                        doctest::Contains("piece 3 failed"), Error);
   CHECK(ran[1] == 1);  // lane 0's and lane 2's pieces went on
   CHECK(ran[7] == 1);

@@ -2,7 +2,7 @@
 // softmax family (stable on inputs near 1000), nll_loss and indexing (with the errors a bad
 // label or index must raise), im2col/col2im (and their adjointness), pooling, and the fused
 // SGD / Adam(W) steps against values computed by hand from torch.optim's formulas.
-// Shares helpers with test_cpu_kernels.cpp through cpu_test_util.h.
+// Shares helpers with test_cpu_kernels.cpp through tests/backend_test_util.h.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "framework/error.h"
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 
 using namespace dplab;
 using namespace dplab::test;
@@ -84,7 +84,8 @@ TEST_CASE("softmax_backward is the Jacobian-transpose product") {
 
 TEST_CASE("nll_loss picks -logp[target] and names a bad target") {
   const int64_t rows = 5, cols = 10;
-  std::vector<float> logp = random_vec(rows * cols, 43, -3.0f, 0.0f), out(rows), gout = {1, 2, 3, 4, 5};
+  std::vector<float> logp = random_vec(rows * cols, 43, -3.0f, 0.0f), out(rows),
+                     gout = {1, 2, 3, 4, 5};
   std::vector<int64_t> target = {0, 9, 3, 3, 7};
   cpu().nll_loss(logp.data(), target.data(), out.data(), rows, cols);
   for (int64_t i = 0; i < rows; ++i) CHECK(out[i] == -logp[i * cols + target[i]]);
@@ -95,7 +96,8 @@ TEST_CASE("nll_loss picks -logp[target] and names a bad target") {
 
   target[3] = 12;
   CHECK_THROWS_WITH_AS(cpu().nll_loss(logp.data(), target.data(), out.data(), rows, cols),
-                       doctest::Contains("nll_loss: target 12 out of range [0, 10) at row 3"), Error);
+                       doctest::Contains("nll_loss: target 12 out of range [0, 10) at row 3"),
+                       Error);
   target[3] = -1;
   CHECK_THROWS_WITH_AS(cpu().nll_loss_backward(gout.data(), target.data(), g.data(), rows, cols),
                        doctest::Contains("target -1 out of range [0, 10) at row 3"), Error);
@@ -146,7 +148,8 @@ TEST_CASE("index_rows, index_add_rows, gather_rows, scatter_add_rows") {
 
 namespace {
 
-Window2d window(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride, int64_t pad) {
+Window2d window(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride,
+                int64_t pad) {
   Window2d w{.N = N, .C = C, .H = H, .W = W, .kh = k, .kw = k, .stride = stride, .pad = pad};
   w.out_h = (H + 2 * pad - k) / stride + 1;
   w.out_w = (W + 2 * pad - k) / stride + 1;
@@ -167,11 +170,10 @@ TEST_CASE("im2col matches the definition; col2im is its adjoint") {
   // Output rows of 4 to 6 (single floats), 8 (one vector), 13 and 14 (8 + 4 + single floats,
   // LeNet's second conv), 19 and 28 (several vectors; LeNet's first conv): the row kernels'
   // vector and tail paths. Stride 2 takes the strided loop.
-  for (Window2d w : {window(2, 3, 7, 6, 3, 1, 1), window(1, 2, 9, 8, 3, 2, 1),
-                     window(2, 1, 5, 5, 5, 1, 2), window(1, 1, 4, 7, 2, 2, 0),
-                     window(1, 2, 3, 10, 3, 1, 0), window(2, 2, 4, 13, 3, 1, 1),
-                     window(2, 3, 5, 14, 5, 1, 2), window(1, 1, 3, 19, 3, 1, 1),
-                     window(1, 2, 6, 28, 5, 1, 2)}) {
+  for (Window2d w :
+       {window(2, 3, 7, 6, 3, 1, 1), window(1, 2, 9, 8, 3, 2, 1), window(2, 1, 5, 5, 5, 1, 2),
+        window(1, 1, 4, 7, 2, 2, 0), window(1, 2, 3, 10, 3, 1, 0), window(2, 2, 4, 13, 3, 1, 1),
+        window(2, 3, 5, 14, 5, 1, 2), window(1, 1, 3, 19, 3, 1, 1), window(1, 2, 6, 28, 5, 1, 2)}) {
     CAPTURE(w.W);
     CAPTURE(w.H);
     CAPTURE(w.stride);
@@ -179,7 +181,7 @@ TEST_CASE("im2col matches the definition; col2im is its adjoint") {
     const int64_t L = w.out_h * w.out_w, rows = w.C * w.kh * w.kw;
     // cols starts as garbage: im2col must write every entry, zeros for padding included
     std::vector<float> x = random_vec(w.N * w.C * w.H * w.W, 50), cols(w.N * rows * L, 7.0f),
-        ref(cols.size());
+                       ref(cols.size());
     cpu().im2col(x.data(), w, cols.data());
     for (int64_t n = 0; n < w.N; ++n)
       for (int64_t c = 0; c < w.C; ++c)
@@ -197,17 +199,20 @@ TEST_CASE("im2col matches the definition; col2im is its adjoint") {
     cpu().col2im(c.data(), w, gx.data());
     CHECK(dot(gx, x) == doctest::Approx(dot(c, cols)).epsilon(1e-5));
   }
-  CHECK_THROWS_AS(cpu().im2col(nullptr, Window2d{.N = 1, .C = 1, .H = 4, .W = 4, .kh = 3, .kw = 3,
-                                                 .out_h = 4, .out_w = 4}, nullptr),
-                  Error);
+  CHECK_THROWS_AS(
+      cpu().im2col(
+          nullptr,
+          Window2d{.N = 1, .C = 1, .H = 4, .W = 4, .kh = 3, .kw = 3, .out_h = 4, .out_w = 4},
+          nullptr),
+      Error);
 }
 
 TEST_CASE("max_pool2d: values, first-max argmax as ih*W+iw, padding never wins, backward") {
   // The first two are 2x2 windows with stride 2, which have their own kernel; the second is
   // wide enough (18 outputs a row) for its vector loop and a remainder.
-  for (Window2d w : {window(2, 3, 7, 5, 2, 2, 0), window(2, 3, 8, 37, 2, 2, 0),
-                     window(1, 2, 6, 7, 3, 1, 0), window(1, 2, 6, 6, 3, 2, 1),
-                     window(1, 1, 5, 7, 3, 1, 1)}) {
+  for (Window2d w :
+       {window(2, 3, 7, 5, 2, 2, 0), window(2, 3, 8, 37, 2, 2, 0), window(1, 2, 6, 7, 3, 1, 0),
+        window(1, 2, 6, 6, 3, 2, 1), window(1, 1, 5, 7, 3, 1, 1)}) {
     CAPTURE(w.kh);
     CAPTURE(w.W);
     const int64_t L = w.out_h * w.out_w, plane = w.H * w.W;
@@ -240,10 +245,11 @@ TEST_CASE("max_pool2d: values, first-max argmax as ih*W+iw, padding never wins, 
     check_all_close(gx, gref);
     const int64_t last = static_cast<int64_t>(am.size()) - 1;
     am[last] = plane;  // a corrupted argmax: one past the end of its plane
-    CHECK_THROWS_WITH_AS(cpu().max_pool2d_backward(gy.data(), am.data(), w, gx.data()),
-                         doctest::Contains(fmt::format("argmax {} out of range [0, {}) at output {}",
-                                                       plane, plane, last).c_str()),
-                         Error);
+    CHECK_THROWS_WITH_AS(
+        cpu().max_pool2d_backward(gy.data(), am.data(), w, gx.data()),
+        doctest::Contains(
+            fmt::format("argmax {} out of range [0, {}) at output {}", plane, plane, last).c_str()),
+        Error);
   }
 }
 
@@ -257,7 +263,8 @@ TEST_CASE("avg_pool2d counts padding in the divisor; backward is its adjoint") {
       for (int64_t ow = 0; ow < w.out_w; ++ow) {
         double s = 0;
         for (int64_t i = 0; i < w.kh; ++i)
-          for (int64_t j = 0; j < w.kw; ++j) s += at(x, w, nc, oh * w.stride - w.pad + i, ow * w.stride - w.pad + j);
+          for (int64_t j = 0; j < w.kw; ++j)
+            s += at(x, w, nc, oh * w.stride - w.pad + i, ow * w.stride - w.pad + j);
         ref[nc * L + oh * w.out_w + ow] = static_cast<float>(s / 9.0);
       }
   check_all_close(y, ref);
@@ -281,13 +288,15 @@ TEST_CASE("sgd_step follows torch.optim.SGD for two steps") {
   CHECK(run({.lr = 0.1f}) == doctest::Approx(0.975).epsilon(1e-6));
   // momentum 0.9, wd 0.01: g1 = 0.51, buf = 0.51, p = 0.949;
   // g2 = -0.25 + 0.00949 = -0.24051, buf = 0.459 - 0.24051 = 0.21849, p = 0.949 - 0.021849
-  CHECK(run({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f}) == doctest::Approx(0.927151).epsilon(1e-6));
+  CHECK(run({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f}) ==
+        doctest::Approx(0.927151).epsilon(1e-6));
   // nesterov: p1 = 1 - 0.1*(0.51 + 0.9*0.51) = 0.9031; g2 = -0.240969, buf = 0.218031,
   // g = -0.240969 + 0.9*0.218031 = -0.0447411, p2 = 0.9031 + 0.00447411
   CHECK(run({.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true}) ==
         doctest::Approx(0.90757411).epsilon(1e-6));
   // dampening 0.5: buf1 = 0.5 (first step copies g), p1 = 0.95; buf2 = 0.45 - 0.125 = 0.325
-  CHECK(run({.lr = 0.1f, .momentum = 0.9f, .dampening = 0.5f}) == doctest::Approx(0.9175).epsilon(1e-6));
+  CHECK(run({.lr = 0.1f, .momentum = 0.9f, .dampening = 0.5f}) ==
+        doctest::Approx(0.9175).epsilon(1e-6));
   float p = 1.0f, g = 1.0f;
   CHECK_THROWS_AS(cpu().sgd_step({.lr = 0.1f, .momentum = 0.9f}, &p, &g, nullptr, 1), Error);
 }

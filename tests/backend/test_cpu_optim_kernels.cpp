@@ -4,7 +4,7 @@
 // threads (an odd length, so the threads' blocks differ in size).
 #include <doctest/doctest.h>
 
-#include "tests/backend/cpu_test_util.h"
+#include "tests/backend_test_util.h"
 #include "tests/thread_count_scope.h"
 
 using namespace dplab;
@@ -26,13 +26,18 @@ void sgd_reference(const SgdArgs& a, float& p, float g, float& buf) {
 
 TEST_CASE("sgd_step kernel equals torch.optim.SGD's formula element by element, 1 and 2 threads") {
   const int64_t n = 100003;  // past threads_for's 32K: split between threads
-  const std::vector<float> grad = random_vec(n, 1), param0 = random_vec(n, 2), buf0 = random_vec(n, 3);
+  const std::vector<float> grad = random_vec(n, 1), param0 = random_vec(n, 2),
+                           buf0 = random_vec(n, 3);
   const std::vector<SgdArgs> cases = {
       {.lr = 0.1f},
       {.lr = 0.1f, .weight_decay = 0.01f},
       {.lr = 0.05f, .momentum = 0.9f, .first_step = true},
       {.lr = 0.05f, .momentum = 0.9f, .first_step = false},
-      {.lr = 0.05f, .momentum = 0.9f, .dampening = 0.3f, .weight_decay = 0.001f, .first_step = false},
+      {.lr = 0.05f,
+       .momentum = 0.9f,
+       .dampening = 0.3f,
+       .weight_decay = 0.001f,
+       .first_step = false},
       {.lr = 0.05f, .momentum = 0.9f, .nesterov = true, .first_step = true},
       {.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f, .nesterov = true, .first_step = false},
   };

@@ -12,9 +12,9 @@
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/virtual_gpus.h"
-#include "tests/backend_cuda/cuda_test_util.h"
+#include "tests/backend_test_util.h"
 
-namespace dplab::cuda_test {
+namespace dplab::test {
 
 TEST_CASE("cuda:k past the physical GPUs is an Error that counts them" *
           doctest::skip(!has_gpu())) {
@@ -42,7 +42,7 @@ TEST_CASE("virtual GPUs map cuda:k to k % M, with their own stream and memory" *
   const Device d0("cuda:0"), dk(DeviceKind::CUDA, m);
   const int64_t before0 = memory_stats(d0).allocated_bytes;
   const int64_t beforek = memory_stats(dk).allocated_bytes;
-  std::vector<float> x = random_vec(100003, 1);
+  std::vector<float> x = random_vec(100003, 1, -2.0f, 2.0f);
   {
     GpuBuf<float> a(x, d0), b(x.size(), dk);
     CHECK(memory_stats(dk).allocated_bytes == beforek + static_cast<int64_t>(x.size() * 4));
@@ -113,4 +113,4 @@ TEST_CASE("without a GPU the CUDA backend reports 0 devices and clear Errors" *
   CHECK(cuda_logical_device_count() == 0);
 }
 
-}  // namespace dplab::cuda_test
+}  // namespace dplab::test

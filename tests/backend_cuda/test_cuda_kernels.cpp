@@ -5,9 +5,9 @@
 // Skipped without a GPU. Read next: test_cuda_devices.cpp.
 #include <doctest/doctest.h>
 
-#include "tests/backend_cuda/cuda_test_util.h"
+#include "tests/backend_test_util.h"
 
-namespace dplab::cuda_test {
+namespace dplab::test {
 
 TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::skip(!has_gpu())) {
   GpuBuf<float> f(1001);
@@ -32,7 +32,7 @@ TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::
   check_close(back.host(), rb, "cast i64->f32");
 
   // a permuted [5, 7, 3] read (transpose of dims 0 and 2), and a broadcast [4, 9] of [9]
-  std::vector<float> src = random_vec(3 * 7 * 5, 2);
+  std::vector<float> src = random_vec(3 * 7 * 5, 2, -2.0f, 2.0f);
   Strided perm = contiguous({5, 7, 3});
   perm.strides[0] = 1;
   perm.strides[1] = 5;
@@ -48,7 +48,7 @@ TEST_CASE("cuda fill, cast, strided_copy, reduce_into match the CPU" * doctest::
   }
 
   for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min}) {
-    std::vector<float> a = random_vec(1003, 3), b = random_vec(1003, 4);
+    std::vector<float> a = random_vec(1003, 3, -2.0f, 2.0f), b = random_vec(1003, 4, -2.0f, 2.0f);
     GpuBuf<float> ga(a), gb(b);
     gpu().reduce_into(op, DType::Float32, ga.get(), gb.get(), 1003);
     cpu().reduce_into(op, DType::Float32, a.data(), b.data(), 1003);
@@ -124,7 +124,7 @@ TEST_CASE("cuda binary ops with broadcasting match the CPU" * doctest::skip(!has
 
     // contiguous, 70001 elements, out aliasing a
     std::vector<float> c = random_vec(70001, 60 + k, positive ? 0.2f : -2.0f, 2.0f);
-    std::vector<float> d = random_vec(70001, 80 + k);
+    std::vector<float> d = random_vec(70001, 80 + k, -2.0f, 2.0f);
     Strided flat = contiguous({70001});
     GpuBuf<float> gc(c), gd(d);
     gpu().binary(op, gc.get(), flat, gd.get(), flat, gc.get());
@@ -132,16 +132,19 @@ TEST_CASE("cuda binary ops with broadcasting match the CPU" * doctest::skip(!has
     check_close(gc.host(), c, "binary flat op " + std::to_string(k), 1e-5, 1e-5);
   }
   GpuBuf<float> g(8);
-  CHECK_THROWS_AS(gpu().binary(BinaryOp::Add, g.get(), contiguous({8}), g.get(),
-                               contiguous({2, 4}), g.get()), Error);
+  CHECK_THROWS_AS(
+      gpu().binary(BinaryOp::Add, g.get(), contiguous({8}), g.get(), contiguous({2, 4}), g.get()),
+      Error);
 }
 
 TEST_CASE("cuda reduce over [outer, r, inner] matches the CPU" * doctest::skip(!has_gpu())) {
-  struct Shape { int64_t outer, r, inner; };
+  struct Shape {
+    int64_t outer, r, inner;
+  };
   for (Shape s : {Shape{3, 37, 1}, Shape{2, 5, 33}, Shape{1, 1001, 1}, Shape{4, 1, 3},
                   Shape{7, 300, 5}, Shape{1000, 3, 1}}) {
     const int64_t n = s.outer * s.r * s.inner, m = s.outer * s.inner;
-    std::vector<float> x = random_vec(n, static_cast<uint32_t>(n));
+    std::vector<float> x = random_vec(n, static_cast<uint32_t>(n), -2.0f, 2.0f);
     GpuBuf<float> gx(x);
     for (ReduceKind op : {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min}) {
       GpuBuf<float> go(static_cast<std::size_t>(m));
@@ -182,8 +185,9 @@ TEST_CASE("cuda gemm matches the CPU for every transpose and batch" * doctest::s
       g.stride_c = M * N;
       g.alpha = 0.5f;
       g.beta = t == 3 ? 2.0f : 0.0f;
-      std::vector<float> a = random_vec(B * M * K, 100 + t), b = random_vec(B * K * N, 200 + t);
-      std::vector<float> c = random_vec(B * M * N, 300 + t);
+      std::vector<float> a = random_vec(B * M * K, 100 + t, -2.0f, 2.0f),
+                         b = random_vec(B * K * N, 200 + t, -2.0f, 2.0f);
+      std::vector<float> c = random_vec(B * M * N, 300 + t, -2.0f, 2.0f);
       GpuBuf<float> ga(a), gb(b), gc(c);
       gpu().gemm(g, ga.get(), gb.get(), gc.get());
       cpu().gemm(g, a.data(), b.data(), c.data());
@@ -193,11 +197,13 @@ TEST_CASE("cuda gemm matches the CPU for every transpose and batch" * doctest::s
 }
 
 TEST_CASE("cuda softmax, log_softmax and backwards match the CPU" * doctest::skip(!has_gpu())) {
-  struct Shape { int64_t rows, cols; };
+  struct Shape {
+    int64_t rows, cols;
+  };
   for (Shape s : {Shape{7, 1000}, Shape{33, 3}, Shape{2, 4097}}) {
     const int64_t n = s.rows * s.cols;
     std::vector<float> x = random_vec(n, 7, -30.0f, 30.0f);  // large logits: max-subtraction
-    std::vector<float> gy = random_vec(n, 8);
+    std::vector<float> gy = random_vec(n, 8, -2.0f, 2.0f);
     for (bool log : {false, true}) {
       const auto un = static_cast<std::size_t>(n);
       GpuBuf<float> gx(x), gyb(gy), y(un), gxb(un);
@@ -215,7 +221,8 @@ TEST_CASE("cuda softmax, log_softmax and backwards match the CPU" * doctest::ski
 
 TEST_CASE("cuda nll_loss matches the CPU and rejects bad targets" * doctest::skip(!has_gpu())) {
   const int64_t rows = 37, cols = 11;
-  std::vector<float> logp = random_vec(rows * cols, 9, -5.0f, 0.0f), gout = random_vec(rows, 10);
+  std::vector<float> logp = random_vec(rows * cols, 9, -5.0f, 0.0f),
+                     gout = random_vec(rows, 10, -2.0f, 2.0f);
   std::vector<int64_t> target = random_idx(rows, cols, 11);
   GpuBuf<float> gl(logp), gg(gout), out(rows), glogp(static_cast<std::size_t>(rows * cols));
   GpuBuf<int64_t> gt(target);
@@ -235,4 +242,4 @@ TEST_CASE("cuda nll_loss matches the CPU and rejects bad targets" * doctest::ski
   CHECK_NOTHROW(gpu().nll_loss(gl.get(), gt.get(), out.get(), rows, cols));
 }
 
-}  // namespace dplab::cuda_test
+}  // namespace dplab::test

@@ -3,13 +3,13 @@
 // the device-side error flag. Skipped without a GPU. Read next: test_cuda_devices.cpp.
 #include <doctest/doctest.h>
 
-#include "tests/backend_cuda/cuda_test_util.h"
+#include "tests/backend_test_util.h"
 
-namespace dplab::cuda_test {
+namespace dplab::test {
 
 TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu())) {
   const int64_t src_rows = 13, row = 19, n_idx = 41;
-  std::vector<float> src = random_vec(src_rows * row, 1);
+  std::vector<float> src = random_vec(src_rows * row, 1, -2.0f, 2.0f);
   std::vector<int64_t> idx = random_idx(n_idx, src_rows, 2);  // repeats: atomics must add
   GpuBuf<float> gs(src), out(static_cast<std::size_t>(n_idx * row));
   GpuBuf<int64_t> gi(idx);
@@ -25,7 +25,8 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
   cpu().index_rows(DType::Int64, isrc.data(), src_rows, idx.data(), n_idx, row, rio.data());
   check_close(iout.host(), rio, "index_rows i64");
 
-  std::vector<float> g = random_vec(n_idx * row, 4), acc = random_vec(src_rows * row, 5);
+  std::vector<float> g = random_vec(n_idx * row, 4, -2.0f, 2.0f),
+                     acc = random_vec(src_rows * row, 5, -2.0f, 2.0f);
   GpuBuf<float> gg(g), gacc(acc);
   gpu().index_add_rows(gg.get(), gi.get(), n_idx, row, gacc.get());
   cpu().index_add_rows(g.data(), idx.data(), n_idx, row, acc.data());
@@ -35,14 +36,14 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
   const int64_t rows = 9, cols = 23;
   std::vector<int64_t> gidx = random_idx(rows * cols, src_rows, 6);
   GpuBuf<int64_t> ggi(gidx);
-  std::vector<float> src2 = random_vec(src_rows * cols, 14);  // [src_rows, cols]
+  std::vector<float> src2 = random_vec(src_rows * cols, 14, -2.0f, 2.0f);  // [src_rows, cols]
   GpuBuf<float> gsrc(src2);
   GpuBuf<float> gout(static_cast<std::size_t>(rows * cols));
   gpu().gather_rows(gsrc.get(), src_rows, ggi.get(), rows, cols, gout.get());
   std::vector<float> rgo(static_cast<std::size_t>(rows * cols));
   cpu().gather_rows(src2.data(), src_rows, gidx.data(), rows, cols, rgo.data());
   check_close(gout.host(), rgo, "gather_rows");
-  std::vector<float> sg = random_vec(rows * cols, 7);
+  std::vector<float> sg = random_vec(rows * cols, 7, -2.0f, 2.0f);
   std::vector<float> sacc(static_cast<std::size_t>(src_rows * cols), 0.0f);
   GpuBuf<float> gsg(sg), gsacc(sacc);
   gpu().scatter_add_rows(gsg.get(), ggi.get(), rows, cols, gsacc.get());
@@ -65,7 +66,9 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
 }
 
 TEST_CASE("cuda im2col, col2im and pooling match the CPU" * doctest::skip(!has_gpu())) {
-  struct Case { int64_t k, stride, pad; };
+  struct Case {
+    int64_t k, stride, pad;
+  };
   for (Case c : {Case{3, 1, 1}, Case{3, 2, 1}, Case{2, 2, 0}, Case{5, 3, 2}}) {
     Window2d w;
     w.N = 2;
@@ -82,8 +85,9 @@ TEST_CASE("cuda im2col, col2im and pooling match the CPU" * doctest::skip(!has_g
     what += std::to_string(c.k) + " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad);
     const int64_t n_x = w.N * w.C * w.H * w.W, n_y = w.N * w.C * w.out_h * w.out_w;
     const int64_t n_cols = w.N * w.C * w.kh * w.kw * w.out_h * w.out_w;
-    std::vector<float> x = random_vec(n_x, 11), cols = random_vec(n_cols, 12);
-    std::vector<float> gy = random_vec(n_y, 13);
+    std::vector<float> x = random_vec(n_x, 11, -2.0f, 2.0f),
+                       cols = random_vec(n_cols, 12, -2.0f, 2.0f);
+    std::vector<float> gy = random_vec(n_y, 13, -2.0f, 2.0f);
     GpuBuf<float> gx(x), gcols(cols), ggy(gy);
 
     GpuBuf<float> out_cols(static_cast<std::size_t>(n_cols)), out_x(static_cast<std::size_t>(n_x));
@@ -125,11 +129,11 @@ TEST_CASE("cuda fused SGD and Adam steps match the CPU" * doctest::skip(!has_gpu
     a.dampening = variant == 2 ? 0.1f : 0.0f;
     a.weight_decay = variant >= 1 ? 1e-2f : 0.0f;
     a.nesterov = variant == 3;
-    std::vector<float> p = random_vec(n, 20), buf(static_cast<std::size_t>(n), 0.0f);
+    std::vector<float> p = random_vec(n, 20, -2.0f, 2.0f), buf(static_cast<std::size_t>(n), 0.0f);
     GpuBuf<float> gp(p), gbuf(buf);
     for (int step = 0; step < 3; ++step) {
       a.first_step = step == 0;
-      std::vector<float> g = random_vec(n, 30 + step);
+      std::vector<float> g = random_vec(n, 30 + step, -2.0f, 2.0f);
       GpuBuf<float> gg(g);
       gpu().sgd_step(a, gp.get(), gg.get(), gbuf.get(), n);
       cpu().sgd_step(a, p.data(), g.data(), buf.data(), n);
@@ -142,11 +146,12 @@ TEST_CASE("cuda fused SGD and Adam steps match the CPU" * doctest::skip(!has_gpu
     a.lr = 1e-2f;
     a.weight_decay = 0.05f;
     a.decoupled = decoupled;
-    std::vector<float> p = random_vec(n, 40), m(static_cast<std::size_t>(n), 0.0f), v = m;
+    std::vector<float> p = random_vec(n, 40, -2.0f, 2.0f), m(static_cast<std::size_t>(n), 0.0f),
+                       v = m;
     GpuBuf<float> gp(p), gm(m), gv(v);
     for (int64_t step = 1; step <= 4; ++step) {
       a.step = step;
-      std::vector<float> g = random_vec(n, 50 + static_cast<uint32_t>(step));
+      std::vector<float> g = random_vec(n, 50 + static_cast<uint32_t>(step), -2.0f, 2.0f);
       GpuBuf<float> gg(g);
       gpu().adam_step(a, gp.get(), gg.get(), gm.get(), gv.get(), n);
       cpu().adam_step(a, p.data(), g.data(), m.data(), v.data(), n);
@@ -158,4 +163,4 @@ TEST_CASE("cuda fused SGD and Adam steps match the CPU" * doctest::skip(!has_gpu
   }
 }
 
-}  // namespace dplab::cuda_test
+}  // namespace dplab::test

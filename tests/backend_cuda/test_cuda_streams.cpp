@@ -13,10 +13,10 @@
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/virtual_gpus.h"
-#include "tests/backend_cuda/cuda_test_util.h"
+#include "tests/backend_test_util.h"
 
 using namespace dplab;
-using namespace dplab::cuda_test;
+using namespace dplab::test;
 
 namespace {
 
@@ -35,7 +35,7 @@ TEST_CASE("a copy to another logical device waits for a long producer kernel" *
           doctest::skip(!has_gpu())) {
   share_gpus();
   const Device d0("cuda:0"), d1("cuda:1");  // another GPU, or the same one shared
-  const int64_t n = int64_t{64} << 20;  // 64M floats, 256 MiB: each pass takes ~0.1-0.3 ms
+  const int64_t n = int64_t{64} << 20;      // 64M floats, 256 MiB: each pass takes ~0.1-0.3 ms
   const int passes = 300;
   GpuBuf<float> x(std::vector<float>(static_cast<std::size_t>(n), 0.0f), d0);
   GpuBuf<float> y(static_cast<std::size_t>(n), d1);

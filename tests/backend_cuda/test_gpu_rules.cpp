@@ -105,17 +105,26 @@ TEST_CASE("fp16 NaN: the GPU's encoding is the CPU's, both ways, for every NaN")
 
 TEST_CASE("fp16 Sum / Max / Min: the CPU backend follows reduce_element, the kernels' rule") {
   const float nan = from_bits(0x7fc00000u);
-  const std::vector<float> vals = {-65504.0f, -1.5f, -0.0f, 0.0f, 2.0f, 65504.0f, nan,
-                                   from_bits(0x7f800000u), from_bits(0xff800000u)};
+  const std::vector<float> vals = {-65504.0f,
+                                   -1.5f,
+                                   -0.0f,
+                                   0.0f,
+                                   2.0f,
+                                   65504.0f,
+                                   nan,
+                                   from_bits(0x7f800000u),
+                                   from_bits(0xff800000u)};
   for (int op : {0, 1, 2}) {
     for (float a : vals) {
       for (float b : vals) {
         uint16_t dst = float_to_half(a);
         const uint16_t src = float_to_half(b);
-        const ReduceKind rop = op == 0 ? ReduceKind::Sum : op == 1 ? ReduceKind::Max : ReduceKind::Min;
+        const ReduceKind rop = op == 0   ? ReduceKind::Sum
+                               : op == 1 ? ReduceKind::Max
+                                         : ReduceKind::Min;
         cpu_reduce_into_half(rop, DType::Float16, &dst, &src, 1);
-        const uint16_t gpu_rule = float_to_half(
-            reduce_element(op, half_to_float(float_to_half(a)), half_to_float(src)));
+        const uint16_t gpu_rule =
+            float_to_half(reduce_element(op, half_to_float(float_to_half(a)), half_to_float(src)));
         CHECK_MESSAGE(gpu_rule == dst, "op " << op << " a " << a << " b " << b);
       }
     }
@@ -149,10 +158,10 @@ TEST_CASE("overlapping device copies are detected (memmove's contract)") {
   char* p = buf.data();
   CHECK(cuda::ranges_overlap(p, p + 8, 16));
   CHECK(cuda::ranges_overlap(p + 8, p, 16));
-  CHECK(cuda::ranges_overlap(p, p, 1));          // a copy onto itself
-  CHECK(!cuda::ranges_overlap(p, p + 16, 16));   // back to back
+  CHECK(cuda::ranges_overlap(p, p, 1));         // a copy onto itself
+  CHECK(!cuda::ranges_overlap(p, p + 16, 16));  // back to back
   CHECK(!cuda::ranges_overlap(p + 16, p, 16));
-  CHECK(!cuda::ranges_overlap(p, p + 8, 0));     // nothing to copy
+  CHECK(!cuda::ranges_overlap(p, p + 8, 0));  // nothing to copy
 }
 
 TEST_CASE("two-pass reduction plans cover r exactly, with no empty slice, within grid limits") {
@@ -172,9 +181,9 @@ TEST_CASE("two-pass reduction plans cover r exactly, with no empty slice, within
         }
         ++two_pass;
         CHECK(p.slices <= 65535);
-        CHECK(p.slices * p.slice_len >= r);        // every element in a slice
-        CHECK((p.slices - 1) * p.slice_len < r);   // the last slice is not empty
-        if (inner == 1) CHECK(outer <= 65535);     // the row kernel's grid y
+        CHECK(p.slices * p.slice_len >= r);       // every element in a slice
+        CHECK((p.slices - 1) * p.slice_len < r);  // the last slice is not empty
+        if (inner == 1) CHECK(outer <= 65535);    // the row kernel's grid y
         // pass 1 reads with about 2^18 threads, never fewer than 2^16 when r allows
         const int64_t threads = inner == 1 ? outer * p.slices * 256 : outer * p.slices * inner;
         CHECK(threads <= (int64_t{1} << 19));

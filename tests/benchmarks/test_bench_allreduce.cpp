@@ -13,7 +13,8 @@
 #include <set>
 #include <string>
 
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
+#include "parallel/transport/mailbox_transport.h"  // cpu_cores, shm_segment_bytes
 #include "tests/program_run.h"
 
 namespace fs = std::filesystem;
@@ -26,34 +27,41 @@ namespace {
 
 std::string g_exe;  // set in main below
 
-fs::path scratch() { return fs::temp_directory_path() / ("dplab-bench-allreduce-test-" + std::to_string(::getpid())); }
+fs::path scratch() {
+  return fs::temp_directory_path() / ("dplab-bench-allreduce-test-" + std::to_string(::getpid()));
+}
 
 }  // namespace
 
 TEST_CASE("a small run: every row, auto's choices, bus bandwidth, the plot") {
   fs::create_directories(scratch());
   const fs::path csv = scratch() / "allreduce.csv";
-  const ProgramRun run = run_program("'" + g_exe + "' --ranks 2,3 --max-bytes 16384 --trials 1 --no-mpi --csv '" +
-                                     csv.string() + "'");
+  const ProgramRun run =
+      run_program("'" + g_exe + "' --ranks 2,3 --max-bytes 16384 --trials 1 --no-mpi --csv '" +
+                  csv.string() + "'");
   INFO(run.output);
   REQUIRE(run.rc == 0);
   const auto rows = read_csv(csv);
-  const std::set<std::string> algos{"ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star"};
+  const std::set<std::string> algos{
+      "ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star"};
   CHECK(rows.size() == 2 * algos.size() * 2);  // N = 2, 3; every algorithm; 4 and 16 KiB
   std::set<std::string> seen;
   for (const auto& row : rows) {
     const int n = std::stoi(row.at("ranks"));
     const double bytes = std::stod(row.at("bytes")), secs = std::stod(row.at("seconds"));
     const std::string algo = row.at("algorithm"), ran = row.at("ran");
-    CAPTURE(n); CAPTURE(algo); CAPTURE(bytes);
+    CAPTURE(n);
+    CAPTURE(algo);
+    CAPTURE(bytes);
     seen.insert(algo);
     CHECK((n == 2 || n == 3));
     CHECK((bytes == 4096 || bytes == 16384));
     CHECK(secs > 0);
-    CHECK(std::stod(row.at("busbw_gbs")) == doctest::Approx(2.0 * (n - 1) / n * bytes / secs / 1e9).epsilon(1e-3));
+    CHECK(std::stod(row.at("busbw_gbs")) ==
+          doctest::Approx(2.0 * (n - 1) / n * bytes / secs / 1e9).epsilon(1e-3));
     if (algo == "auto") {
       // what the engine's model picks for this size (both sizes fit one slot of any default size)
-      LinkCost link = shm_link_cost();
+      LinkCost link = shm_link_cost(cpu_cores());
       link.segment = double(shm_segment_bytes(n));
       CHECK(ran == algorithm_name(choose_all_reduce(n, bytes, link)));
     } else {
@@ -75,12 +83,13 @@ TEST_CASE("bad arguments: exit status 2 and a message saying what was expected")
   };
   for (const Bad& bad : {Bad{"--ranks 0", "--ranks takes counts >= 1, got 0"},
                          Bad{"--trials 0", "--trials must be >= 1, got 0"},
-                         Bad{"--backend ring,tree", "one_shot or auto, got \"tree\""},
+                         Bad{"--engine ring,tree", "one_shot or auto, got \"tree\""},
                          Bad{"--link-gbps -1", "--link-gbps must be >= 0"},
                          Bad{"--mpi-btl ib", "--mpi-btl takes vader or tcp, got 'ib'"},
                          Bad{"--frobnicate", "usage:"}}) {
     CAPTURE(bad.args);
-    const ProgramRun run = run_program("'" + g_exe + "' " + bad.args + " --no-mpi --max-bytes 4096");
+    const ProgramRun run =
+        run_program("'" + g_exe + "' " + bad.args + " --no-mpi --max-bytes 4096");
     CAPTURE(run.output);
     CHECK(run.rc == 2);
     CHECK(run.output.find(bad.says) != std::string::npos);
@@ -88,4 +97,6 @@ TEST_CASE("bad arguments: exit status 2 and a message saying what was expected")
 }
 
 // The program's path comes first on the command line, doctest's options after.
-int main(int argc, char** argv) { return dplab::testing::program_test_main(argc, argv, g_exe, scratch()); }
+int main(int argc, char** argv) {
+  return dplab::testing::program_test_main(argc, argv, g_exe, scratch());
+}

@@ -3,12 +3,12 @@
 // with -Ddeps_bundle=enabled and the system's copies hidden proves the bundle complete
 // (check_gpu_bundle.sh). In a normal build it uses the system's and runs all the same.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <CLI/CLI.hpp>
-#include <Eigen/Dense>
 #include <doctest/doctest.h>
 #include <fmt/core.h>
 #include <fmt/format.h>
 #include <zlib.h>
+#include <CLI/CLI.hpp>
+#include <Eigen/Dense>
 
 #include <string>
 
@@ -17,7 +17,8 @@ TEST_CASE("the bundled libraries compute") {
   a << 1, 2, 3, 4;
   CHECK((a * a)(1, 1) == 22.0f);
   const std::string text = "dplab";
-  CHECK(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())) == 0x5f38eedau);
+  CHECK(crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())) ==
+        0x5f38eedau);
   CHECK(fmt::format("{:>5}|{:.2f}", 42, 0.125) == "   42|0.12");
 }
 

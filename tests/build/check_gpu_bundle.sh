@@ -29,7 +29,7 @@ bash "$src/scripts/gpu_bundle.sh" "$src/gpu_bundle" >/dev/null
 mkdir -p "$work/empty" && : >"$work/empty_file"
 
 targets=(tests/build/bundle_probe
-         framework/libdplab_framework.a.p/backend_cpu_cpu_gemm_kernel.cpp.o
+         framework/libdplab_framework.a.p/backend_cpu_reference_cpu_gemm_eigen.cpp.o
          framework/libdplab_framework.a.p/error.cpp.o
          datasets/libdplab_datasets.a.p/idx_file.cpp.o
          parallel/libdplab_parallel.a.p/rendezvous_job_token.cpp.o)

@@ -2,7 +2,7 @@
 # check_isa_symbols.sh LIBRARY NAMESPACE: fails if LIBRARY (built for another instruction set)
 # defines a weak symbol outside NAMESPACE. The linker keeps one copy of each weak symbol (an
 # inline function or template instantiation) across all objects, so such a symbol could make
-# baseline code run AVX-512 instructions on a CPU without them (cpu_gemm_kernel.cpp).
+# baseline code run AVX-512 instructions on a CPU without them (reference/cpu_gemm_eigen.cpp).
 set -eu
 lib=$1
 namespace=$2

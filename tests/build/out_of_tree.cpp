@@ -6,8 +6,8 @@
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
 #include "models/mlp.h"
-#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/rendezvous/hash_store.h"
 
 using namespace dplab;
 

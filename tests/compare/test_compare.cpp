@@ -47,7 +47,8 @@ const Run& short_run() {
     static_cast<dplab::testing::ProgramRun&>(r) = dplab::testing::run_program(
         "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
         "' --model mlp --ns 1,2,3 --steps 4 --warmup 1 --global-batch 48 --train-limit 240 "
-        "--test-limit 200 --bucket-cap-mb 0.25 --trace --out '" + r.out.string() + "'");
+        "--test-limit 200 --bucket-cap-mb 0.25 --trace --out '" +
+        r.out.string() + "'");
     return r;
   }();
   return run;
@@ -68,15 +69,15 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
   struct Bad {
     std::string args, says;
   };
-  for (const Bad& bad : {Bad{"--ns 0", "device counts >= 1, got '0'"},
-                         Bad{"--ns -1 --modes dp", "device counts >= 1, got '-1'"},
-                         Bad{"--ns 1,0,2", "device counts >= 1, got '0'"},
-                         Bad{"--steps 0", "steps >= 1, got '0'"},
-                         Bad{"--link-gbps -1", "a link speed >= 0 Gbit/s"},
-                         Bad{"--global-batch 0", "a global batch >= 1"},
-                         Bad{"--lr nan", "a learning rate >= 0"}}) {
+  for (const Bad& bad :
+       {Bad{"--ns 0", "device counts >= 1, got '0'"},
+        Bad{"--ns -1 --modes dp", "device counts >= 1, got '-1'"},
+        Bad{"--ns 1,0,2", "device counts >= 1, got '0'"}, Bad{"--steps 0", "steps >= 1, got '0'"},
+        Bad{"--link-gbps -1", "a link speed >= 0 Gbit/s"},
+        Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"}}) {
     CAPTURE(bad.args);
-    const ProgramRun run = run_program("'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written");
+    const ProgramRun run =
+        run_program("'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written");
     CAPTURE(run.output);
     CHECK(run.rc > 0);  // an exit status: not killed by SIGFPE or SIGSEGV (-1), not success
     CHECK(run.output.find(bad.says) != std::string::npos);
@@ -93,10 +94,12 @@ TEST_CASE("the short run succeeds and every mode ends with the single device's p
     for (int n : {1, 2, 3}) {
       CAPTURE(mode);
       CAPTURE(n);
-      const std::vector<float> p = read_floats(r.out / "runs" / (std::string(mode) + "_n" + std::to_string(n) + ".params"));
+      const std::vector<float> p =
+          read_floats(r.out / "runs" / (std::string(mode) + "_n" + std::to_string(n) + ".params"));
       REQUIRE(p.size() == ref.size());
       double max_diff = 0;
-      for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(p[i] - ref[i])));
+      for (size_t i = 0; i < p.size(); ++i)
+        max_diff = std::max(max_diff, double(std::fabs(p[i] - ref[i])));
       CHECK(max_diff < 1e-5);
     }
   CHECK(r.output.find("all modes agree") != std::string::npos);
@@ -107,12 +110,35 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
   REQUIRE(r.rc == 0);
   std::vector<std::string> header;
   const auto rows = read_csv(r.out / "results.csv", &header);
-  const std::vector<std::string> expected{
-      "mode", "precision", "N", "global_batch", "timed_steps", "samples_per_s", "speedup", "efficiency", "step_ms",
-      "compute_ms", "comm_ms", "wait_ms", "peak_mem_max_mib", "peak_mem_min_mib", "mem_imbalance",
-      "master_sent_mib", "master_recv_mib", "other_sent_mib", "other_recv_mib", "master_weight_sent_mib",
-      "master_weight_recv_mib", "other_weight_sent_mib", "other_weight_recv_mib", "test_accuracy",
-      "test_loss", "params", "predicted_step_ms", "prediction_error_pct", "link_gbps"};
+  const std::vector<std::string> expected{"mode",
+                                          "precision",
+                                          "N",
+                                          "global_batch",
+                                          "timed_steps",
+                                          "samples_per_s",
+                                          "speedup",
+                                          "efficiency",
+                                          "step_ms",
+                                          "compute_ms",
+                                          "comm_ms",
+                                          "wait_ms",
+                                          "peak_mem_max_mib",
+                                          "peak_mem_min_mib",
+                                          "mem_imbalance",
+                                          "master_sent_mib",
+                                          "master_recv_mib",
+                                          "other_sent_mib",
+                                          "other_recv_mib",
+                                          "master_weight_sent_mib",
+                                          "master_weight_recv_mib",
+                                          "other_weight_sent_mib",
+                                          "other_weight_recv_mib",
+                                          "test_accuracy",
+                                          "test_loss",
+                                          "params",
+                                          "predicted_step_ms",
+                                          "prediction_error_pct",
+                                          "link_gbps"};
   CHECK(header == expected);
   CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
   for (const auto& row : rows) {
@@ -127,7 +153,8 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
       // the prediction: the run's own compute plus what the model says communication adds:
       // nothing on one rank; past that at least the compute (the buckets before the last hide
       // under it), and at least the all-reduces, whose gradients cross a 10 Gbit/s link
-      const double pred = std::stod(row.at("predicted_step_ms")), compute = std::stod(row.at("compute_ms"));
+      const double pred = std::stod(row.at("predicted_step_ms")),
+                   compute = std::stod(row.at("compute_ms"));
       const double wire_ms = 4.0 * std::stod(row.at("params")) / (10e9 / 8) * 1e3;
       if (row.at("N") == "1") CHECK(pred == doctest::Approx(compute).epsilon(1e-3));
       else CHECK(pred >= std::max(compute, wire_ms) * 0.99);
@@ -143,11 +170,14 @@ TEST_CASE("PS master moves (N-1)x a worker's weight bytes; ring ranks move equal
   const auto rows = read_csv(r.out / "per_device.csv", nullptr);
   auto dev = [&](const std::string& mode, int n, int d) {
     for (const auto& row : rows)
-      if (row.at("mode") == mode && std::stoi(row.at("N")) == n && std::stoi(row.at("device")) == d) return row;
+      if (row.at("mode") == mode && std::stoi(row.at("N")) == n && std::stoi(row.at("device")) == d)
+        return row;
     FAIL("no per_device row for " << mode << " N=" << n << " device " << d);
     return rows.front();
   };
-  auto val = [](const std::map<std::string, std::string>& row, const char* k) { return std::stod(row.at(k)); };
+  auto val = [](const std::map<std::string, std::string>& row, const char* k) {
+    return std::stod(row.at(k));
+  };
   const int n = 3;
   const double grad_mib = 235146 * 4.0 / (1 << 20);
   // Star (DDP) and DataParallel: the master sends the weights (or reduced gradients) to each
@@ -168,8 +198,10 @@ TEST_CASE("PS master moves (N-1)x a worker's weight bytes; ring ranks move equal
   // per chunk when the buffer does not split evenly).
   for (int d = 0; d < n; ++d) {
     const auto rank = dev("ring", n, d);
-    CHECK(val(rank, "weight_sent_mib_per_step") == doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
-    CHECK(val(rank, "weight_recv_mib_per_step") == doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
+    CHECK(val(rank, "weight_sent_mib_per_step") ==
+          doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
+    CHECK(val(rank, "weight_recv_mib_per_step") ==
+          doctest::Approx(2.0 * (n - 1) / n * grad_mib).epsilon(1e-3));
   }
 }
 
@@ -187,20 +219,24 @@ TEST_CASE("report, trace and plots are written") {
     MESSAGE("plot check skipped: " << r.output.substr(r.output.find("plots skipped"), 80));
     return;
   }
-  for (const char* png : {"throughput.png", "memory.png", "traffic.png", "step_split.png", "projection.png"}) {
+  for (const char* png :
+       {"throughput.png", "memory.png", "traffic.png", "step_split.png", "projection.png"}) {
     CAPTURE(png);
     CHECK(fs::exists(r.out / png));
     if (fs::exists(r.out / png)) CHECK(fs::file_size(r.out / png) > 1000);
   }
 }
 
-TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state (zero2: 1/N gradients too)") {
-  const fs::path out = fs::temp_directory_path() / ("dplab-compare-zero-test-" + std::to_string(::getpid()));
+TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state (zero2: 1/N "
+          "gradients too)") {
+  const fs::path out =
+      fs::temp_directory_path() / ("dplab-compare-zero-test-" + std::to_string(::getpid()));
   fs::remove_all(out);
-  const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
-                          "' --model mlp --modes ring,zero1,zero2 --ns 3 --steps 3 --warmup 1 --global-batch 48 "
-                          "--train-limit 240 --test-limit 200 --no-projection --no-plots --out '" + out.string() +
-                          "' >/dev/null 2>&1";
+  const std::string cmd =
+      "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+      "' --model mlp --modes ring,zero1,zero2 --ns 3 --steps 3 --warmup 1 --global-batch 48 "
+      "--train-limit 240 --test-limit 200 --no-projection --no-plots --out '" +
+      out.string() + "' >/dev/null 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   const int n = 3;
   const int64_t p4 = 235146 * 4;  // the MLP's parameter bytes; SGD momentum is as many again
@@ -214,7 +250,8 @@ TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state
   };
   auto sent = [&](const std::string& mode, int d) {
     for (const auto& row : rows)
-      if (row.at("mode") == mode && std::stoi(row.at("device")) == d) return std::stod(row.at("weight_sent_mib_per_step"));
+      if (row.at("mode") == mode && std::stoi(row.at("device")) == d)
+        return std::stod(row.at("weight_sent_mib_per_step"));
     return -1.0;
   };
   for (const std::string mode : {"zero1", "zero2"}) {
@@ -222,9 +259,11 @@ TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state
     const std::vector<float> p = read_floats(out / "runs" / (mode + "_n3.params"));
     REQUIRE(p.size() == ring.size());
     double max_diff = 0;
-    for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, double(std::fabs(p[i] - ring[i])));
+    for (size_t i = 0; i < p.size(); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(p[i] - ring[i])));
     CHECK(max_diff < 1e-5);
-    for (int d = 0; d < n; ++d) CHECK(sent(mode, d) == doctest::Approx(sent("ring", d)).epsilon(1e-4));
+    for (int d = 0; d < n; ++d)
+      CHECK(sent(mode, d) == doctest::Approx(sent("ring", d)).epsilon(1e-4));
     CHECK(sum(mode, "param_bytes") == n * p4);
     CHECK(sum(mode, "optim_state_bytes") == p4);  // the shards add up to one copy
     CHECK(sum(mode, "grad_bytes") == (mode == "zero1" ? n * p4 : p4));
@@ -235,20 +274,23 @@ TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state
   fs::remove_all(out);
 }
 
-TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes, half the parameter bytes") {
+TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes, half the "
+          "parameter bytes") {
   auto run = [](const std::string& precision, const fs::path& out) {
     fs::remove_all(out);
-    const std::string cmd = "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
-                            "' --model mlp --modes single,ring --ns 1,2 --steps 3 --warmup 1 --global-batch 48 "
-                            "--train-limit 240 --test-limit 200 --no-projection --no-plots --precision " + precision +
-                            " --out '" + out.string() + "' >/dev/null 2>&1";
+    const std::string cmd =
+        "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+        "' --model mlp --modes single,ring --ns 1,2 --steps 3 --warmup 1 --global-batch 48 "
+        "--train-limit 240 --test-limit 200 --no-projection --no-plots --precision " +
+        precision + " --out '" + out.string() + "' >/dev/null 2>&1";
     return std::system(cmd.c_str());
   };
-  const fs::path base = fs::temp_directory_path() / ("dplab-compare-prec-" + std::to_string(::getpid()));
+  const fs::path base =
+      fs::temp_directory_path() / ("dplab-compare-prec-" + std::to_string(::getpid()));
   REQUIRE(run("fp32", base / "fp32") == 0);
   const auto fp32 = read_csv(base / "fp32" / "per_device.csv", nullptr);
-  auto value = [](const std::vector<std::map<std::string, std::string>>& rows, const std::string& mode, int n, int d,
-                  const char* key) {
+  auto value = [](const std::vector<std::map<std::string, std::string>>& rows,
+                  const std::string& mode, int n, int d, const char* key) {
     for (const auto& row : rows)
       if (row.at("mode") == mode && std::stoi(row.at("N")) == n && std::stoi(row.at("device")) == d)
         return std::stod(row.at(key));
@@ -259,23 +301,29 @@ TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes,
     CAPTURE(precision);
     const fs::path out = base / precision;
     REQUIRE(run(precision, out) == 0);  // exit 0: accuracy within 1 point of its single device
-    for (const auto& row : read_csv(out / "results.csv", nullptr)) CHECK(row.at("precision") == precision);
+    for (const auto& row : read_csv(out / "results.csv", nullptr))
+      CHECK(row.at("precision") == precision);
     const auto rows = read_csv(out / "per_device.csv", nullptr);
     for (int d = 0; d < 2; ++d) {
       CAPTURE(d);
       CHECK(value(fp32, "ring", 2, d, "weight_sent_mib_per_step") > 0);
-      CHECK(value(rows, "ring", 2, d, "weight_sent_mib_per_step") ==
-            doctest::Approx(value(fp32, "ring", 2, d, "weight_sent_mib_per_step") / 2).epsilon(1e-6));
-      CHECK(value(rows, "ring", 2, d, "param_bytes") == 2 * params);          // 16-bit weights
-      CHECK(value(rows, "ring", 2, d, "grad_bytes") == 2 * params);           // 16-bit gradients
-      CHECK(value(rows, "ring", 2, d, "optim_state_bytes") == 8 * params);    // momentum + float32 master
+      CHECK(
+          value(rows, "ring", 2, d, "weight_sent_mib_per_step") ==
+          doctest::Approx(value(fp32, "ring", 2, d, "weight_sent_mib_per_step") / 2).epsilon(1e-6));
+      CHECK(value(rows, "ring", 2, d, "param_bytes") == 2 * params);  // 16-bit weights
+      CHECK(value(rows, "ring", 2, d, "grad_bytes") == 2 * params);   // 16-bit gradients
+      CHECK(value(rows, "ring", 2, d, "optim_state_bytes") ==
+            8 * params);  // momentum + float32 master
     }
     // activations: the single device's (a DDP rank's first timed step may also hold the
     // buckets DDP rebuilds after its first iteration, on one rank or the other)
-    CHECK(value(rows, "single", 1, 0, "activation_bytes") < 0.55 * value(fp32, "single", 1, 0, "activation_bytes"));
-    CHECK(value(rows, "single", 1, 0, "activation_bytes") > 0.45 * value(fp32, "single", 1, 0, "activation_bytes"));
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") <
+          0.55 * value(fp32, "single", 1, 0, "activation_bytes"));
+    CHECK(value(rows, "single", 1, 0, "activation_bytes") >
+          0.45 * value(fp32, "single", 1, 0, "activation_bytes"));
   }
-  const ProgramRun bad = run_program("'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never");
+  const ProgramRun bad =
+      run_program("'" + g_exe + "' --precision fp16 --modes dp --out /nonexistent/never");
   CHECK(bad.rc != 0);
   CHECK(bad.output.find("--precision fp16: mode dp is not supported") != std::string::npos);
   fs::remove_all(base);
@@ -283,6 +331,7 @@ TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes,
 
 // The program's path comes first on the command line, doctest's options after.
 int main(int argc, char** argv) {
-  return dplab::testing::program_test_main(argc, argv, g_exe,
-                                           fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid())));
+  return dplab::testing::program_test_main(
+      argc, argv, g_exe,
+      fs::temp_directory_path() / ("dplab-compare-test-" + std::to_string(::getpid())));
 }

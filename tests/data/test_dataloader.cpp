@@ -25,7 +25,8 @@ std::shared_ptr<TensorDataset> numbered(int64_t n) {
     x.push_back(static_cast<float>(10 * i));
     y.push_back(i);
   }
-  return std::make_shared<TensorDataset>(from_vector(x, {n, 2}), from_vector(y, {n}, {.dtype = DType::Int64}));
+  return std::make_shared<TensorDataset>(from_vector(x, {n, 2}),
+                                         from_vector(y, {n}, {.dtype = DType::Int64}));
 }
 
 // Every epoch's order, as the targets of its batches.
@@ -200,12 +201,14 @@ TEST_CASE("a custom sampler decides the order; len() counts what it yields") {
 }
 
 TEST_CASE("DataLoader and TensorDataset reject bad arguments") {
-  CHECK_THROWS_WITH_AS(DataLoader(numbered(4), {.batch_size = 0}), doctest::Contains("batch_size must be > 0"),
-                       Error);
-  CHECK_THROWS_WITH_AS(DataLoader(numbered(4), {.shuffle = true, .sampler = std::make_shared<SequentialSampler>(4)}),
-                       doctest::Contains("mutually exclusive"), Error);
+  CHECK_THROWS_WITH_AS(DataLoader(numbered(4), {.batch_size = 0}),
+                       doctest::Contains("batch_size must be > 0"), Error);
+  CHECK_THROWS_WITH_AS(
+      DataLoader(numbered(4), {.shuffle = true, .sampler = std::make_shared<SequentialSampler>(4)}),
+      doctest::Contains("mutually exclusive"), Error);
   CHECK_THROWS_WITH_AS(DataLoader(nullptr), doctest::Contains("nullptr"), Error);
-  CHECK_THROWS_WITH_AS(TensorDataset(zeros({3, 2}), zeros({4})), doctest::Contains("same number of rows"), Error);
+  CHECK_THROWS_WITH_AS(TensorDataset(zeros({3, 2}), zeros({4})),
+                       doctest::Contains("same number of rows"), Error);
   TensorDataset ds(zeros({3, 2}), arange(3, {.dtype = DType::Int64}));
   CHECK_THROWS_WITH_AS(ds.get(3), doctest::Contains("index 3 out of range [0, 3)"), Error);
   CHECK_THROWS_WITH_AS(ds.get_batch({0, -1}), doctest::Contains("index -1 out of range"), Error);

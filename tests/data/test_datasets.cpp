@@ -45,7 +45,8 @@ void write_tiny(const fs::path& dir, const std::string& prefix, int64_t n_images
   for (size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<uint8_t>((k * 7) % 256);
   for (int64_t i = 0; i < n_labels; ++i) labels.push_back(static_cast<uint8_t>(i % 10));
   const std::string ext = gzip ? ".gz" : "";
-  write_idx_u8((dir / (prefix + "-images-idx3-ubyte" + ext)).string(), {n_images, 28, 28}, pixels, gzip);
+  write_idx_u8((dir / (prefix + "-images-idx3-ubyte" + ext)).string(), {n_images, 28, 28}, pixels,
+               gzip);
   write_idx_u8((dir / (prefix + "-labels-idx1-ubyte" + ext)).string(), {n_labels}, labels, gzip);
 }
 
@@ -95,7 +96,8 @@ TEST_CASE("tiny IDX files load the same from gzip and plain, with the right valu
     CHECK(ds.data().to_vector<float>()[40] == doctest::Approx(24.0 / 255.0));
     FashionMNIST norm("train", {.root = dir.path.string()});
     // (24/255 - 0.2860) / 0.3530
-    CHECK(norm.data().to_vector<float>()[40] == doctest::Approx((24.0 / 255.0 - 0.2860) / 0.3530).epsilon(1e-5));
+    CHECK(norm.data().to_vector<float>()[40] ==
+          doctest::Approx((24.0 / 255.0 - 0.2860) / 0.3530).epsilon(1e-5));
     FashionMNIST limited("train", {.root = dir.path.string(), .limit = 2});
     CHECK(limited.size() == 2);
   }
@@ -129,8 +131,9 @@ TEST_CASE("a DPLAB_DATA that is not a directory warns once, then the usual place
   CHECK(text.find("is not a directory") == text.rfind("is not a directory"));  // once
 }
 
-TEST_CASE("a DPLAB_DATA directory without a split, or with a FIFO or a directory in its place, warns" *
-          doctest::skip(no_real_files())) {
+TEST_CASE(
+    "a DPLAB_DATA directory without a split, or with a FIFO or a directory in its place, warns" *
+    doctest::skip(no_real_files())) {
   TempDir dir;
   write_tiny(dir.path, "t10k", 4, 4, true);  // the test split only
   std::ostringstream log;
@@ -142,7 +145,8 @@ TEST_CASE("a DPLAB_DATA directory without a split, or with a FIFO or a directory
   CHECK(fs::path(test.images_path()).parent_path() == dir.path);  // the user's own
   std::string text = log.str();
   CAPTURE(text);
-  CHECK(text.find("DPLAB_DATA=" + dir.path.string() + " holds no usable train split "
+  CHECK(text.find("DPLAB_DATA=" + dir.path.string() +
+                  " holds no usable train split "
                   "(train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]); took it from " +
                   kSystemDir.string() + " instead") != std::string::npos);
   CHECK(text.find("test split") == std::string::npos);
@@ -156,8 +160,10 @@ TEST_CASE("a DPLAB_DATA directory without a split, or with a FIFO or a directory
   unsetenv("DPLAB_DATA");
   set_log_stream(nullptr);
   text = log.str();
-  CHECK(text.find((odd.path / "train-images-idx3-ubyte.gz").string() + " is a FIFO") != std::string::npos);
-  CHECK(text.find((odd.path / "train-labels-idx1-ubyte").string() + " is a directory") != std::string::npos);
+  CHECK(text.find((odd.path / "train-images-idx3-ubyte.gz").string() + " is a FIFO") !=
+        std::string::npos);
+  CHECK(text.find((odd.path / "train-labels-idx1-ubyte").string() + " is a directory") !=
+        std::string::npos);
 }
 
 TEST_CASE("a flipped byte in a .gz file's checksum is reported as a failed gzip check") {
@@ -177,12 +183,15 @@ TEST_CASE("a flipped byte in a .gz file's checksum is reported as a failed gzip 
     std::ofstream(images, std::ios::binary | std::ios::trunc) << bytes;
     CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3),
                          doctest::Contains("the file is corrupt: its gzip data or check failed "
-                                           "(incorrect data check"), Error);
-    CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains(images.string().c_str()), Error);
+                                           "(incorrect data check"),
+                         Error);
+    CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3),
+                         doctest::Contains(images.string().c_str()), Error);
   }
 }
 
-TEST_CASE("an IDX header that claims terabytes fails as a truncated file, without allocating them") {
+TEST_CASE(
+    "an IDX header that claims terabytes fails as a truncated file, without allocating them") {
   TempDir dir;
   const fs::path images = dir.path / "huge-images-idx3-ubyte";
   // a valid 3-dim header saying 60000 x 65536 x 65536 (each dimension within its cap: the
@@ -192,8 +201,10 @@ TEST_CASE("an IDX header that claims terabytes fails as a truncated file, withou
     for (int shift : {24, 16, 8, 0}) bytes += static_cast<char>((d >> shift) & 0xff);
   bytes += std::string(1000, '\x01');
   std::ofstream(images, std::ios::binary) << bytes;
-  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("file is truncated"), Error);
-  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("the file holds 1000"), Error);
+  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("file is truncated"),
+                       Error);
+  CHECK_THROWS_WITH_AS(read_idx_u8(images.string(), 3), doctest::Contains("the file holds 1000"),
+                       Error);
 }
 
 TEST_CASE("a missing dataset names every place looked and the package to install") {
@@ -201,7 +212,8 @@ TEST_CASE("a missing dataset names every place looked and the package to install
   const std::string missing = (dir.path / "nothing-here").string();
   CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = missing}),
                        doctest::Contains("apt-get install dataset-fashion-mnist"), Error);
-  CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = missing}), doctest::Contains(missing.c_str()), Error);
+  CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = missing}), doctest::Contains(missing.c_str()),
+                       Error);
   setenv("DPLAB_DATA", missing.c_str(), 1);
   try {
     FashionMNIST("nonsense");
@@ -226,42 +238,51 @@ TEST_CASE("corrupt files give errors naming the file and what was expected") {
   SUBCASE("bad magic: a labels file where images are expected") {
     write_tiny(dir.path, "train", 2, 2, false);
     fs::copy_file(labels, images, fs::copy_options::overwrite_existing);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("bad magic number"), Error);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains(images.string().c_str()), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}),
+                         doctest::Contains("bad magic number"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}),
+                         doctest::Contains(images.string().c_str()), Error);
   }
   SUBCASE("truncated plain file") {
     write_tiny(dir.path, "train", 2, 2, false);
     truncate_by(images, 100);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("truncated"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("truncated"),
+                         Error);
   }
   SUBCASE("truncated gzip file") {
     write_tiny(dir.path, "train", 2, 2, true);
     truncate_by(fs::path(images.string() + ".gz"), 20);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("truncated"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("truncated"),
+                         Error);
   }
   SUBCASE("a header cut short") {
     std::ofstream(labels, std::ios::binary).write("\0\0\x08\x01\0", 5);
     write_idx_u8(images.string(), {1, 28, 28}, std::vector<uint8_t>(784), false);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("header sizes"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("header sizes"),
+                         Error);
   }
   SUBCASE("images and labels counts differ") {
     write_tiny(dir.path, "train", 3, 2, false);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}),
-                         doctest::Contains(("has 3 images, " + labels.string() + " has 2 labels").c_str()), Error);
+    CHECK_THROWS_WITH_AS(
+        FashionMNIST("train", {.root = root}),
+        doctest::Contains(("has 3 images, " + labels.string() + " has 2 labels").c_str()), Error);
   }
   SUBCASE("more bytes than the header counts") {
     write_idx_u8(images.string(), {1, 28, 28}, std::vector<uint8_t>(784), false);
     write_idx_u8(labels.string(), {1}, {3}, false);
     std::ofstream(labels, std::ios::binary | std::ios::app).put('\x01');
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("the file has more"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}),
+                         doctest::Contains("the file has more"), Error);
   }
   SUBCASE("wrong image size and out-of-range labels") {
     write_idx_u8(images.string(), {1, 14, 56}, std::vector<uint8_t>(784), false);
     write_idx_u8(labels.string(), {1}, {3}, false);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("expected 28x28"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("expected 28x28"),
+                         Error);
     write_idx_u8(images.string(), {1, 28, 28}, std::vector<uint8_t>(784), false);
     write_idx_u8(labels.string(), {1}, {12}, false);
-    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("label 12"), Error);
+    CHECK_THROWS_WITH_AS(FashionMNIST("train", {.root = root}), doctest::Contains("label 12"),
+                         Error);
   }
 }
 
@@ -278,7 +299,8 @@ TEST_CASE("make_regression and make_classification: shapes, seeds, learnable") {
   auto reg = make_regression(64, 3, 2, 5);
   CHECK(reg->data().shape() == Shape{64, 3});
   CHECK(reg->targets().shape() == Shape{64, 2});
-  CHECK(reg->targets().to_vector<float>() == make_regression(64, 3, 2, 5)->targets().to_vector<float>());
+  CHECK(reg->targets().to_vector<float>() ==
+        make_regression(64, 3, 2, 5)->targets().to_vector<float>());
 
   // Blobs: the nearest class mean (estimated from the data itself) labels >= 95% correctly.
   const int64_t n = 600, f = 4, k = 3;

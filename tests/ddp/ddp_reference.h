@@ -2,12 +2,18 @@
 // ToyModel, SGD (lr 0.05, momentum 0.9), kSteps steps; step s's global batch has
 // world * kPerRank rows, of which rank r trains on rows [r*kPerRank, (r+1)*kPerRank). With
 // `accumulate` micro-batches per step the reference sums their gradients, as no_sync does.
+// Tests whose ranks are threads start every replica from one state made in the test thread
+// (initial_state: the default generator is shared by the threads, so seeding inside them
+// would race) and compare with single_process_from that state.
+// Used by tests/ddp, tests/zero, tests/ddp_utils (checkpoints), tests/ddp_extensions (model
+// parallel, Horovod, compression) and tests/parallel/test_gpu_training.cpp.
 // Read next: test_ddp.cpp (threads and shm processes), test_ddp_mpi.cpp (mpirun).
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "framework/nn/module.h"
+#include "framework/nn/state_dict.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
@@ -28,6 +34,21 @@ inline Tensor batch_y(int s, int world) {
   Generator g(200 + s);
   return randn({world * kPerRank, 5}, {}, &g);
 }
+// Rank r's rows of a global batch.
+inline Tensor rows_of(const Tensor& global, int rank) {
+  return global.narrow(rank * kPerRank, kPerRank);
+}
+
+// A ToyModel state drawn from its own generator (seeded per test), to load into every replica.
+inline StateDict initial_state(uint64_t seed) {
+  Generator g(seed);
+  StateDict sd;
+  sd.insert("net1.weight", randn({10, 10}, {}, &g));
+  sd.insert("net1.bias", randn({10}, {}, &g));
+  sd.insert("net2.weight", randn({5, 10}, {}, &g));
+  sd.insert("net2.bias", randn({5}, {}, &g));
+  return sd;
+}
 
 using Params = std::vector<std::vector<float>>;
 inline Params params_of(nn::Module& m) {
@@ -44,8 +65,22 @@ inline Params single_process(int world, int accumulate = 1) {
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
     for (int a = 0; a < accumulate; ++a)
-      mse_loss(model->forward(batch_x(s * accumulate + a, world)), batch_y(s * accumulate + a, world))
+      mse_loss(model->forward(batch_x(s * accumulate + a, world)),
+               batch_y(s * accumulate + a, world))
           .backward();
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+// One process, the whole global batch, from `init`, for `steps` steps.
+inline Params single_process_from(const StateDict& init, int world, int steps = kSteps) {
+  auto model = std::make_shared<models::ToyModel>();
+  model->load_state_dict(init);
+  optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    mse_loss(model->forward(batch_x(s, world)), batch_y(s, world)).backward();
     opt.step();
   }
   return params_of(*model);
@@ -54,8 +89,8 @@ inline Params single_process(int world, int accumulate = 1) {
 // Rank `rank`'s forward and backward on its rows of micro-batch b. Every micro-batch but a
 // step's last runs under no_sync, so gradients accumulate locally and are all-reduced once.
 inline void ddp_micro_batch(DistributedDataParallel& ddp, int b, int world, int rank, bool last) {
-  Tensor x = batch_x(b, world).narrow(rank * kPerRank, kPerRank);
-  Tensor y = batch_y(b, world).narrow(rank * kPerRank, kPerRank);
+  Tensor x = rows_of(batch_x(b, world), rank);
+  Tensor y = rows_of(batch_y(b, world), rank);
   if (last) {
     mse_loss(ddp.forward(x), y).backward();
     return;

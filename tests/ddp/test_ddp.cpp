@@ -48,7 +48,8 @@ std::vector<std::vector<float>> ddp_run(ProcessGroup& pg, DDPOptions opts, int a
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
     pg.reset_comm_stats();
-    for (int a = 0; a < accumulate; ++a) ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
+    for (int a = 0; a < accumulate; ++a)
+      ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
     if (calls_per_step) {
       auto stats = pg.comm_stats().per_collective;
       calls_per_step->push_back(stats.count("all_reduce") ? stats["all_reduce"].calls : 0);
@@ -58,11 +59,13 @@ std::vector<std::vector<float>> ddp_run(ProcessGroup& pg, DDPOptions opts, int a
   return params_of(*model);
 }
 
-void check_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+void check_close(const std::vector<std::vector<float>>& a,
+                 const std::vector<std::vector<float>>& b) {
   REQUIRE(a.size() == b.size());
   for (size_t k = 0; k < a.size(); ++k) {
     REQUIRE(a[k].size() == b[k].size());
-    for (size_t i = 0; i < a[k].size(); ++i) CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(1e-5));
+    for (size_t i = 0; i < a[k].size(); ++i)
+      CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(1e-5));
   }
 }
 
@@ -73,7 +76,9 @@ TEST_CASE("DDP on 1-4 ranks equals one process on the concatenated batches, ring
     CAPTURE(world);
     auto expected = single_process(world);
     for (Algorithm algo : {Algorithm::Ring, Algorithm::Star}) {
-      run_threads(world, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {.algorithm = algo}), expected); });
+      run_threads(world, [&](ProcessGroup& pg) {
+        check_close(ddp_run(pg, {.algorithm = algo}), expected);
+      });
     }
   }
 }
@@ -86,7 +91,8 @@ TEST_CASE("no_sync accumulation over K micro-batches equals single-process accum
     run_threads(world, [&](ProcessGroup& pg) {
       std::vector<int64_t> calls;
       check_close(ddp_run(pg, {}, 3, &calls), expected);
-      for (int64_t c : calls) CHECK(c == 1);  // one bucket, one all-reduce per step, none inside no_sync
+      for (int64_t c : calls)
+        CHECK(c == 1);  // one bucket, one all-reduce per step, none inside no_sync
     });
   }
 }
@@ -112,7 +118,9 @@ TEST_CASE("buckets are filled in reverse registration order up to the cap") {
 
 TEST_CASE("gradient_as_bucket_view leaves .grad as views of the buckets, same values") {
   auto expected = single_process(2);
-  run_threads(2, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {.gradient_as_bucket_view = true}), expected); });
+  run_threads(2, [&](ProcessGroup& pg) {
+    check_close(ddp_run(pg, {.gradient_as_bucket_view = true}), expected);
+  });
 }
 
 namespace {
@@ -124,7 +132,9 @@ struct Partly : nn::Module {
     a = register_module("a", std::make_shared<nn::Linear>(3, 3));
     b = register_module("b", std::make_shared<nn::Linear>(3, 3));
   }
-  Tensor forward(const Tensor& x) override { return use_b ? b->forward(a->forward(x)) : a->forward(x); }
+  Tensor forward(const Tensor& x) override {
+    return use_b ? b->forward(a->forward(x)) : a->forward(x);
+  }
 };
 }  // namespace
 
@@ -132,12 +142,14 @@ TEST_CASE("an unused parameter is an error naming it, unless find_unused_paramet
   run_threads(2, [&](ProcessGroup& pg) {
     auto model = std::make_shared<Partly>();
     DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
-    CHECK_THROWS_WITH_AS(ddp.forward(ones({2, 3})).sum().backward(),
-                         doctest::Contains("received no gradient in this backward: b.weight, b.bias"), Error);
+    CHECK_THROWS_WITH_AS(
+        ddp.forward(ones({2, 3})).sum().backward(),
+        doctest::Contains("received no gradient in this backward: b.weight, b.bias"), Error);
   });
   run_threads(2, [&](ProcessGroup& pg) {
     auto model = std::make_shared<Partly>();
-    DistributedDataParallel ddp(model, {.find_unused_parameters = true, .process_group = borrow(pg)});
+    DistributedDataParallel ddp(model,
+                                {.find_unused_parameters = true, .process_group = borrow(pg)});
     ddp.forward(ones({2, 3}) * static_cast<float>(pg.rank() + 1)).sum().backward();
     CHECK(model->b->weight.grad().defined());
     CHECK(model->b->weight.grad().sum().item() == 0.0f);
@@ -147,27 +159,34 @@ TEST_CASE("an unused parameter is an error naming it, unless find_unused_paramet
 }
 
 TEST_CASE("ranks that wrap different models are told so at construction") {
-  CHECK_THROWS_WITH_AS(run_threads(2, [&](ProcessGroup& pg) {
-                         std::shared_ptr<nn::Module> m = pg.rank() == 0 ? std::shared_ptr<nn::Module>(std::make_shared<models::ToyModel>())
-                                                                        : std::make_shared<Partly>();
-                         DistributedDataParallel ddp(m, {.process_group = borrow(pg)});
-                       }),
+  CHECK_THROWS_WITH_AS(run_threads(
+                           2,
+                           [&](ProcessGroup& pg) {
+    std::shared_ptr<nn::Module> m =
+        pg.rank() == 0 ? std::shared_ptr<nn::Module>(std::make_shared<models::ToyModel>())
+                       : std::make_shared<Partly>();
+    DistributedDataParallel ddp(m, {.process_group = borrow(pg)});
+                           }),
                        doctest::Contains("ranks wrap different models"), Error);
 }
 
 TEST_CASE("DDP over forked processes and shared memory, and a rank that fails mid-step") {
   auto expected = single_process(3);
-  auto outcomes = run_processes(3, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {}), expected); });
+  auto outcomes =
+      run_processes(3, [&](ProcessGroup& pg) { check_close(ddp_run(pg, {}), expected); });
   for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
 
   ProcessGroupOptions short_timeout{.timeout = Seconds(3.0)};
-  auto failed = run_processes(3, [&](ProcessGroup& pg) {
+  auto failed = run_processes(
+      3,
+      [&](ProcessGroup& pg) {
     manual_seed(0);
     auto model = std::make_shared<models::ToyModel>();
     DistributedDataParallel ddp(model, {.process_group = borrow(pg)});
     if (pg.rank() == 1) throw Error("rank 1 fails on purpose before its backward");
     mse_loss(ddp.forward(ones({2, 10})), zeros({2, 5})).backward();
-  }, short_timeout);
+      },
+      short_timeout);
   CHECK_FALSE(failed[1].ok);
   for (int r : {0, 2}) {
     CAPTURE(failed[r].message);

@@ -1,7 +1,7 @@
-// test_ddp_mpi.cpp: DistributedDataParallel on the mpi backend, run by mpirun (meson test
+// test_ddp_mpi.cpp: DistributedDataParallel on the mpi engine, run by mpirun (meson test
 // starts it with 2 and 4 ranks). DDP itself is unchanged: the same ToyModel, batches and SGD
 // steps as tests/ddp/test_ddp.cpp must give the parameters of one process trained on the
-// concatenated batches, and the same parameters as DDP over the ring backend in this job;
+// concatenated batches, and the same parameters as DDP over the ring engine in this job;
 // also with fp16 gradient compression (float16 sums through MPI user ops) and no_sync.
 // SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too.
 // Read next: tests/parallel/mpi_test_main.h, tests/ddp/test_ddp.cpp.
@@ -41,7 +41,8 @@ Params ddp_run(std::shared_ptr<ProcessGroup> pg, int accumulate, bool fp16) {
   optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
   for (int s = 0; s < kSteps; ++s) {
     opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a) ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
+    for (int a = 0; a < accumulate; ++a)
+      ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
     opt.step();
   }
   return params_of(*model);
@@ -51,10 +52,10 @@ void check_close(const Params& a, const Params& b, double eps) {
   REQUIRE(a.size() == b.size());
   for (size_t k = 0; k < a.size(); ++k) {
     REQUIRE(a[k].size() == b[k].size());
-    for (size_t i = 0; i < a[k].size(); ++i) CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(eps));
+    for (size_t i = 0; i < a[k].size(); ++i)
+      CHECK(a[k][i] == doctest::Approx(b[k][i]).epsilon(eps));
   }
 }
-
 
 }  // namespace
 
@@ -87,7 +88,7 @@ TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, th
   ring_group()->reset_comm_stats();
   const Params on_mpi = ddp_run(mpi_group(), 1, true);
   const Params on_ring = ddp_run(ring_group(), 1, true);
-  // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extras)
+  // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extensions)
   CHECK(max_diff(on_mpi, expected) < 2e-3f);
   CHECK(max_diff(on_mpi, on_ring) < 2e-3f);
   CHECK(max_diff(on_mpi, expected) > 0.0f);  // it did go through half precision

@@ -33,7 +33,8 @@ constexpr int kLaunch = -1;  // an event: a bucket's reduction was started
 // wrapping m in DDP so that the entry precedes whatever DDP's own hook launches.
 void log_gradients(nn::Module& m, std::vector<int>& events) {
   int i = 0;
-  for (Tensor p : m.parameters()) p.register_post_accumulate_grad_hook([&events, k = i++](Tensor&) { events.push_back(k); });
+  for (Tensor p : m.parameters())
+    p.register_post_accumulate_grad_hook([&events, k = i++](Tensor&) { events.push_back(k); });
 }
 
 CommHook logging_hook(std::vector<int>& events) {
@@ -71,8 +72,9 @@ TEST_CASE("overlap: the first bucket's all-reduce starts before backward has fin
     std::vector<int> events;
     auto model = std::make_shared<models::ToyModel>();
     log_gradients(*model, events);
-    DistributedDataParallel ddp(model, {.bucket_cap_mb = 1e-6, .process_group = borrow(pg),
-                                        .comm_hook = logging_hook(events)});
+    DistributedDataParallel ddp(
+        model,
+        {.bucket_cap_mb = 1e-6, .process_group = borrow(pg), .comm_hook = logging_hook(events)});
     mse_loss(ddp.forward(ones({2, 10})), zeros({2, 5})).backward();
     auto [launch, last] = first_launch_last_grad(events);
     CAPTURE(events.size());
@@ -81,7 +83,8 @@ TEST_CASE("overlap: the first bucket's all-reduce starts before backward has fin
   });
 }
 
-TEST_CASE("find_unused_parameters: the graph walk after forward keeps overlap with an unused layer") {
+TEST_CASE(
+    "find_unused_parameters: the graph walk after forward keeps overlap with an unused layer") {
   // Buckets of 80 bytes, reverse registration: {unused.b, unused.w, fc2.b, fc2.w}, {fc1.b, fc1.w}.
   // Were `unused` only found at the end of backward, bucket 0 would wait for it, and with it
   // every bucket: nothing would overlap.
@@ -89,8 +92,10 @@ TEST_CASE("find_unused_parameters: the graph walk after forward keeps overlap wi
     std::vector<int> events;
     auto model = std::make_shared<Branchy>();
     log_gradients(*model, events);
-    DistributedDataParallel ddp(model, {.bucket_cap_mb = 80.0 / (1024 * 1024), .find_unused_parameters = true,
-                                        .process_group = borrow(pg), .comm_hook = logging_hook(events)});
+    DistributedDataParallel ddp(model, {.bucket_cap_mb = 80.0 / (1024 * 1024),
+                                        .find_unused_parameters = true,
+                                        .process_group = borrow(pg),
+                                        .comm_hook = logging_hook(events)});
     REQUIRE(ddp.reducer().num_buckets() == 2);
     for (int step = 0; step < 2; ++step) {  // before and after the buckets are rebuilt
       CAPTURE(step);
@@ -114,16 +119,20 @@ struct Partly : nn::Module {
     a = register_module("a", std::make_shared<nn::Linear>(3, 3));
     b = register_module("b", std::make_shared<nn::Linear>(3, 3));
   }
-  Tensor forward(const Tensor& x) override { return use_b ? b->forward(a->forward(x)) : a->forward(x); }
+  Tensor forward(const Tensor& x) override {
+    return use_b ? b->forward(a->forward(x)) : a->forward(x);
+  }
 };
 }  // namespace
 
-TEST_CASE("find_unused_parameters over steps: a parameter unused in a later step gets a zero gradient") {
+TEST_CASE(
+    "find_unused_parameters over steps: a parameter unused in a later step gets a zero gradient") {
   for (bool view : {false, true}) {
     CAPTURE(view);
     run_threads(2, [&](ProcessGroup& pg) {
       auto model = std::make_shared<Partly>();
-      DistributedDataParallel ddp(model, {.find_unused_parameters = true, .gradient_as_bucket_view = view,
+      DistributedDataParallel ddp(model, {.find_unused_parameters = true,
+                                          .gradient_as_bucket_view = view,
                                           .process_group = borrow(pg)});
       optim::SGD opt(ddp.parameters(), {.lr = 0.1});
       // Steps 1 and 2 use b (2 rebuilds the buckets), step 3 does not.
@@ -179,8 +188,9 @@ TEST_CASE("buckets are rebuilt after the first iteration in the order gradients 
     model->load_state_dict(init);
     log_gradients(*model, events);
     // One parameter per bucket; first layout (reverse registration): early.b, early.w, late.b, late.w.
-    DistributedDataParallel ddp(model, {.bucket_cap_mb = 1e-6, .process_group = borrow(pg),
-                                        .comm_hook = logging_hook(events)});
+    DistributedDataParallel ddp(
+        model,
+        {.bucket_cap_mb = 1e-6, .process_group = borrow(pg), .comm_hook = logging_hook(events)});
     optim::SGD opt(ddp.parameters(), {.lr = 0.1});
     std::vector<int> ready_order;
     for (int s = 0; s < kSteps; ++s) {
@@ -193,16 +203,17 @@ TEST_CASE("buckets are rebuilt after the first iteration in the order gradients 
       Tensor y = ddp.forward(x);
       mul_scalar(sum(mul(y, y)), static_cast<float>(kWorld)).backward();
       // Gradients that had to be final before the first all-reduce could start.
-      const long grads_before_launch = std::find(events.begin(), events.end(), kLaunch) - events.begin();
+      const long grads_before_launch =
+          std::find(events.begin(), events.end(), kLaunch) - events.begin();
       if (s == 0) {
         CHECK_FALSE(ddp.reducer().buckets_rebuilt());
         for (int e : events)
           if (e != kLaunch) ready_order.push_back(e);
-        CHECK(ready_order.front() < 2);     // late's gradients come first, but bucket 0 is early.b:
-        CHECK(grads_before_launch == 3);    // it waited for late's two and its own
+        CHECK(ready_order.front() < 2);   // late's gradients come first, but bucket 0 is early.b:
+        CHECK(grads_before_launch == 3);  // it waited for late's two and its own
       } else {
         CHECK(ddp.reducer().buckets_rebuilt());
-        CHECK(grads_before_launch == 1);    // rebuilt in ready order: out after the first gradient
+        CHECK(grads_before_launch == 1);  // rebuilt in ready order: out after the first gradient
       }
       opt.step();
     }
@@ -218,13 +229,15 @@ TEST_CASE("buckets are rebuilt after the first iteration in the order gradients 
   });
 }
 
-TEST_CASE("broadcast_buffers: a perturbed running_mean on rank 1 is overwritten from rank 0, or kept when off") {
+TEST_CASE("broadcast_buffers: a perturbed running_mean on rank 1 is overwritten from rank 0, or "
+          "kept when off") {
   for (bool on : {true, false}) {
     CAPTURE(on);
     std::vector<std::vector<float>> means(2);
     run_threads(2, [&](ProcessGroup& pg) {
-      auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-          std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::BatchNorm1d>(3)});
+      auto model =
+          std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+              std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::BatchNorm1d>(3)});
       DistributedDataParallel ddp(model, {.broadcast_buffers = on, .process_group = borrow(pg)});
       auto bn = std::dynamic_pointer_cast<nn::BatchNorm>((*model)[1]);
       if (pg.rank() == 1) {
@@ -260,7 +273,8 @@ struct StepMemory {
 StepMemory step_memory(ProcessGroup& pg, Device dev, bool view) {
   auto model = std::make_shared<Wide>();
   model->to(dev);
-  DistributedDataParallel ddp(model, {.device = dev, .gradient_as_bucket_view = view, .process_group = borrow(pg)});
+  DistributedDataParallel ddp(
+      model, {.device = dev, .gradient_as_bucket_view = view, .process_group = borrow(pg)});
   optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = 0.9});
   Tensor x = ones({2, 256}, {.device = dev});
   StepMemory mem;
@@ -293,8 +307,9 @@ TEST_CASE("gradient_as_bucket_view keeps .grad a view of the bucket and saves on
     viewed = step_memory(pg, dev, true);
   });
   MESSAGE("step peak: .grad separate " << plain.peak << " B, .grad a bucket view " << viewed.peak
-          << " B; held after backward " << plain.held_after_backward << " vs " << viewed.held_after_backward
-          << " B; one gradient copy " << grad_bytes << " B");
+                                       << " B; held after backward " << plain.held_after_backward
+                                       << " vs " << viewed.held_after_backward
+                                       << " B; one gradient copy " << grad_bytes << " B");
   // After backward the separate .grad tensors are exactly one gradient copy more.
   CHECK(plain.held_after_backward - viewed.held_after_backward == grad_bytes);
   // At the peak (the last gradient arriving) the view saves that copy less what backward

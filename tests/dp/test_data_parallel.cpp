@@ -78,7 +78,8 @@ TEST_CASE("DataParallel on 1-4 devices equals one device: loss and updated weigh
       CHECK(l2 == doctest::Approx(l1).epsilon(1e-5));
     }
     auto a = single->parameters(), b = master->parameters();
-    for (size_t k = 0; k < a.size(); ++k) check_close(b[k].to_vector<float>(), a[k].to_vector<float>(), 1e-5f);
+    for (size_t k = 0; k < a.size(); ++k)
+      check_close(b[k].to_vector<float>(), a[k].to_vector<float>(), 1e-5f);
   }
 }
 
@@ -109,7 +110,8 @@ TEST_CASE("DataParallel with BatchNorm in eval mode equals one device") {
   Tensor y = randint(0, 3, {11});
   CHECK(sgd_step(dp, x, y) == doctest::Approx(sgd_step(*single, x, y)).epsilon(1e-5));
   auto a = single->parameters(), b = master->parameters();
-  for (size_t k = 0; k < a.size(); ++k) check_close(b[k].to_vector<float>(), a[k].to_vector<float>(), 1e-5f);
+  for (size_t k = 0; k < a.size(); ++k)
+    check_close(b[k].to_vector<float>(), a[k].to_vector<float>(), 1e-5f);
 }
 
 TEST_CASE("scatter follows Tensor.chunk, and the input gradient comes back whole") {
@@ -139,7 +141,8 @@ TEST_CASE("scatter follows Tensor.chunk, and the input gradient comes back whole
     check_close(x.grad().narrow(r, 1).to_vector<float>(), expected.to_vector<float>(), 1e-6f);
 }
 
-TEST_CASE("over emulated links DataParallel computes the same, and the master's link sets the pace") {
+TEST_CASE(
+    "over emulated links DataParallel computes the same, and the master's link sets the pace") {
   // 1 Gbit/s: the MLP's P = 0.94 MB of weights leave the master N-1 times per step, which
   // alone takes (N-1) * P / 1.25e8 s; gradients come back through its ingress the same way.
   const int n = 4;
@@ -163,11 +166,14 @@ TEST_CASE("over emulated links DataParallel computes the same, and the master's 
   }
   auto a = plain->parameters(), b = linked->parameters();
   for (size_t k = 0; k < a.size(); ++k) CHECK(b[k].to_vector<float>() == a[k].to_vector<float>());
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  MESSAGE("2 steps over 1 Gbit/s links: ", elapsed, " s, the master's link alone needs ", 2 * floor_s, " s");
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MESSAGE("2 steps over 1 Gbit/s links: ", elapsed, " s, the master's link alone needs ",
+          2 * floor_s, " s");
   CHECK(elapsed >= 2 * floor_s);
   CHECK(elapsed < 2 * floor_s + 2.0);  // the wait is booked once per copy, not compounded
-  CHECK_THROWS_WITH_AS(dp_linked.emulate_links(-1), doctest::Contains("must be >= 0 Gbit/s"), Error);
+  CHECK_THROWS_WITH_AS(dp_linked.emulate_links(-1), doctest::Contains("must be >= 0 Gbit/s"),
+                       Error);
 }
 
 TEST_CASE("traffic counters equal the parameter-server formulas") {
@@ -217,7 +223,8 @@ TEST_CASE("DataParallel errors say what is wrong") {
   CHECK_THROWS_WITH_AS(DataParallel(model, {}), doctest::Contains("device_ids is empty"), Error);
   CHECK_THROWS_WITH_AS(DataParallel(model, {Device("cpu:1"), Device("cpu:0")}),
                        doctest::Contains("must be on device_ids[0] = cpu:1"), Error);
-  CHECK_THROWS_WITH_AS(DataParallel(model, {Device("cpu:0"), Device("cpu:0")}), doctest::Contains("twice"), Error);
+  CHECK_THROWS_WITH_AS(DataParallel(model, {Device("cpu:0"), Device("cpu:0")}),
+                       doctest::Contains("twice"), Error);
   if (cuda_device_count() == 0)
     CHECK_THROWS_WITH_AS(DataParallel(model, {Device("cpu:0"), Device("cuda:0")}),
                          doctest::Contains("cuda:0 is not usable"), Error);

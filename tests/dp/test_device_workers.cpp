@@ -77,7 +77,8 @@ namespace {
 // Records which thread ran each replica's forward.
 struct ThreadRecorder : nn::Module {
   std::shared_ptr<nn::Linear> fc;
-  std::shared_ptr<std::set<std::thread::id>> forward_threads = std::make_shared<std::set<std::thread::id>>();
+  std::shared_ptr<std::set<std::thread::id>> forward_threads =
+      std::make_shared<std::set<std::thread::id>>();
   std::shared_ptr<std::vector<int>> jobs = std::make_shared<std::vector<int>>();
   std::shared_ptr<std::mutex> m = std::make_shared<std::mutex>();
   ThreadRecorder() { fc = register_module("fc", std::make_shared<nn::Linear>(4, 2)); }

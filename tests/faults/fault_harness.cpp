@@ -161,9 +161,7 @@ void kill_job(const Job& job) {
   fs::remove(job.log, ec);
 }
 
-std::vector<std::string> dplab_shm_entries() {
-  return files_starting_with("/dev/shm", "dplab-");
-}
+std::vector<std::string> dplab_shm_entries() { return files_starting_with("/dev/shm", "dplab-"); }
 
 std::vector<std::string> files_starting_with(const fs::path& dir, const std::string& prefix) {
   std::vector<std::string> found;
@@ -194,6 +192,8 @@ int trials(int n) {
   return n * scale;
 }
 
-double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng()); }
+double uniform(double lo, double hi) {
+  return std::uniform_real_distribution<double>(lo, hi)(rng());
+}
 
 }  // namespace dplab::faults

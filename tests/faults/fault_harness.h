@@ -21,7 +21,7 @@ namespace dplab::faults {
 using Clock = std::chrono::steady_clock;
 
 struct Job {
-  pid_t pid = -1;  // the launcher; also the session id
+  pid_t pid = -1;             // the launcher; also the session id
   std::filesystem::path log;  // stdout and stderr of the launcher and every rank
   Clock::time_point started;
 };
@@ -55,7 +55,8 @@ void kill_job(const Job& job);
 std::vector<std::string> dplab_shm_entries();
 
 // Files in dir whose name starts with prefix.
-std::vector<std::string> files_starting_with(const std::filesystem::path& dir, const std::string& prefix);
+std::vector<std::string> files_starting_with(const std::filesystem::path& dir,
+                                             const std::string& prefix);
 
 // The exit code of a wait status: WEXITSTATUS, or 128 + the signal.
 int exit_code(int wait_status);

@@ -24,8 +24,8 @@ namespace par = dplab::parallel;
 
 namespace {
 
-void train(const std::string& backend, int steps, const std::string& checkpoint, int checkpoint_mb) {
-  par::init_process_group({.backend = backend});
+void train(const std::string& engine, int steps, const std::string& checkpoint, int checkpoint_mb) {
+  par::init_process_group({.engine = engine});
   const int rank = par::get_rank();
   std::printf("rank %d pid %d ready\n", rank, static_cast<int>(getpid()));
   std::fflush(stdout);
@@ -61,11 +61,13 @@ void train(const std::string& backend, int steps, const std::string& checkpoint,
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 5) {
-    std::fprintf(stderr, "usage: fault_trainer ring|star|mpi STEPS [CHECKPOINT_PATH CHECKPOINT_MB]\n");
+    std::fprintf(stderr,
+                 "usage: fault_trainer ring|star|mpi STEPS [CHECKPOINT_PATH CHECKPOINT_MB]\n");
     return 2;
   }
   try {
-    train(argv[1], std::stoi(argv[2]), argc == 5 ? argv[3] : "", argc == 5 ? std::stoi(argv[4]) : 0);
+    train(argv[1], std::stoi(argv[2]), argc == 5 ? argv[3] : "",
+          argc == 5 ? std::stoi(argv[4]) : 0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_trainer: error: %s\n", e.what());

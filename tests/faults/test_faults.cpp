@@ -23,8 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kTimeout = 3.0;  // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
-constexpr double kGrace = 1.0;    // dplab-run --grace-period: SIGTERM, then SIGKILL after it
+constexpr double kTimeout = 3.0;   // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
+constexpr double kGrace = 1.0;     // dplab-run --grace-period: SIGTERM, then SIGKILL after it
 constexpr int kForever = 1000000;  // steps: the job runs until we hit it
 
 std::string env_path(const char* var) {
@@ -34,15 +34,21 @@ std::string env_path(const char* var) {
 }
 
 std::map<std::string, std::string> job_env() {
-  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)}, {"OMP_NUM_THREADS", "1"},
+  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)},
+          {"OMP_NUM_THREADS", "1"},
           {"DPLAB_NUM_THREADS", "1"}};
 }
 
-std::vector<std::string> dplab_run(const std::string& backend, int n,
+std::vector<std::string> dplab_run(const std::string& engine, int n,
                                    const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{env_path("DPLAB_RUN"), "--nproc-per-node", std::to_string(n),
-                                "--grace-period", fmt::format("{}", kGrace),
-                                env_path("FAULT_TRAINER"), backend, std::to_string(kForever)};
+  std::vector<std::string> argv{env_path("DPLAB_RUN"),
+                                "--nproc-per-node",
+                                std::to_string(n),
+                                "--grace-period",
+                                fmt::format("{}", kGrace),
+                                env_path("FAULT_TRAINER"),
+                                engine,
+                                std::to_string(kForever)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
 }
@@ -63,7 +69,8 @@ std::map<int, pid_t> wait_ready(const Job& job, int n) {
 void check_nothing_left(const Job& job, double within_s, const std::string& what) {
   auto gone = wait_session_gone(job.pid, within_s);
   CHECK_MESSAGE(gone.has_value(), what << ": processes of the job still run " << within_s
-                                       << " s later:\n" << output(job));
+                                       << " s later:\n"
+                                       << output(job));
   CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
 }
 
@@ -84,7 +91,7 @@ Hit hit_random_rank(const std::vector<std::string>& argv, int n, int sig) {
 }
 
 struct Setup {
-  std::string backend;
+  std::string engine;
   int n;
 };
 const std::vector<Setup> kSetups{{"ring", 2}, {"ring", 4}, {"star", 2}, {"star", 4}};
@@ -96,17 +103,18 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
   double worst = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(2); ++t, ++count) {
-      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGKILL);
+      const auto [job, victim, pid] = hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGKILL);
       const auto hit = Clock::now();
       auto st = wait_exit(job, kTimeout + kGrace + 5);
       const double took = std::chrono::duration<double>(Clock::now() - hit).count();
       worst = std::max(worst, took);
-      const std::string what = fmt::format("{} N={} rank {} killed", s.backend, s.n, victim);
+      const std::string what = fmt::format("{} N={} rank {} killed", s.engine, s.n, victim);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
       CHECK(exit_code(*st) == 1);
       CHECK_MESSAGE(output(job).find(fmt::format("rank {} (pid {}) was killed by signal 9", victim,
                                                  pid)) != std::string::npos,
-                    what << ":\n" << output(job));
+                    what << ":\n"
+                         << output(job));
       check_nothing_left(job, 2.0, what);
       kill_job(job);
     }
@@ -127,11 +135,11 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
   } kill_all{hits};
   for (const Setup& s : kSetups)
     for (int t = 0; t < trials(1); ++t)
-      hits.emplace_back(s, hit_random_rank(dplab_run(s.backend, s.n), s.n, SIGSTOP));
+      hits.emplace_back(s, hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGSTOP));
   for (const auto& [s, hit] : hits) {
     const auto& [job, victim, pid] = hit;
     auto st = wait_exit(job, kTimeout + kGrace + 10);
-    const std::string what = fmt::format("{} N={} rank {} stopped", s.backend, s.n, victim);
+    const std::string what = fmt::format("{} N={} rank {} stopped", s.engine, s.n, victim);
     REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
     CHECK(exit_code(*st) == 1);
     const std::string out = output(job);
@@ -156,13 +164,13 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
                   Hit{SIGTERM, 128 + SIGTERM}}) {
     for (const Setup& s : {Setup{"ring", 2}, Setup{"star", 4}}) {
       for (int t = 0; t < trials(1); ++t, ++count) {
-        Job job = start_job(dplab_run(s.backend, s.n), job_env());
+        Job job = start_job(dplab_run(s.engine, s.n), job_env());
         wait_ready(job, s.n);
         std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
         const auto t0 = Clock::now();
         ::kill(job.pid, hit.sig);
-        const std::string what = fmt::format("{} N={}, launcher got {}", s.backend, s.n,
-                                             strsignal(hit.sig));
+        const std::string what =
+            fmt::format("{} N={}, launcher got {}", s.engine, s.n, strsignal(hit.sig));
         auto st = wait_exit(job, 5.0);
         REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end");
         CHECK_MESSAGE(exit_code(*st) == hit.expect_exit, what << ":\n" << output(job));
@@ -176,19 +184,20 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
     }
   }
   fmt::print("launcher killed / hung up / interrupted / terminated: {} trials, every rank gone at "
-             "most {:.2f} s after the signal\n", count, worst);
+             "most {:.2f} s after the signal\n",
+             count, worst);
 }
 
 TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory set-up)") {
   int count = 0;
   for (const Setup& s : kSetups) {
     for (int t = 0; t < trials(2); ++t, ++count) {
-      Job job = start_job(dplab_run(s.backend, s.n), job_env());
+      Job job = start_job(dplab_run(s.engine, s.n), job_env());
       // Somewhere between exec and the first step: ranks connect to the store, rank 0
       // creates the shared block, the others map it.
       std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.3)));
       const bool interrupt = t % 2 == 1;
-      std::string what = fmt::format("{} N={}, {} during start-up", s.backend, s.n,
+      std::string what = fmt::format("{} N={}, {} during start-up", s.engine, s.n,
                                      interrupt ? "Ctrl-C" : "kill -9 of a rank");
       if (interrupt) {
         ::kill(job.pid, SIGINT);
@@ -198,8 +207,7 @@ TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory 
           if (p != job.pid) ranks.push_back(p);
         if (!ranks.empty())
           ::kill(ranks[std::uniform_int_distribution<size_t>(0, ranks.size() - 1)(rng())], SIGKILL);
-        else
-          ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
+        else ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
       }
       auto st = wait_exit(job, kTimeout + kGrace + 10);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
@@ -224,8 +232,8 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
       Job job = start_job(dplab_run("ring", 2, {ckpt.string(), std::to_string(kMb)}), job_env());
       auto pids = wait_ready(job, 2);
       const int step = std::uniform_int_distribution<int>(1, 3)(rng());
-      REQUIRE_MESSAGE(wait_for_output(job, fmt::format("saving {}", step), 30),
-                      "no save started:\n" << output(job));
+      REQUIRE_MESSAGE(wait_for_output(job, fmt::format("saving {}", step), 30), "no save started:\n"
+                                                                                    << output(job));
       std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.03)));
       landed_in_save += output(job).find(fmt::format("saved {}", step)) == std::string::npos;
       // SIGINT as from Ctrl-C goes to the launcher, which forwards it; the others hit rank 0
@@ -251,18 +259,25 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
   }
   fs::remove_all(dir);
   fmt::print("signals during checkpoint saves: {} trials ({} landed while the file was being "
-             "written); no half file at the final path\n", count, landed_in_save);
+             "written); no half file at the final path\n",
+             count, landed_in_save);
 }
 
-// ---- the mpi backend: mpirun is the launcher; the engine's watchdog names a stopped rank ----
+// ---- the mpi engine: mpirun is the launcher; the engine's watchdog names a stopped rank ----
 
 namespace {
 
 bool have_mpirun() { return std::getenv("MPIRUN") != nullptr; }
 
 std::vector<std::string> mpirun(int n) {
-  return {env_path("MPIRUN"), "--bind-to", "none", "-np", std::to_string(n), env_path("FAULT_TRAINER"),
-          "mpi", std::to_string(kForever)};
+  return {env_path("MPIRUN"),
+          "--bind-to",
+          "none",
+          "-np",
+          std::to_string(n),
+          env_path("FAULT_TRAINER"),
+          "mpi",
+          std::to_string(kForever)};
 }
 
 }  // namespace

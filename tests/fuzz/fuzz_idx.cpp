@@ -14,8 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       dplab::datasets::IdxData idx = dplab::datasets::read_idx_u8(file.path(), ndims, 0);
       (void)idx.bytes.size();
-    } catch (const dplab::Error&) {
-    }
+    } catch (const dplab::Error&) {}
   }
   return 0;
 }

@@ -32,7 +32,8 @@ struct TempDir {
   // Names of every entry in the directory (sorted), to check no temporary is left behind.
   std::vector<std::string> entries() const {
     std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
   }
@@ -66,7 +67,8 @@ std::string le_bytes(const std::vector<T>& v) {
 }
 
 // A file from header text and data; pad_to_8 adds spaces as Python's writer does.
-inline std::string safetensors_bytes(std::string header, const std::string& data, bool pad_to_8 = true) {
+inline std::string safetensors_bytes(std::string header, const std::string& data,
+                                     bool pad_to_8 = true) {
   if (pad_to_8) header.append((8 - header.size() % 8) % 8, ' ');
   return u64_le(header.size()) + header + data;
 }

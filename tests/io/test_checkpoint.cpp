@@ -59,8 +59,8 @@ TEST_CASE("checkpoint: model, SGD momentum and epoch resume exactly") {
 
   // The file itself: model keys as PyTorch names them, optimizer state under "optim.".
   Loaded raw = load_safetensors(dir.file("ckpt.safetensors"));
-  for (const char* k : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "optim.state.0.momentum_buffer",
-                        "optim.state.3.momentum_buffer"})
+  for (const char* k : {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                        "optim.state.0.momentum_buffer", "optim.state.3.momentum_buffer"})
     CHECK_MESSAGE(raw.tensors.contains(k), k);
   CHECK(raw.metadata.at("format") == "pt");
   CHECK(raw.metadata.at("optim.type") == "SGD");
@@ -108,7 +108,8 @@ TEST_CASE("checkpoint: a file from safetensors.torch.save_file(model.state_dict(
                        R"("fc1.weight":{"dtype":"F32","shape":[3,4],"data_offsets":[12,60]},)"
                        R"("fc2.bias":{"dtype":"F32","shape":[2],"data_offsets":[60,68]},)"
                        R"("fc2.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[68,92]}})";
-  std::string data = test::le_bytes(b1) + test::le_bytes(w1) + test::le_bytes(b2) + test::le_bytes(w2);
+  std::string data =
+      test::le_bytes(b1) + test::le_bytes(w1) + test::le_bytes(b2) + test::le_bytes(w2);
   test::write_bytes(dir.file("net.safetensors"), test::safetensors_bytes(header, data));
   Net net;
   Metadata meta = load_checkpoint(dir.file("net.safetensors"), net);
@@ -125,15 +126,18 @@ TEST_CASE("checkpoint: mismatches are errors") {
   // A file missing fc2: the strict model load lists what is missing.
   std::string header = R"({"fc1.bias":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
                        R"("fc1.weight":{"dtype":"F32","shape":[3,4],"data_offsets":[12,60]}})";
-  test::write_bytes(dir.file("half.safetensors"), test::safetensors_bytes(header, std::string(60, '\0')));
+  test::write_bytes(dir.file("half.safetensors"),
+                    test::safetensors_bytes(header, std::string(60, '\0')));
   Net net;
-  CHECK_THROWS_WITH(load_checkpoint(dir.file("half.safetensors"), net), doctest::Contains("fc2.weight"));
+  CHECK_THROWS_WITH(load_checkpoint(dir.file("half.safetensors"), net),
+                    doctest::Contains("fc2.weight"));
 
   // A model whose own keys start with "optim." cannot be saved unambiguously.
   struct Odd : nn::Module {
     Odd() { register_module("optim", std::make_shared<nn::Linear>(2, 2)); }
   } odd;
-  CHECK_THROWS_WITH(save_checkpoint(dir.file("odd.safetensors"), odd), doctest::Contains("reserve for the optimizer"));
+  CHECK_THROWS_WITH(save_checkpoint(dir.file("odd.safetensors"), odd),
+                    doctest::Contains("reserve for the optimizer"));
   CHECK(dir.entries() == std::vector<std::string>{"half.safetensors"});
 
   optim::SGD opt(net.parameters(), {.lr = 0.1});

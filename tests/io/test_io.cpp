@@ -2,10 +2,10 @@
 // Python writes them, and atomic saves (a failed save leaves the old file and no temporary).
 // Bad files are in test_safetensors_errors.cpp, checkpoints in test_checkpoint.cpp.
 #include <doctest/doctest.h>
-#include <fstream>
-#include <iterator>
 #include <signal.h>
 #include <sys/resource.h>
+#include <fstream>
+#include <iterator>
 
 #include "framework/backend/backend.h"
 #include "framework/io/safetensors.h"
@@ -25,7 +25,8 @@ TEST_CASE("safetensors: float32 and int64 tensors and metadata round trip") {
   sd.insert("empty", Tensor::empty({0, 3}));
   Tensor rows = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
   sd.insert("row1", rows.narrow(1, 1));  // a view: offset into a shared storage
-  Metadata meta{{"epoch", "3"}, {"note", "quote \" backslash \\ newline \n tab \t bell \x07 unicode \xc3\xa9"}};
+  Metadata meta{{"epoch", "3"},
+                {"note", "quote \" backslash \\ newline \n tab \t bell \x07 unicode \xc3\xa9"}};
   save_safetensors(dir.file("a.safetensors"), sd, meta);
 
   Loaded back = load_safetensors(dir.file("a.safetensors"));
@@ -49,7 +50,8 @@ TEST_CASE("safetensors: float32 and int64 tensors and metadata round trip") {
 TEST_CASE("safetensors: float16 tensors are written as F16 and read back bit for bit") {
   TempDir dir;
   StateDict sd;
-  Tensor half = from_vector(std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f}, {2, 2}).to(DType::Float16);
+  Tensor half = from_vector(std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f}, {2, 2})
+                    .to(DType::Float16);
   sd.insert("h", half);
   save_safetensors(dir.file("h.safetensors"), sd);
   std::ifstream in(dir.file("h.safetensors"), std::ios::binary);
@@ -60,7 +62,8 @@ TEST_CASE("safetensors: float16 tensors are written as F16 and read back bit for
   const Tensor& h = back.tensors.at("h");
   CHECK(h.dtype() == DType::Float16);
   CHECK(h.to_vector<uint16_t>() == half.to_vector<uint16_t>());
-  CHECK(h.to(DType::Float32).to_vector<float>() == std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f});
+  CHECK(h.to(DType::Float32).to_vector<float>() ==
+        std::vector<float>{1.0f, -2.5f, 65504.0f, 0.099975586f});
 }
 
 TEST_CASE("safetensors: BF16 tensors (torch.bfloat16's layout: float32's top 16 bits) round-trip") {
@@ -123,8 +126,8 @@ TEST_CASE("safetensors: the same bytes as the reference writer's own test vector
   sd.insert("attn0", from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {1, 1, 2, 3}));
   save_safetensors(dir.file("attn.safetensors"), sd);
   CHECK(test::read_bytes(dir.file("attn.safetensors")) ==
-        test::u64_le(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" + "       " +
-            test::le_bytes(std::vector<float>{0, 1, 2, 3, 4, 5}));
+        test::u64_le(72) + R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})" +
+            "       " + test::le_bytes(std::vector<float>{0, 1, 2, 3, 4, 5}));
 
   // Tensors given out of order are written I64 first, then by name, like Python.
   StateDict mixed;
@@ -136,7 +139,8 @@ TEST_CASE("safetensors: the same bytes as the reference writer's own test vector
                   R"("a":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
                   R"("z":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})";
   CHECK(test::read_bytes(dir.file("mixed.safetensors")) ==
-        test::safetensors_bytes(h, test::le_bytes(std::vector<int64_t>{2}) + test::le_bytes(std::vector<float>{3, 1})));
+        test::safetensors_bytes(
+            h, test::le_bytes(std::vector<int64_t>{2}) + test::le_bytes(std::vector<float>{3, 1})));
 }
 
 TEST_CASE("safetensors: map_location places tensors on cpu:3 and counts them there") {
@@ -182,7 +186,8 @@ TEST_CASE("safetensors: a file as Python writes it loads (metadata, sorted keys,
                        R"("steps":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
                        R"("bias":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
                        R"("weight":{"dtype":"F32","shape":[2,3],"data_offsets":[16,40]}})";
-  std::string data = test::le_bytes(std::vector<int64_t>{1234}) + test::le_bytes(std::vector<float>{0.5f, -0.5f}) +
+  std::string data = test::le_bytes(std::vector<int64_t>{1234}) +
+                     test::le_bytes(std::vector<float>{0.5f, -0.5f}) +
                      test::le_bytes(std::vector<float>{1, 2, 3, 4, 5, 6});
   std::string bytes = test::safetensors_bytes(header, data);
   REQUIRE((bytes.size() - data.size()) % 8 == 0);
@@ -195,15 +200,19 @@ TEST_CASE("safetensors: a file as Python writes it loads (metadata, sorted keys,
   CHECK(back.tensors.at("weight").to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
 }
 
-TEST_CASE("safetensors: header keys in any order, whitespace, escapes and no padding are accepted") {
+TEST_CASE(
+    "safetensors: header keys in any order, whitespace, escapes and no padding are accepted") {
   TempDir dir;
   // "b" is listed first but stored second; the header is pretty-printed, not padded.
-  std::string header = "{\n  \"b\" : {\"shape\": [1], \"data_offsets\": [4, 8], \"dtype\": \"F32\"},\n"
-                       "  \"a\\u00e9\\\"q\" : {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}\n}";
+  std::string header =
+      "{\n  \"b\" : {\"shape\": [1], \"data_offsets\": [4, 8], \"dtype\": \"F32\"},\n"
+      "  \"a\\u00e9\\\"q\" : {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}\n}";
   std::string data = test::le_bytes(std::vector<float>{1.f, 2.f});
-  test::write_bytes(dir.file("k.safetensors"), test::safetensors_bytes(header, data, /*pad_to_8=*/false));
+  test::write_bytes(dir.file("k.safetensors"),
+                    test::safetensors_bytes(header, data, /*pad_to_8=*/false));
   Loaded back = load_safetensors(dir.file("k.safetensors"));
-  CHECK(back.tensors.keys() == std::vector<std::string>{"a\xc3\xa9\"q", "b"});  // file (offset) order
+  CHECK(back.tensors.keys() ==
+        std::vector<std::string>{"a\xc3\xa9\"q", "b"});  // file (offset) order
   CHECK(back.tensors.at("a\xc3\xa9\"q").item() == 1.f);
   CHECK(back.tensors.at("b").item() == 2.f);
   CHECK(back.metadata.empty());
@@ -253,7 +262,8 @@ TEST_CASE("safetensors: a failed save leaves the previous file intact and no tem
   SUBCASE("a tensor cannot be written (undefined)") {
     StateDict bad = small_dict(3.f);
     bad.insert("hole", Tensor());
-    CHECK_THROWS_WITH(save_safetensors(path, bad), doctest::Contains("tensor \"hole\" is undefined"));
+    CHECK_THROWS_WITH(save_safetensors(path, bad),
+                      doctest::Contains("tensor \"hole\" is undefined"));
   }
   SUBCASE("the directory does not exist") {
     CHECK_THROWS_WITH(save_safetensors(dir.file("no/such/dir/x.safetensors"), small_dict(4.f)),
@@ -273,10 +283,12 @@ TEST_CASE("safetensors: saving over an existing file replaces it whole") {
   CHECK(back.tensors.at("a").to_vector<float>() == std::vector<float>{5.f, 5.f});
   CHECK(back.metadata.at("epoch") == "2");
   CHECK(dir.entries() == std::vector<std::string>{"x.safetensors"});
-  CHECK_THROWS_WITH(save_safetensors(path, [] {
-                      StateDict sd;
-                      sd.insert("__metadata__", Tensor::empty({1}));
-                      return sd;
-                    }()),
+  CHECK_THROWS_WITH(save_safetensors(
+                        path,
+                        [] {
+    StateDict sd;
+    sd.insert("__metadata__", Tensor::empty({1}));
+    return sd;
+                        }()),
                     doctest::Contains("reserved"));
 }

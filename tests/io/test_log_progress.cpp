@@ -121,7 +121,8 @@ TEST_CASE("log: DPLAB_LOG_LEVEL sets the starting level; a bad value warns and k
     CHECK(log_level_name(log_level()) == std::string(expect));
     log_error("e");
     if (std::getenv("DPLAB_IO_TEST_EXPECT_WARNING") != nullptr) {
-      CHECK(out.str() == "WARNING: DPLAB_LOG_LEVEL=\"loud\" is not one of debug, info, warning, error; using info\n"
+      CHECK(out.str() == "WARNING: DPLAB_LOG_LEVEL=\"loud\" is not one of debug, info, warning, "
+                         "error; using info\n"
                          "ERROR: e\n");
     } else {
       CHECK(out.str() == "ERROR: e\n");
@@ -132,7 +133,8 @@ TEST_CASE("log: DPLAB_LOG_LEVEL sets the starting level; a bad value warns and k
   // Runs this test alone in a child with DPLAB_LOG_LEVEL=value; true if its checks pass.
   auto child_passes = [](const std::string& value, const std::string& expect, bool warning) {
     std::string cmd = "DPLAB_LOG_LEVEL=" + value + " DPLAB_IO_TEST_EXPECT_LEVEL=" + expect +
-                      (warning ? " DPLAB_IO_TEST_EXPECT_WARNING=1" : "") + " /proc/" + std::to_string(getpid()) +
+                      (warning ? " DPLAB_IO_TEST_EXPECT_WARNING=1" : "") + " /proc/" +
+                      std::to_string(getpid()) +
                       "/exe -tc='log: DPLAB_LOG_LEVEL*' > /dev/null 2>&1";
     return std::system(cmd.c_str()) == 0;
   };
@@ -145,8 +147,12 @@ TEST_CASE("log: DPLAB_LOG_LEVEL sets the starting level; a bad value warns and k
 TEST_CASE("progress: plain mode prints a line every 10% with rate and ETA") {
   double t = 100.0;  // a fake clock: every update takes 0.5 s
   std::ostringstream out;
-  ProgressBar bar({.total = 100, .desc = "epoch 1/5", .unit = "samples", .out = &out,
-                   .mode = ProgressMode::Plain, .clock = [&t] { return t; }});
+  ProgressBar bar({.total = 100,
+                   .desc = "epoch 1/5",
+                   .unit = "samples",
+                   .out = &out,
+                   .mode = ProgressMode::Plain,
+                   .clock = [&t] { return t; }});
   CHECK(bar.mode() == ProgressMode::Plain);
   for (int i = 0; i < 20; ++i) {
     t += 0.5;
@@ -163,11 +169,16 @@ TEST_CASE("progress: plain mode prints a line every 10% with rate and ETA") {
   CHECK_THROWS_WITH(bar.update(1), doctest::Contains("after close()"));
 }
 
-TEST_CASE("progress: plain mode ends with a final line when stopped early, and big jumps print once") {
+TEST_CASE(
+    "progress: plain mode ends with a final line when stopped early, and big jumps print once") {
   double t = 0.0;
   std::ostringstream out;
   {
-    ProgressBar bar({.total = 1000, .desc = "eval", .unit = "it", .out = &out, .mode = ProgressMode::Plain,
+    ProgressBar bar({.total = 1000,
+                     .desc = "eval",
+                     .unit = "it",
+                     .out = &out,
+                     .mode = ProgressMode::Plain,
                      .clock = [&t] { return t; }});
     t = 2.0;
     bar.update(450);  // crosses 10%..40% at once: one line
@@ -184,8 +195,13 @@ TEST_CASE("progress: plain mode ends with a final line when stopped early, and b
 TEST_CASE("progress: unknown total prints every plain_interval_s") {
   double t = 0.0;
   std::ostringstream out;
-  ProgressBar bar({.total = 0, .desc = "stream", .unit = "batches", .out = &out, .mode = ProgressMode::Plain,
-                   .plain_interval_s = 10.0, .clock = [&t] { return t; }});
+  ProgressBar bar({.total = 0,
+                   .desc = "stream",
+                   .unit = "batches",
+                   .out = &out,
+                   .mode = ProgressMode::Plain,
+                   .plain_interval_s = 10.0,
+                   .clock = [&t] { return t; }});
   for (int i = 0; i < 25; ++i) {
     t += 1.0;
     bar.update(2);
@@ -201,7 +217,11 @@ TEST_CASE("progress: unknown total prints every plain_interval_s") {
 TEST_CASE("progress: terminal mode redraws one line with \\r, at most 10 times a second") {
   double t = 0.0;  // steps of 1/64 s are exact in binary, so the pacing is deterministic
   std::ostringstream out;
-  ProgressBar bar({.total = 640, .desc = "epoch 2/5", .unit = "samples", .out = &out, .mode = ProgressMode::Bar,
+  ProgressBar bar({.total = 640,
+                   .desc = "epoch 2/5",
+                   .unit = "samples",
+                   .out = &out,
+                   .mode = ProgressMode::Bar,
                    .clock = [&t] { return t; }});
   for (int i = 0; i < 64; ++i) {  // 64 updates over 1 s
     t += 1.0 / 64;
@@ -216,10 +236,11 @@ TEST_CASE("progress: terminal mode redraws one line with \\r, at most 10 times a
   CHECK(std::count(s.begin(), s.end(), '\n') == 1);
   CHECK(s.back() == '\n');
   std::string last = s.substr(s.rfind('\r') + 1);
-  CHECK(last == "epoch 2/5 [####################] 640/640 100% loss=0.5000 640.0 samples/s in 0:01\n");
+  CHECK(last ==
+        "epoch 2/5 [####################] 640/640 100% loss=0.5000 640.0 samples/s in 0:01\n");
   // Update 29: 290 of 640 done at t = 29/64 s: 9 of 20 cells, 45%, 0.55 s left.
-  CHECK(s.find("\repoch 2/5 [#########...........] 290/640 45% loss=0.5000 640.0 samples/s ETA 0:01\r") !=
-        std::string::npos);
+  CHECK(s.find("\repoch 2/5 [#########...........] 290/640 45% loss=0.5000 640.0 samples/s ETA "
+               "0:01\r") != std::string::npos);
 }
 
 TEST_CASE("progress: a log line first erases the terminal bar") {
@@ -227,7 +248,10 @@ TEST_CASE("progress: a log line first erases the terminal bar") {
   double t = 0.0;
   std::ostringstream out;
   {
-    ProgressBar bar({.total = 10, .desc = "e", .out = &out, .mode = ProgressMode::Bar, .clock = [&t] { return t; }});
+    ProgressBar bar(
+        {.total = 10, .desc = "e", .out = &out, .mode = ProgressMode::Bar, .clock = [&t] {
+           return t;
+         }});
     t = 1.0;
     bar.update(1);
     std::string drawn = out.str();
@@ -265,7 +289,8 @@ TEST_CASE("progress: mode from DPLAB_PROGRESS, plain when stdout is not a termin
     std::ostringstream out;
     ProgressBar bar({.total = 4, .out = &out});
     CHECK(bar.mode() == ProgressMode::Plain);  // an injected stream is never a terminal
-    ProgressBar on_stdout({.total = 4, .desc = "(progress mode check on stdout)", .mode = ProgressMode::Auto});
+    ProgressBar on_stdout(
+        {.total = 4, .desc = "(progress mode check on stdout)", .mode = ProgressMode::Auto});
     CHECK(on_stdout.mode() == (isatty(STDOUT_FILENO) ? ProgressMode::Bar : ProgressMode::Plain));
   }
   CHECK_THROWS_WITH(ProgressBar({.total = -1}), doctest::Contains("total must be >= 0"));

@@ -46,33 +46,46 @@ TEST_CASE("bad safetensors: too short, bad lengths, not safetensors at all") {
   // Length field says 1000, but only 10 bytes follow.
   check_has(load_error(dir, test::u64_le(1000) + "{\"a\":1}   "),
             "header length 1000 but only 10 bytes follow the length field (truncated?)");
-  check_has(load_error(dir, test::u64_le(200'000'000) + "{}"), "header length 200000000 exceeds the 100 MB limit");
+  check_has(load_error(dir, test::u64_le(200'000'000) + "{}"),
+            "header length 200000000 exceeds the 100 MB limit");
   // A text file: its first 8 bytes read as a huge length.
-  check_has(load_error(dir, "not a safetensors file at all, just some text\n"), "not a safetensors file?");
+  check_has(load_error(dir, "not a safetensors file at all, just some text\n"),
+            "not a safetensors file?");
   // A plausible length, but the header is not a JSON object.
   check_has(load_error(dir, test::safetensors_bytes("[1,2,3]", "")), "does not start with '{'");
   check_has(load_error(dir, test::u64_le(0)), "does not start with '{'");
-  CHECK_THROWS_WITH(load_safetensors(dir.file("missing.safetensors")), doctest::Contains("cannot open"));
+  CHECK_THROWS_WITH(load_safetensors(dir.file("missing.safetensors")),
+                    doctest::Contains("cannot open"));
   CHECK_THROWS_WITH(load_safetensors(dir.path), doctest::Contains("is not a regular file"));
 }
 
 TEST_CASE("bad safetensors: header is not valid JSON") {
   TempDir dir;
-  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{"dtype":"F32",)", "")), "invalid JSON header");
-  check_has(load_error(dir, test::safetensors_bytes(R"({"a" 1})", "")), "expected ':' after a key at byte 5");
-  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{}} x)", "", false)), "only whitespace may follow");
+  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{"dtype":"F32",)", "")),
+            "invalid JSON header");
+  check_has(load_error(dir, test::safetensors_bytes(R"({"a" 1})", "")),
+            "expected ':' after a key at byte 5");
+  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{}} x)", "", false)),
+            "only whitespace may follow");
   check_has(load_error(dir, test::safetensors_bytes(R"({"a":{"dtype":"F32","dtype":"F32"}})", "")),
             "duplicate key \"dtype\"");
-  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{"shape":[2.0]}})", "")), "non-integer number");
+  check_has(load_error(dir, test::safetensors_bytes(R"({"a":{"shape":[2.0]}})", "")),
+            "non-integer number");
   check_has(load_error(dir, test::safetensors_bytes(R"({"a":true})", "")), "true/false/null");
   check_has(load_error(dir, test::safetensors_bytes(R"({"a":"\q"})", "")), "expected one of");
-  check_has(load_error(dir, test::safetensors_bytes(R"({"a":99999999999999999999})", "")), "does not fit in 64 bits");
-  check_has(load_error(dir, test::safetensors_bytes(std::string(200, '[') + std::string(200, ']'), "")),
-            "does not start with '{'");
-  check_has(load_error(dir, test::safetensors_bytes("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", "")),
-            "nested deeper than 64 levels");
-  check_has(load_error(dir, test::safetensors_bytes("{\"a\xff\":{}}", "")), "not valid UTF-8 at byte 3");
-  check_has(load_error(dir, test::safetensors_bytes("{\"\xc0\xaf\":{}}", "")), "not valid UTF-8 at byte 2");  // overlong '/'
+  check_has(load_error(dir, test::safetensors_bytes(R"({"a":99999999999999999999})", "")),
+            "does not fit in 64 bits");
+  check_has(
+      load_error(dir, test::safetensors_bytes(std::string(200, '[') + std::string(200, ']'), "")),
+      "does not start with '{'");
+  check_has(
+      load_error(dir, test::safetensors_bytes(
+                          "{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", "")),
+      "nested deeper than 64 levels");
+  check_has(load_error(dir, test::safetensors_bytes("{\"a\xff\":{}}", "")),
+            "not valid UTF-8 at byte 3");
+  check_has(load_error(dir, test::safetensors_bytes("{\"\xc0\xaf\":{}}", "")),
+            "not valid UTF-8 at byte 2");  // overlong '/'
   // The message names the file and does not repeat the inner source location.
   std::string msg = load_error(dir, test::safetensors_bytes(R"({"a")", ""));
   check_has(msg, "bad.safetensors");
@@ -81,25 +94,32 @@ TEST_CASE("bad safetensors: header is not valid JSON") {
 
 TEST_CASE("bad safetensors: tensor entries with missing or wrong fields") {
   TempDir dir;
-  check_has(load_error(dir, file_with("5", 0)), "tensor \"a\": expected an object with dtype, shape and data_offsets");
-  check_has(load_error(dir, file_with(R"({"shape":[2],"data_offsets":[0,8]})", 8)), "tensor \"a\": missing \"dtype\"");
-  check_has(load_error(dir, file_with(R"({"dtype":"F32","data_offsets":[0,8]})", 8)), "tensor \"a\": missing \"shape\"");
-  check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[2]})", 8)), "tensor \"a\": missing \"data_offsets\"");
+  check_has(load_error(dir, file_with("5", 0)),
+            "tensor \"a\": expected an object with dtype, shape and data_offsets");
+  check_has(load_error(dir, file_with(R"({"shape":[2],"data_offsets":[0,8]})", 8)),
+            "tensor \"a\": missing \"dtype\"");
+  check_has(load_error(dir, file_with(R"({"dtype":"F32","data_offsets":[0,8]})", 8)),
+            "tensor \"a\": missing \"shape\"");
+  check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[2]})", 8)),
+            "tensor \"a\": missing \"data_offsets\"");
   check_has(load_error(dir, file_with(R"({"dtype":4,"shape":[2],"data_offsets":[0,8]})", 8)),
             "\"dtype\" must be a string, got a integer");
   check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":2,"data_offsets":[0,8]})", 8)),
             "\"shape\" must be an array");
   check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})", 8)),
             "shape entries must be non-negative integers");
-  check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]})", 4)),
-            "shape has 9 dims; dplab tensors have at most 8");
+  check_has(
+      load_error(
+          dir, file_with(R"({"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]})", 4)),
+      "shape has 9 dims; dplab tensors have at most 8");
   check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[2],"data_offsets":[0]})", 8)),
             "\"data_offsets\" must be an array [begin, end]");
   check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[2],"data_offsets":[-8,0]})", 8)),
             "data_offsets must be non-negative integers");
   check_has(load_error(dir, test::safetensors_bytes(R"({"__metadata__":{"epoch":3}})", "")),
             "__metadata__ value of \"epoch\" must be a string, got a integer");
-  check_has(load_error(dir, test::safetensors_bytes(R"({"__metadata__":[]})", "")), "__metadata__ must be an object");
+  check_has(load_error(dir, test::safetensors_bytes(R"({"__metadata__":[]})", "")),
+            "__metadata__ must be an object");
 }
 
 TEST_CASE("bad safetensors: dtypes other than F32 and I64") {
@@ -108,8 +128,9 @@ TEST_CASE("bad safetensors: dtypes other than F32 and I64") {
             "tensor \"a\": I16 is not supported; dplab reads F32, F16, BF16 and I64");
   check_has(load_error(dir, file_with(R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})", 8)),
             "F64 is not supported");
-  check_has(load_error(dir, file_with(R"({"dtype":"float32","shape":[2],"data_offsets":[0,8]})", 8)),
-            "unknown dtype \"float32\" (not a safetensors dtype; dplab reads F32, F16, BF16 and I64)");
+  check_has(
+      load_error(dir, file_with(R"({"dtype":"float32","shape":[2],"data_offsets":[0,8]})", 8)),
+      "unknown dtype \"float32\" (not a safetensors dtype; dplab reads F32, F16, BF16 and I64)");
   CHECK(parse_safetensors_dtype("BF16") == DType::BFloat16);
   CHECK_THROWS_WITH(parse_safetensors_dtype("Q7"), doctest::Contains("unknown dtype \"Q7\""));
   CHECK(parse_safetensors_dtype("I64") == DType::Int64);
@@ -123,8 +144,11 @@ TEST_CASE("bad safetensors: sizes and offsets") {
             "data_offsets [0, 16] run past the data section (8 bytes)");
   check_has(load_error(dir, file_with(R"({"dtype":"F32","shape":[0],"data_offsets":[8,4]})", 8)),
             "end before they begin");
-  check_has(load_error(dir, file_with(R"({"dtype":"I64","shape":[4294967296,4294967296],"data_offsets":[0,8]})", 8)),
-            "overflows 64 bits");
+  check_has(
+      load_error(
+          dir,
+          file_with(R"({"dtype":"I64","shape":[4294967296,4294967296],"data_offsets":[0,8]})", 8)),
+      "overflows 64 bits");
   // Two tensors sharing bytes 4..8.
   std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
@@ -147,7 +171,8 @@ TEST_CASE("json: strings escape and parse back the way serde_json writes them") 
   std::string out;
   append_json_string(out, std::string("a\"b\\c\n\x01\xc3\xa9"));
   CHECK(out == "\"a\\\"b\\\\c\\n\\u0001\xc3\xa9\"");
-  JsonValue v = parse_json("[\"" + out.substr(1, out.size() - 2) + "\", \"\\ud83d\\ude00\", -5, {}]");
+  JsonValue v =
+      parse_json("[\"" + out.substr(1, out.size() - 2) + "\", \"\\ud83d\\ude00\", -5, {}]");
   REQUIRE(v.items.size() == 4);
   CHECK(v.items[0].str == std::string("a\"b\\c\n\x01\xc3\xa9"));
   CHECK(v.items[1].str == "\xf0\x9f\x98\x80");  // U+1F600 from a surrogate pair
@@ -157,12 +182,13 @@ TEST_CASE("json: strings escape and parse back the way serde_json writes them") 
   CHECK_THROWS_WITH(parse_json("012"), doctest::Contains("leading zero"));
   CHECK(utf8_error_at("plain \xc3\xa9 \xf0\x9f\x98\x80") == std::string_view::npos);
   CHECK(utf8_error_at("ab\xed\xa0\x80") == 2);  // an encoded surrogate
-  CHECK(utf8_error_at("abc\xe2\x82") == 3);      // cut short
+  CHECK(utf8_error_at("abc\xe2\x82") == 3);     // cut short
   // The writer refuses names Python's reader would refuse, before creating any file.
   TempDir dir;
   StateDict sd;
   sd.insert("latin1 \xe9", from_vector(std::vector<float>{1.f}, {1}));
-  CHECK_THROWS_WITH(save_safetensors(dir.file("x.safetensors"), sd), doctest::Contains("is not valid UTF-8 (byte 7)"));
+  CHECK_THROWS_WITH(save_safetensors(dir.file("x.safetensors"), sd),
+                    doctest::Contains("is not valid UTF-8 (byte 7)"));
   CHECK(dir.entries().empty());
 }
 

@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "framework/io/checkpoint.h"
@@ -55,7 +55,7 @@ TEST_CASE("a save stopped by SIGTERM removes its temporary; the final path stays
   for (int trial = 0; trial < 3; ++trial) {
     pid_t child = fork();
     REQUIRE(child >= 0);
-    if (child == 0) {  // saves over and over until the signal comes
+    if (child == 0) {            // saves over and over until the signal comes
       signal(SIGTERM, SIG_DFL);  // as in a plain program (doctest catches it in this process)
       for (;;) save_safetensors(path, big);
     }
@@ -82,7 +82,8 @@ TEST_CASE("a save removes temporaries of its path left by dead processes, and on
   const std::string live = fmt::format("x.safetensors.tmp-{}-99", getpid());  // a save in flight
   const std::string other_path = fmt::format("y.safetensors.tmp-{}-0", dead);
   const std::string not_ours = "x.safetensors.tmp-notes";
-  for (const std::string& name : {stale, live, other_path, not_ours}) test::write_bytes(dir.file(name), "half");
+  for (const std::string& name : {stale, live, other_path, not_ours})
+    test::write_bytes(dir.file(name), "half");
   StateDict sd;
   sd.insert("a", ones({2}));
   save_safetensors(path, sd);
@@ -92,7 +93,8 @@ TEST_CASE("a save removes temporaries of its path left by dead processes, and on
   CHECK(remove_stale_temporaries(dir.file("y.safetensors")) == 1);
 }
 
-TEST_CASE("a save to a relative path removes the stale temporaries beside it, in the working directory") {
+TEST_CASE(
+    "a save to a relative path removes the stale temporaries beside it, in the working directory") {
   TempDir dir;
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path);
@@ -132,7 +134,8 @@ TEST_CASE("loading a FIFO is refused at once instead of waiting for a writer") {
   CHECK(result.get().find("is not a regular file") != std::string::npos);
 }
 
-TEST_CASE("hyper-parameters that are not finite are refused, in a checkpoint and in the constructor") {
+TEST_CASE(
+    "hyper-parameters that are not finite are refused, in a checkpoint and in the constructor") {
   TempDir dir;
   nn::Linear net(3, 2);
   optim::SGD opt(net.parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -147,7 +150,8 @@ TEST_CASE("hyper-parameters that are not finite are refused, in a checkpoint and
                          doctest::Contains("\"optim.lr\" should be a finite number"), Error);
   }
   const double inf = std::numeric_limits<double>::infinity();
-  CHECK_THROWS_WITH_AS(optim::SGD(net.parameters(), {.lr = inf}), doctest::Contains("finite"), Error);
+  CHECK_THROWS_WITH_AS(optim::SGD(net.parameters(), {.lr = inf}), doctest::Contains("finite"),
+                       Error);
   CHECK_THROWS_WITH_AS(optim::SGD(net.parameters(), {.lr = 0.1, .momentum = std::nan("")}),
                        doctest::Contains("finite"), Error);
 }

@@ -49,7 +49,8 @@ Grads step(nn::Sequential& seq, int segments) {
 
 }  // namespace
 
-TEST_CASE("checkpoint_sequential: gradients exactly those without checkpointing, dropout included") {
+TEST_CASE(
+    "checkpoint_sequential: gradients exactly those without checkpointing, dropout included") {
   auto seq = deep_mlp(4, 8);
   const Grads plain = step(*seq, 0);
   for (int segments : {1, 2, 3, 4, 13}) {
@@ -64,12 +65,15 @@ TEST_CASE("checkpoint_sequential: gradients exactly those without checkpointing,
   Generator data(3);
   Tensor x = randn({5, 8}, {}, &data);
   manual_seed(11);
-  Tensor out = checkpoint([&](const std::vector<Tensor>& in) { return seq->forward(in[0]); }, {x}, false);
+  Tensor out =
+      checkpoint([&](const std::vector<Tensor>& in) { return seq->forward(in[0]); }, {x}, false);
   out.sum().backward();
   const std::vector<float> unrestored = seq->parameters()[0].grad().to_vector<float>();
   for (const Tensor& p : seq->parameters()) p.impl().grad.reset();
   manual_seed(11);
-  checkpoint([&](const std::vector<Tensor>& in) { return seq->forward(in[0]); }, {x}).sum().backward();
+  checkpoint([&](const std::vector<Tensor>& in) { return seq->forward(in[0]); }, {x})
+      .sum()
+      .backward();
   CHECK(seq->parameters()[0].grad().to_vector<float>() != unrestored);
 }
 
@@ -86,8 +90,10 @@ TEST_CASE("checkpoint(fn, a, b): two inputs, fn recomputed once in backward, sam
     w.impl().grad.reset();
     Tensor loss = ck ? checkpoint(fn, a, b) : fn(a, b);
     loss.backward();
-    return std::vector<std::vector<float>>{a.grad().to_vector<float>(), b.grad().to_vector<float>(),
-                                           w.grad().to_vector<float>(), {loss.item()}};
+    return std::vector<std::vector<float>>{a.grad().to_vector<float>(),
+                                           b.grad().to_vector<float>(),
+                                           w.grad().to_vector<float>(),
+                                           {loss.item()}};
   };
   g.manual_seed(9);
   auto plain = run(false);
@@ -96,11 +102,13 @@ TEST_CASE("checkpoint(fn, a, b): two inputs, fn recomputed once in backward, sam
   auto ck = run(true);
   CHECK(calls == 3);  // forward, then again in backward
   CHECK(ck == plain);
-  CHECK_THROWS_WITH_AS(checkpoint_sequential(*deep_mlp(1, 4), 5, randn({2, 4})),
-                       doctest::Contains("segments must be in [0, 4] (the Sequential's 4 children), got 5"), Error);
+  CHECK_THROWS_WITH_AS(
+      checkpoint_sequential(*deep_mlp(1, 4), 5, randn({2, 4})),
+      doctest::Contains("segments must be in [0, 4] (the Sequential's 4 children), got 5"), Error);
 }
 
-TEST_CASE("checkpoint_sequential: a deep MLP's peak activation memory falls as its shapes predict") {
+TEST_CASE(
+    "checkpoint_sequential: a deep MLP's peak activation memory falls as its shapes predict") {
   // 16 blocks of Linear(256, 256) + ReLU, batch 128: each block saves its input (for dW) and
   // the ReLU its output, 2 tensors of B x W floats ("act", 128 KiB) per block. The gradients
   // exist already (a first step made them; backward adds into them), so the peak above the
@@ -120,7 +128,8 @@ TEST_CASE("checkpoint_sequential: a deep MLP's peak activation memory falls as i
     return memory_stats(d).peak_bytes - base;
   };
   const int64_t p0 = peak_of(0), p2 = peak_of(2), p4 = peak_of(4);
-  MESSAGE("peak activation bytes: 0 segments ", p0, ", 2 segments ", p2, ", 4 segments ", p4, " (act = ", act, ")");
+  MESSAGE("peak activation bytes: 0 segments ", p0, ", 2 segments ", p2, ", 4 segments ", p4,
+          " (act = ", act, ")");
   // The prediction in acts: no checkpointing keeps all 2L (32); S segments of L/S blocks keep
   // S-1 segment inputs, then one segment's 2L/S at a time: S-1 + 2L/S (S = 2: 17, S = 4: 11).
   // Backward adds a few act-sized buffers on top (gradients in flight: measured 3, and 4 with

@@ -9,6 +9,7 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/nn/layers.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
@@ -30,9 +31,10 @@ struct Net : nn::Module {
   std::shared_ptr<nn::BatchNorm1d> bn;
   Net() {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
-    seq = register_module("seq", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-                                     std::make_shared<nn::Linear>(3, 3), std::make_shared<nn::ReLU>(),
-                                     std::make_shared<nn::Linear>(3, 2)}));
+    seq = register_module(
+        "seq", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+                   std::make_shared<nn::Linear>(3, 3), std::make_shared<nn::ReLU>(),
+                   std::make_shared<nn::Linear>(3, 2)}));
     bn = register_module("bn", std::make_shared<nn::BatchNorm1d>(2));
   }
   Tensor forward(const Tensor& x) override { return bn->forward(seq->forward(fc1->forward(x))); }
@@ -84,16 +86,18 @@ TEST_CASE("parameters, buffers and modules come in registration order with dotte
   CHECK(net.fc1->weight.shape() == Shape{3, 4});  // [out_features, in_features]
   CHECK(net.fc1->parameter("bias").is_same(net.fc1->bias));
   CHECK(error_of([&] { net.fc1->parameter("gamma"); }).find("weight, bias") != std::string::npos);
-  CHECK(error_of([&] { net.register_buffer("fc1", zeros({1})); }).find("already used") != std::string::npos);
-  CHECK(error_of([&] { net.register_parameter("a.b", zeros({1})); }).find("without '.'") != std::string::npos);
+  CHECK(error_of([&] { net.register_buffer("fc1", zeros({1})); }).find("already used") !=
+        std::string::npos);
+  CHECK(error_of([&] { net.register_parameter("a.b", zeros({1})); }).find("without '.'") !=
+        std::string::npos);
 }
 
 TEST_CASE("LeNet's fused stages give the modules' numbers: output and every gradient") {
   // LeNet::forward calls conv2d_relu_max_pool2d per stage; DPLAB_FUSE's setting off, the
   // same op runs conv2d, relu and max_pool2d (test_cpu_conv_fused.cpp compares the ops).
   auto run = [](bool fused) {
-    const bool before = fused_ops();
-    set_fused_ops(fused);
+    const bool before = fused_conv();
+    set_fused_conv(fused);
     manual_seed(5);
     models::LeNet net;
     Tensor x = randn({3, 1, 28, 28});
@@ -101,7 +105,7 @@ TEST_CASE("LeNet's fused stages give the modules' numbers: output and every grad
     (y * y).sum().backward();
     std::vector<std::vector<float>> out{y.to_vector<float>()};
     for (const Tensor& p : net.parameters()) out.push_back(p.grad().to_vector<float>());
-    set_fused_ops(before);
+    set_fused_conv(before);
     return out;
   };
   const auto fused = run(true), unfused = run(false);
@@ -150,15 +154,16 @@ TEST_CASE("strict load_state_dict lists missing, unexpected and wrongly shaped k
   StateDict good = b.state_dict();
   StateDict bad;
   for (const auto& [k, t] : good) {
-    if (k == "fc1.bias") continue;                                  // missing
-    bad.insert(k, k == "seq.2.weight" ? zeros({5, 5}) : t);         // wrongly shaped
+    if (k == "fc1.bias") continue;                           // missing
+    bad.insert(k, k == "seq.2.weight" ? zeros({5, 5}) : t);  // wrongly shaped
   }
-  bad.insert("fc2.weight", zeros({1}));                             // unexpected
+  bad.insert("fc2.weight", zeros({1}));  // unexpected
   const float before = a.fc1->weight.at({0, 0});
   std::string msg = error_of([&] { a.load_state_dict(bad); });
   CHECK(msg.find("missing keys: fc1.bias") != std::string::npos);
   CHECK(msg.find("unexpected keys: fc2.weight") != std::string::npos);
-  CHECK(msg.find("seq.2.weight (expected [2, 3] float32, got [5, 5] float32)") != std::string::npos);
+  CHECK(msg.find("seq.2.weight (expected [2, 3] float32, got [5, 5] float32)") !=
+        std::string::npos);
   CHECK(a.fc1->weight.at({0, 0}) == before);  // nothing loaded by a failed load
 
   // Non-strict: missing and unexpected keys are ignored, the rest is loaded.
@@ -173,8 +178,9 @@ TEST_CASE("strict load_state_dict lists missing, unexpected and wrongly shaped k
         b.seq->operator[](2)->parameter("weight").to_vector<float>());
   CHECK(a.fc1->bias.at({0}) == bias_before);
   // As in PyTorch, a wrong shape is an error even when not strict: it can never be loaded.
-  CHECK(error_of([&] { a.load_state_dict(bad, false); }).find("wrongly shaped keys: seq.2.weight") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          a.load_state_dict(bad, false);
+        }).find("wrongly shaped keys: seq.2.weight") != std::string::npos);
 
   // A full, strict load copies values, not handles.
   a.load_state_dict(good);
@@ -235,7 +241,8 @@ TEST_CASE("clone_to makes an equal, independent copy without touching cpu:0 or t
   for (const auto& k : a.keys()) {
     CHECK(b.at(k).device() == d);
     CHECK(b.at(k).raw_data() != a.at(k).raw_data());
-    if (b.at(k).dtype() == DType::Float32) CHECK(b.at(k).to_vector<float>() == a.at(k).to_vector<float>());
+    if (b.at(k).dtype() == DType::Float32)
+      CHECK(b.at(k).to_vector<float>() == a.at(k).to_vector<float>());
   }
   CHECK_FALSE(copy->is_training());
   for (const auto& [n, m] : copy->named_modules()) CHECK_FALSE(m->is_training());
@@ -306,8 +313,9 @@ TEST_CASE("make_model builds every model and names the choices on a typo") {
   CHECK(models::make_model("cnn")->forward(randn({2, 1, 28, 28})).shape() == Shape{2, 10});
   CHECK(models::make_model("resnet")->forward(randn({2, 1, 28, 28})).shape() == Shape{2, 10});
   CHECK(models::make_model("toy")->forward(randn({3, 10})).shape() == Shape{3, 5});
-  CHECK(error_of([] { models::make_model("vgg"); }).find("\"vgg\"; expected one of: mlp, cnn, resnet, toy") !=
-        std::string::npos);
+  CHECK(error_of([] {
+          models::make_model("vgg");
+        }).find("\"vgg\"; expected one of: mlp, cnn, resnet, toy") != std::string::npos);
 }
 
 TEST_CASE("ToyMpModel runs net1 on dev0 and net2 on dev1, and backward crosses back") {
@@ -334,7 +342,8 @@ TEST_CASE("to(cuda) and clone_to(cuda) keep the values" * doctest::skip(!has_gpu
   Tensor y_gpu = copy->forward(x.to(Device("cuda:0")));
   CHECK(y_gpu.device() == Device("cuda:0"));
   auto a = y_cpu.to_vector<float>(), b = y_gpu.to(Device("cpu:0")).to_vector<float>();
-  for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 1e-4f + 1e-4f * std::abs(a[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    CHECK(std::abs(a[i] - b[i]) <= 1e-4f + 1e-4f * std::abs(a[i]));
   m->to("cuda:0");
   for (const auto& [k, t] : m->state_dict()) CHECK(t.device() == Device("cuda:0"));
 }

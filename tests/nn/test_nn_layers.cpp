@@ -44,7 +44,8 @@ TEST_CASE("Linear forward is x W^T + b, for 2-D and 3-D inputs") {
   CHECK(nob.parameters().size() == 1);
   CHECK(nob.name() == "Linear(in_features=3, out_features=2, bias=false)");
   check_close(nob(x), matmul(x, nob.weight.t()));
-  CHECK_THROWS_WITH_AS(lin(randn({4, 5})), doctest::Contains("expected input [..., 3], got [4, 5]"), Error);
+  CHECK_THROWS_WITH_AS(lin(randn({4, 5})), doctest::Contains("expected input [..., 3], got [4, 5]"),
+                       Error);
 }
 
 TEST_CASE("Conv2d and the pools forward equal their ops") {
@@ -61,7 +62,8 @@ TEST_CASE("Conv2d and the pools forward equal their ops") {
   CHECK(nn::MaxPool2d(2).name() == "MaxPool2d(kernel_size=2, stride=2, padding=0)");
   CHECK(nn::Flatten()(x).shape() == Shape{2, 98});
   CHECK(nn::Flatten(0, 1)(x).shape() == Shape{4, 7, 7});
-  CHECK_THROWS_WITH_AS(conv(randn({2, 3, 7, 7})), doctest::Contains("expected input [N, 2, H, W]"), Error);
+  CHECK_THROWS_WITH_AS(conv(randn({2, 3, 7, 7})), doctest::Contains("expected input [N, 2, H, W]"),
+                       Error);
 }
 
 TEST_CASE("gradients through modules match finite differences") {
@@ -69,11 +71,13 @@ TEST_CASE("gradients through modules match finite differences") {
   nn::Sequential net{std::make_shared<nn::Linear>(3, 4), std::make_shared<nn::Linear>(4, 2)};
   std::vector<Tensor> inputs{testing::leaf({5, 3}, 1)};
   for (const Tensor& p : net.parameters()) inputs.push_back(p);
-  testing::gradcheck("Linear-Linear", [&](const std::vector<Tensor>& in) { return net(in[0]); }, inputs);
+  testing::gradcheck(
+      "Linear-Linear", [&](const std::vector<Tensor>& in) { return net(in[0]); }, inputs);
 
   nn::Conv2d conv(2, 3, 3, {.stride = 1, .padding = 1});
   std::vector<Tensor> cin{testing::leaf({2, 2, 4, 4}, 2), conv.weight, conv.bias};
-  testing::gradcheck("Conv2d", [&](const std::vector<Tensor>& in) { return conv(in[0]); }, cin);
+  testing::gradcheck(
+      "Conv2d", [&](const std::vector<Tensor>& in) { return conv(in[0]); }, cin);
 
   nn::BatchNorm2d bn(2);
   bn.eval();  // fixed statistics: the function is smooth in x, weight and bias
@@ -83,7 +87,8 @@ TEST_CASE("gradients through modules match finite differences") {
     bn.running_var.fill_(2.0);
   }
   std::vector<Tensor> bin{testing::leaf({3, 2, 2, 2}, 3), bn.weight, bn.bias};
-  testing::gradcheck("BatchNorm2d eval", [&](const std::vector<Tensor>& in) { return bn(in[0]); }, bin);
+  testing::gradcheck(
+      "BatchNorm2d eval", [&](const std::vector<Tensor>& in) { return bn(in[0]); }, bin);
 }
 
 TEST_CASE("default initialisation: PyTorch's bounds, drawn from the seeded generator") {
@@ -151,7 +156,8 @@ TEST_CASE("BatchNorm trains on batch statistics and evaluates on running ones") 
   CHECK(free.buffers().empty());
   free.eval();
   check_close(free(x), y);
-  CHECK_THROWS_WITH_AS(bn(randn({4, 3})), doctest::Contains("expected input [N, C] or [N, C, L] with 2 channels"),
+  CHECK_THROWS_WITH_AS(bn(randn({4, 3})),
+                       doctest::Contains("expected input [N, C] or [N, C, L] with 2 channels"),
                        Error);
   nn::BatchNorm2d bn2(3);
   CHECK(bn2(randn({2, 3, 4, 4})).shape() == Shape{2, 3, 4, 4});

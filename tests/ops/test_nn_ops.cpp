@@ -24,8 +24,8 @@ void check_close(const Tensor& t, const std::vector<float>& want, float tol = 1e
   std::vector<float> got = t.to_vector<float>();
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i)
-    CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol, "element " << i << ": got " << got[i]
-                                                                << ", want " << want[i]);
+    CHECK_MESSAGE(std::abs(got[i] - want[i]) <= tol,
+                  "element " << i << ": got " << got[i] << ", want " << want[i]);
 }
 
 // A leaf holding a seeded permutation of 0..n-1 times `gap`: values at least `gap` apart, so
@@ -85,7 +85,8 @@ TEST_CASE("softmax / log_softmax gradients over every dim") {
     CAPTURE(dim);
     gradcheck("softmax", [dim](const std::vector<Tensor>& in) { return softmax(in[0], dim); },
               {leaf({2, 3, 4}, 1)});
-    gradcheck("log_softmax", [dim](const std::vector<Tensor>& in) { return log_softmax(in[0], dim); },
+    gradcheck("log_softmax",
+              [dim](const std::vector<Tensor>& in) { return log_softmax(in[0], dim); },
               {leaf({2, 3, 4}, 2)});
   }
 }
@@ -103,7 +104,8 @@ TEST_CASE("nll_loss and cross_entropy known values") {
   Tensor t2 = from_vector(std::vector<int64_t>{2, 0}, {2});
   check_close(cross_entropy(logits, t2, Reduction::None), {0.40760596f, 2.40760596f});
   CHECK(cross_entropy(logits, t2).item() == doctest::Approx(1.40760596).epsilon(1e-5));
-  CHECK(cross_entropy(logits, t2, Reduction::Sum).item() == doctest::Approx(2.81521192).epsilon(1e-5));
+  CHECK(cross_entropy(logits, t2, Reduction::Sum).item() ==
+        doctest::Approx(2.81521192).epsilon(1e-5));
 }
 
 TEST_CASE("cross_entropy gradient is softmax minus one-hot, over N") {
@@ -137,9 +139,9 @@ TEST_CASE("mse_loss value") {
 TEST_CASE("loss errors name both shapes") {
   Tensor logits = zeros({3, 4});
   CHECK_THROWS_WITH_AS(cross_entropy(logits, zeros({3})), doctest::Contains("int64"), Error);
-  CHECK_THROWS_WITH_AS(cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1}, {2})),
-                       doctest::Contains("expected target of shape [3] for logits [3, 4], got target [2]"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      cross_entropy(logits, from_vector(std::vector<int64_t>{0, 1}, {2})),
+      doctest::Contains("expected target of shape [3] for logits [3, 4], got target [2]"), Error);
   CHECK_THROWS_WITH_AS(nll_loss(zeros({3, 4, 2}), from_vector(std::vector<int64_t>{0, 1, 2}, {3})),
                        doctest::Contains("[N, C], got [3, 4, 2]"), Error);
   CHECK_THROWS_WITH_AS(nll_loss(logits, from_vector(std::vector<int64_t>{0, 4, 1}, {3})),
@@ -177,9 +179,12 @@ TEST_CASE("conv2d gradients for x, weight and bias") {
   for (auto [stride, pad] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {2, 0}, {2, 1}}) {
     CAPTURE(stride);
     CAPTURE(pad);
-    gradcheck("conv2d",
-              [stride, pad](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], stride, pad); },
-              {leaf({2, 3, 5, 5}, 20), leaf({4, 3, 3, 3}, 21), leaf({4}, 22)});
+    gradcheck(
+        "conv2d",
+        [stride, pad](const std::vector<Tensor>& in) {
+      return conv2d(in[0], in[1], in[2], stride, pad);
+        },
+        {leaf({2, 3, 5, 5}, 20), leaf({4, 3, 3, 3}, 21), leaf({4}, 22)});
   }
   gradcheck("conv2d no bias",
             [](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], {}, 2, 1); },
@@ -207,7 +212,7 @@ TEST_CASE("conv2d with no input channels or no output channels") {
 
 TEST_CASE("conv2d over several image groups equals conv2d image by image") {
   // 4 channels, a 5x5 kernel, 14x14 padded by 2: 19,600 column floats per image. A batch of
-  // 2*G + 1 is cut into three groups of about G images (nn_conv.cpp, ImageGroups).
+  // 2*G + 1 is cut into three groups of about G images (conv2d_im2col.h, ImageGroups).
   const int64_t per_image = 4 * 5 * 5 * 14 * 14;
   const int64_t G = backend_for(Device("cpu")).im2col_group_floats() / per_image, N = 2 * G + 1;
   REQUIRE(G >= 2);  // groups of several images, or the side-by-side layout goes untested
@@ -240,7 +245,8 @@ TEST_CASE("conv2d with its image groups on 2 and 3 threads gives the one-thread 
     Tensor y = conv2d(x, w, b, 1, 2);
     y.backward(g);
     return std::vector<std::vector<float>>{y.to_vector<float>(), x.grad().to_vector<float>(),
-                                           w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+                                           w.grad().to_vector<float>(),
+                                           b.grad().to_vector<float>()};
   };
   const auto one = [&] {
     testing::ThreadCountScope single(1);
@@ -277,8 +283,8 @@ TEST_CASE("conv2d errors") {
                        doctest::Contains("expected input [N, C, H, W], got [3, 5, 5]"), Error);
   CHECK_THROWS_WITH_AS(conv2d(x, zeros({4, 3, 3, 3}), zeros({3})),
                        doctest::Contains("bias must be [4]"), Error);
-  CHECK_THROWS_WITH_AS(conv2d(x, zeros({4, 3, 3, 3}), {}, 0), doctest::Contains("stride must be >= 1"),
-                       Error);
+  CHECK_THROWS_WITH_AS(conv2d(x, zeros({4, 3, 3, 3}), {}, 0),
+                       doctest::Contains("stride must be >= 1"), Error);
 }
 
 // ---------------------------------------------------------------- pooling
@@ -311,17 +317,19 @@ TEST_CASE("pooling gradients") {
             {distinct_leaf({2, 2, 5, 5}, 31)});
   gradcheck("avg_pool2d k2", [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 2); },
             {leaf({2, 2, 4, 4}, 32)});
-  gradcheck("avg_pool2d k3 s2 p1", [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); },
+  gradcheck("avg_pool2d k3 s2 p1",
+            [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); },
             {leaf({2, 2, 5, 5}, 33)});
 }
 
 TEST_CASE("pooling errors") {
   Tensor x = zeros({1, 1, 4, 4});
-  CHECK_THROWS_WITH_AS(max_pool2d(x, 2, 2, 2), doctest::Contains("padding 2 must be at most half the kernel 2"),
+  CHECK_THROWS_WITH_AS(max_pool2d(x, 2, 2, 2),
+                       doctest::Contains("padding 2 must be at most half the kernel 2"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d(x, 5),
+                       doctest::Contains("kernel 5x5 is larger than the padded input 4x4"), Error);
+  CHECK_THROWS_WITH_AS(max_pool2d(zeros({4, 4}), 2), doctest::Contains("[N, C, H, W], got [4, 4]"),
                        Error);
-  CHECK_THROWS_WITH_AS(avg_pool2d(x, 5), doctest::Contains("kernel 5x5 is larger than the padded input 4x4"),
-                       Error);
-  CHECK_THROWS_WITH_AS(max_pool2d(zeros({4, 4}), 2), doctest::Contains("[N, C, H, W], got [4, 4]"), Error);
   CHECK_THROWS_WITH_AS(avg_pool2d(x, 0), doctest::Contains("kernel must be >= 1"), Error);
 }
 
@@ -334,18 +342,21 @@ TEST_CASE("batch_norm training: output and running stats after one step") {
   Tensor rm = zeros({2}), rv = ones({2});
   Tensor y = batch_norm(x, rm, rv, {}, {}, /*training=*/true, 0.1f, 1e-5f);
   check_close(y, {-1, -1, 1, 1}, 1e-4f);
-  check_close(rm, {0.2f, 0.4f});                       // 0.9 * 0 + 0.1 * mean
-  check_close(rv, {0.9f + 0.2f, 0.9f + 0.8f});         // 0.9 * 1 + 0.1 * unbiased var
+  check_close(rm, {0.2f, 0.4f});                // 0.9 * 0 + 0.1 * mean
+  check_close(rv, {0.9f + 0.2f, 0.9f + 0.8f});  // 0.9 * 1 + 0.1 * unbiased var
   CHECK_FALSE(rm.requires_grad());
 
   // eval uses the running stats: (x - rm) / sqrt(rv + eps) * w + b
-  Tensor w = from_vector(std::vector<float>{2, 3}, {2}), b = from_vector(std::vector<float>{1, -1}, {2});
+  Tensor w = from_vector(std::vector<float>{2, 3}, {2}),
+         b = from_vector(std::vector<float>{1, -1}, {2});
   Tensor ye = batch_norm(x, rm, rv, w, b, /*training=*/false, 0.1f, 1e-5f);
   auto e = [](float v, float m, float var, float ww, float bb) {
     return (v - m) / std::sqrt(var + 1e-5f) * ww + bb;
   };
-  check_close(ye, {e(1, 0.2f, 1.1f, 2, 1), e(2, 0.4f, 1.7f, 3, -1), e(3, 0.2f, 1.1f, 2, 1),
-                   e(6, 0.4f, 1.7f, 3, -1)}, 1e-4f);
+  check_close(ye,
+              {e(1, 0.2f, 1.1f, 2, 1), e(2, 0.4f, 1.7f, 3, -1), e(3, 0.2f, 1.1f, 2, 1),
+               e(6, 0.4f, 1.7f, 3, -1)},
+              1e-4f);
   check_close(rm, {0.2f, 0.4f});  // eval leaves them alone
 }
 
@@ -368,24 +379,27 @@ TEST_CASE("batch_norm gradients, train and eval, affine or not") {
       Tensor rv = from_vector(std::vector<float>{0.5f, 1.5f, 2.0f}, {3});
       // gradcheck calls f many times: each call starts from the same running stats
       auto f = [&, training](const std::vector<Tensor>& in) {
-        return batch_norm(in[0], rm.clone().detach(), rv.clone().detach(), in[1], in[2], training, 0.1f,
-                          1e-5f);
+        return batch_norm(in[0], rm.clone().detach(), rv.clone().detach(), in[1], in[2], training,
+                          0.1f, 1e-5f);
       };
-      gradcheck("batch_norm", f, {leaf(s, 40, 2.0f, 1.0f), leaf({3}, 41, 0.5f, 1.0f), leaf({3}, 42)});
-      gradcheck("batch_norm affine=false",
-                [&, training](const std::vector<Tensor>& in) {
-                  return batch_norm(in[0], rm.clone().detach(), rv.clone().detach(), {}, {}, training, 0.1f,
-                                    1e-5f);
-                },
-                {leaf(s, 43)});
+      gradcheck("batch_norm", f,
+                {leaf(s, 40, 2.0f, 1.0f), leaf({3}, 41, 0.5f, 1.0f), leaf({3}, 42)});
+      gradcheck(
+          "batch_norm affine=false",
+          [&, training](const std::vector<Tensor>& in) {
+        return batch_norm(in[0], rm.clone().detach(), rv.clone().detach(), {}, {}, training, 0.1f,
+                          1e-5f);
+          },
+          {leaf(s, 43)});
     }
   }
 }
 
 TEST_CASE("batch_norm errors") {
   Tensor x = zeros({4, 3});
-  CHECK_THROWS_WITH_AS(batch_norm(x, zeros({2}), ones({2}), {}, {}, true, 0.1f, 1e-5f),
-                       doctest::Contains("running_mean must be [3] for input [4, 3] (C = 3), got [2]"), Error);
+  CHECK_THROWS_WITH_AS(
+      batch_norm(x, zeros({2}), ones({2}), {}, {}, true, 0.1f, 1e-5f),
+      doctest::Contains("running_mean must be [3] for input [4, 3] (C = 3), got [2]"), Error);
   CHECK_THROWS_WITH_AS(batch_norm(x, {}, {}, ones({4}), {}, true, 0.1f, 1e-5f),
                        doctest::Contains("weight must be [3]"), Error);
   CHECK_THROWS_WITH_AS(batch_norm(zeros({4, 3, 2}), {}, {}, {}, {}, true, 0.1f, 1e-5f),
@@ -401,7 +415,8 @@ TEST_CASE("batch_norm errors") {
 TEST_CASE("dropout: seeded, keeps 1-p, scales by 1/(1-p)") {
   Tensor x = ones({10000});
   Generator g1(7), g2(7), g3(8);
-  Tensor a = dropout(x, 0.3f, true, &g1), b = dropout(x, 0.3f, true, &g2), c = dropout(x, 0.3f, true, &g3);
+  Tensor a = dropout(x, 0.3f, true, &g1), b = dropout(x, 0.3f, true, &g2),
+         c = dropout(x, 0.3f, true, &g3);
   CHECK(a.to_vector<float>() == b.to_vector<float>());
   CHECK(a.to_vector<float>() != c.to_vector<float>());
   int64_t kept = 0;
@@ -428,10 +443,14 @@ TEST_CASE("dropout identity cases, gradient and errors") {
   CHECK(dropout(x, 0.5f, /*training=*/false).to_vector<float>() == x.to_vector<float>());
   CHECK(dropout(x, 0.0f, true).to_vector<float>() == x.to_vector<float>());
   // d(x * mask)/dx = mask: the same seeded mask on every call
-  gradcheck("dropout", [](const std::vector<Tensor>& in) {
+  gradcheck(
+      "dropout",
+      [](const std::vector<Tensor>& in) {
     Generator g(3);
     return dropout(in[0], 0.4f, true, &g);
-  }, {x});
-  CHECK_THROWS_WITH_AS(dropout(x, 1.0f, true), doctest::Contains("p must lie in [0, 1), got 1"), Error);
+      },
+      {x});
+  CHECK_THROWS_WITH_AS(dropout(x, 1.0f, true), doctest::Contains("p must lie in [0, 1), got 1"),
+                       Error);
   CHECK_THROWS_WITH_AS(dropout(x, -0.1f, true), doctest::Contains("p must lie in [0, 1)"), Error);
 }

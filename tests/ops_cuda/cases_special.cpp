@@ -40,8 +40,8 @@ void expect_device_error(const char* what, Device other, F f) {
 }  // namespace
 
 std::vector<std::string> special_covers() {
-  return {"zeros", "ones", "full", "arange", "from_vector", "zeros_like", "ones_like", "randn",
-          "rand", "uniform", "randint", "randperm", "broadcast_shapes", "dropout"};
+  return {"zeros", "ones", "full",    "arange",  "from_vector", "zeros_like",       "ones_like",
+          "randn", "rand", "uniform", "randint", "randperm",    "broadcast_shapes", "dropout"};
 }
 
 void check_factories(Device d) {
@@ -56,7 +56,8 @@ void check_factories(Device d) {
   check_made_on(d, "arange(5, -4, -2)", arange(5, -4, -2, {.device = d}), arange(5, -4, -2));
   const std::vector<float> vf{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -1.0f};
   const std::vector<int64_t> vi{4, -9, 0, 12};
-  check_made_on(d, "from_vector f32", from_vector(vf, {2, 3}, {.device = d}), from_vector(vf, {2, 3}));
+  check_made_on(d, "from_vector f32", from_vector(vf, {2, 3}, {.device = d}),
+                from_vector(vf, {2, 3}));
   check_made_on(d, "from_vector i64", from_vector(vi, {4}, {.device = d}), from_vector(vi, {4}));
   Tensor on_d = randn({4, 6}, {.device = d});
   check_made_on(d, "zeros_like", zeros_like(on_d), zeros({4, 6}));
@@ -67,7 +68,8 @@ void check_factories(Device d) {
   check_made_on(d, "rand", rand({101}, {.device = d}, &g1), rand({101}, {}, &g2));
   check_made_on(d, "uniform", uniform({7, 7}, -3.0f, 5.0f, {.device = d}, &g1),
                 uniform({7, 7}, -3.0f, 5.0f, {}, &g2));
-  check_made_on(d, "randint", randint(-5, 17, {45}, {.device = d}, &g1), randint(-5, 17, {45}, {}, &g2));
+  check_made_on(d, "randint", randint(-5, 17, {45}, {.device = d}, &g1),
+                randint(-5, 17, {45}, {}, &g2));
   // randperm is made on the CPU (it indexes host datasets); moved to d it is unchanged.
   check_made_on(d, "randperm", randperm(50, &g1).to(d), randperm(50, &g2));
   // broadcast_shapes has no kernel: the same answer whatever the device, checked once here.
@@ -120,7 +122,9 @@ void check_mixed_devices(Device other) {
   expect_device_error("eq", other, [&] { eq(a, b); });
   expect_device_error("matmul", other, [&] { matmul(a, transpose(b, 0, 1)); });
   expect_device_error("linear weight", other, [&] { linear(a, b); });
-  expect_device_error("linear bias", other, [&] { linear(a, randn({3, 5}), randn({3}).to(other)); });
+  expect_device_error("linear bias", other, [&] {
+    linear(a, randn({3, 5}), randn({3}).to(other));
+  });
   expect_device_error("cat", other, [&] { cat({a, b}); });
   expect_device_error("stack", other, [&] { stack({a, b}); });
   expect_device_error("index_select", other, [&] { index_select(a, i_other); });
@@ -131,7 +135,9 @@ void check_mixed_devices(Device other) {
   expect_device_error("cross_entropy", other, [&] { cross_entropy(a, i_other); });
   expect_device_error("mse_loss", other, [&] { mse_loss(a, b); });
   expect_device_error("conv2d weight", other, [&] { conv2d(img, w_other); });
-  expect_device_error("conv2d bias", other, [&] { conv2d(img, randn({3, 2, 3, 3}), randn({3}).to(other)); });
+  expect_device_error("conv2d bias", other, [&] {
+    conv2d(img, randn({3, 2, 3, 3}), randn({3}).to(other));
+  });
   expect_device_error("batch_norm weight", other, [&] {
     batch_norm(img, {}, {}, randn({2}).to(other), {}, true, 0.1f, 1e-5f);
   });
@@ -158,8 +164,9 @@ void optimizer_parity(const std::string& what, Options options, Device d, bool e
     o_cpu.step();
     o_d.step();
     for (std::size_t i = 0; i < p_cpu.size(); ++i) {
-      check_close(p_d[i], p_cpu[i], what + ": param " + std::to_string(i) + " after step " +
-                  std::to_string(step), tol, exact);
+      check_close(p_d[i], p_cpu[i],
+                  what + ": param " + std::to_string(i) + " after step " + std::to_string(step),
+                  tol, exact);
     }
   }
   StateDict s_cpu, s_d;
@@ -182,15 +189,17 @@ void check_optimizers(Device d, bool exact) {
   optimizer_parity<SGD>("SGD momentum", SGDOptions{.lr = 0.1, .momentum = 0.9}, d, exact);
   optimizer_parity<SGD>("SGD momentum dampening",
                         SGDOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3}, d, exact);
-  optimizer_parity<SGD>("SGD nesterov weight decay",
-                        SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true},
-                        d, exact);
+  optimizer_parity<SGD>(
+      "SGD nesterov weight decay",
+      SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}, d, exact);
   optimizer_parity<SGD>("SGD weight decay", SGDOptions{.lr = 0.1, .weight_decay = 0.1}, d, exact);
   optimizer_parity<Adam>("Adam", AdamOptions{.lr = 0.01}, d, exact);
-  optimizer_parity<Adam>("Adam weight decay", AdamOptions{.lr = 0.01, .weight_decay = 0.1}, d, exact);
+  optimizer_parity<Adam>("Adam weight decay", AdamOptions{.lr = 0.01, .weight_decay = 0.1}, d,
+                         exact);
   optimizer_parity<AdamW>("AdamW", AdamWOptions{.lr = 0.01}, d, exact);
-  optimizer_parity<AdamW>("AdamW betas", AdamWOptions{.lr = 0.003, .betas = {0.8, 0.99}, .weight_decay = 0.1},
-                          d, exact);
+  optimizer_parity<AdamW>("AdamW betas",
+                          AdamWOptions{.lr = 0.003, .betas = {0.8, 0.99}, .weight_decay = 0.1}, d,
+                          exact);
 }
 
 }  // namespace dplab::parity

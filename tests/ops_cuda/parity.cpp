@@ -24,8 +24,8 @@ bool same_bits(T a, T b) {
 }
 
 template <typename T>
-void compare(const std::vector<T>& got, const std::vector<T>& ref, const std::string& what,
-             Tol tol, bool exact) {
+void compare(const std::vector<T>& got, const std::vector<T>& ref, const std::string& what, Tol tol,
+             bool exact) {
   std::size_t bad = 0, first = 0;
   double worst = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -42,8 +42,8 @@ void compare(const std::vector<T>& got, const std::vector<T>& ref, const std::st
   std::ostringstream msg;
   if (bad > 0) {
     msg << what << ": " << bad << " of " << ref.size() << " elements differ (atol " << tol.atol
-        << ", rtol " << tol.rtol << (exact ? ", exact" : "") << "); first at " << first
-        << ": got " << got[first] << ", reference " << ref[first] << "; worst |diff| " << worst;
+        << ", rtol " << tol.rtol << (exact ? ", exact" : "") << "); first at " << first << ": got "
+        << got[first] << ", reference " << ref[first] << "; worst |diff| " << worst;
   }
   CHECK_MESSAGE(bad == 0, msg.str());
 }
@@ -71,9 +71,9 @@ V make_inputs(const std::vector<In>& spec, Device d, uint64_t seed) {
 
 void check_close(const Tensor& got, const Tensor& ref, const std::string& what, Tol tol,
                  bool exact) {
-  REQUIRE_MESSAGE(got.defined() == ref.defined(),
-                  what << ": defined on one device only (reference "
-                       << (ref.defined() ? "defined" : "undefined") << ")");
+  REQUIRE_MESSAGE(got.defined() == ref.defined(), what << ": defined on one device only (reference "
+                                                       << (ref.defined() ? "defined" : "undefined")
+                                                       << ")");
   if (!ref.defined()) return;
   REQUIRE_MESSAGE(got.shape() == ref.shape(), what << ": shape " << shape_str(got.shape())
                                                    << ", reference " << shape_str(ref.shape()));
@@ -97,8 +97,8 @@ void run_case(const OpCase& c, Device a, Device b, bool exact) {
     check_close(out_b[k], out_a[k], what, c.tol, exact);
     // Whatever an op makes (a mask, an argmax) must land on its inputs' device.
     if (out_a[k].defined() && out_a[k].device() == a) {
-      CHECK_MESSAGE(out_b[k].device() == b, what << " is on " << out_b[k].device().str()
-                                                 << ", expected " << b.str());
+      CHECK_MESSAGE(out_b[k].device() == b,
+                    what << " is on " << out_b[k].device().str() << ", expected " << b.str());
     }
   }
 
@@ -109,8 +109,8 @@ void run_case(const OpCase& c, Device a, Device b, bool exact) {
   Tensor loss_a, loss_b;
   for (std::size_t k = 0; k < out_a.size(); ++k) {
     if (!out_a[k].defined() || !out_a[k].requires_grad()) continue;
-    REQUIRE_MESSAGE(out_b[k].requires_grad(), c.name << ": output " << k
-                                                     << " requires grad on one device only");
+    REQUIRE_MESSAGE(out_b[k].requires_grad(),
+                    c.name << ": output " << k << " requires grad on one device only");
     Tensor w = randn(out_a[k].shape(), {}, &wgen);
     Tensor ta = to_device(sum(mul(out_a[k], w.to(out_a[k].device()))), Device("cpu"));
     Tensor tb = to_device(sum(mul(out_b[k], w.to(out_b[k].device()))), Device("cpu"));

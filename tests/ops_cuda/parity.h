@@ -48,10 +48,10 @@ inline constexpr Tol kSum{1e-4, 1e-4};
 inline constexpr Tol kGemm{1e-4, 1e-3};
 
 struct OpCase {
-  std::string name;                  // what a failure prints: "add [3,1,5] + [4,1]"
-  std::vector<std::string> covers;   // names of ops.h functions this case exercises
+  std::string name;                 // what a failure prints: "add [3,1,5] + [4,1]"
+  std::vector<std::string> covers;  // names of ops.h functions this case exercises
   std::vector<In> inputs;
-  std::function<V(const V&)> f;      // runs on whatever device the inputs are on
+  std::function<V(const V&)> f;  // runs on whatever device the inputs are on
   Tol tol = {};
 };
 
@@ -71,10 +71,10 @@ void check_close(const Tensor& got, const Tensor& ref, const std::string& what, 
                  bool exact);
 
 // ---- the tables (cases_*.cpp) ----
-std::vector<OpCase> elementwise_cases();  // binary with broadcasting, scalar and unary ops
-std::vector<OpCase> reduce_cases();       // sum, mean, var, max, argmax, sum_to
-std::vector<OpCase> linalg_shape_cases(); // matmul, linear, views and copies, indexing
-std::vector<OpCase> nn_cases();           // softmax family, losses, conv, pooling, batch norm
+std::vector<OpCase> elementwise_cases();   // binary with broadcasting, scalar and unary ops
+std::vector<OpCase> reduce_cases();        // sum, mean, var, max, argmax, sum_to
+std::vector<OpCase> linalg_shape_cases();  // matmul, linear, views and copies, indexing
+std::vector<OpCase> nn_cases();            // softmax family, losses, conv, pooling, batch norm
 
 // ---- checks that are not one op on fixed inputs (cases_special.cpp) ----
 // Factories on d equal the CPU's for the same generator seed (values are drawn on the host).

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   return dplab::gpu_testing::gpu_suite_main(argc, argv, "test_ops_cuda");
 }
 
-TEST_CASE("elementwise ops on cuda:0 match the CPU, forward and backward" * doctest::skip(!has_gpu())) {
+TEST_CASE("elementwise ops on cuda:0 match the CPU, forward and backward" *
+          doctest::skip(!has_gpu())) {
   run_table(elementwise_cases(), kCpu, kGpu, false);
 }
 
@@ -53,7 +54,8 @@ TEST_CASE("reductions on cuda:0 match the CPU, forward and backward" * doctest::
   run_table(reduce_cases(), kCpu, kGpu, false);
 }
 
-TEST_CASE("matmul, linear, shape and index ops on cuda:0 match the CPU" * doctest::skip(!has_gpu())) {
+TEST_CASE("matmul, linear, shape and index ops on cuda:0 match the CPU" *
+          doctest::skip(!has_gpu())) {
   run_table(linalg_shape_cases(), kCpu, kGpu, false);
 }
 
@@ -71,11 +73,13 @@ TEST_CASE("dropout on cuda:0: the CPU's mask for a seed, reproducible, 1-p kept"
   check_dropout(kGpu);
 }
 
-TEST_CASE("ops given a cpu and a cuda:0 tensor throw, naming both devices" * doctest::skip(!has_gpu())) {
+TEST_CASE("ops given a cpu and a cuda:0 tensor throw, naming both devices" *
+          doctest::skip(!has_gpu())) {
   check_mixed_devices(kGpu);
 }
 
-TEST_CASE("SGD, Adam and AdamW steps on cuda:0 match the CPU, state included" * doctest::skip(!has_gpu())) {
+TEST_CASE("SGD, Adam and AdamW steps on cuda:0 match the CPU, state included" *
+          doctest::skip(!has_gpu())) {
   check_optimizers(kGpu, false);
 }
 
@@ -83,7 +87,8 @@ TEST_CASE("MLP: three SGD momentum steps on cuda:0 match the CPU" * doctest::ski
   check_training_steps("mlp", kGpu, 3, false);
 }
 
-TEST_CASE("LeNet CNN: three SGD momentum steps on cuda:0 match the CPU" * doctest::skip(!has_gpu())) {
+TEST_CASE("LeNet CNN: three SGD momentum steps on cuda:0 match the CPU" *
+          doctest::skip(!has_gpu())) {
   check_training_steps("cnn", kGpu, 3, false);
 }
 
@@ -98,12 +103,14 @@ TEST_CASE("ops on cuda:1 (a second logical GPU) and copies between GPUs match th
   run_table(nn_cases(), kCpu, gpu1, false);
   // x -> work -> the second device of its kind -> work -> back, differentiable all the way:
   // cuda:0 -> cuda:1 -> cuda:0 on the GPU, cpu:0 -> cpu:1 -> cpu:0 for the reference.
-  run_table({{"to_device between two logical devices", {"to_device"}, {x({129, 33})},
+  run_table({{"to_device between two logical devices",
+              {"to_device"},
+              {x({129, 33})},
               [](const V& v) {
-                const Device home = v[0].device();
-                const Device second = home.is_cuda() ? Device("cuda:1") : Device("cpu:1");
-                Tensor b = mul_scalar(to_device(exp(v[0]), second), 3.0f);
-                return V{to_device(b, home)};
+    const Device home = v[0].device();
+    const Device second = home.is_cuda() ? Device("cuda:1") : Device("cpu:1");
+    Tensor b = mul_scalar(to_device(exp(v[0]), second), 3.0f);
+    return V{to_device(b, home)};
               }}},
             kCpu, kGpu, false);
 }
@@ -118,7 +125,7 @@ TEST_CASE("copy_ between overlapping views of one tensor on cuda:0 acts as memmo
     std::vector<std::vector<float>> results;
     for (Device d : {kCpu, kGpu}) {
       Tensor t = arange(n, {.device = d});
-      t.narrow(shift, n - shift).copy_(t.narrow(0, n - shift));       // forwards
+      t.narrow(shift, n - shift).copy_(t.narrow(0, n - shift));          // forwards
       t.narrow(0, n - 2 * shift).copy_(t.narrow(shift, n - 2 * shift));  // and back
       results.push_back(t.to_vector<float>());
     }

@@ -37,7 +37,8 @@ std::set<std::string> ops_in_header() {
 
 TEST_CASE("the parity tables cover every op of ops.h") {
   std::set<std::string> covered;
-  for (const auto& table : {elementwise_cases(), reduce_cases(), linalg_shape_cases(), nn_cases()}) {
+  for (const auto& table :
+       {elementwise_cases(), reduce_cases(), linalg_shape_cases(), nn_cases()}) {
     for (const OpCase& c : table) covered.insert(c.covers.begin(), c.covers.end());
   }
   for (const std::string& s : special_covers()) covered.insert(s);
@@ -45,20 +46,34 @@ TEST_CASE("the parity tables cover every op of ops.h") {
   // As of this commit ops.h declares 62 distinct names; the count guards the regex itself.
   CHECK(declared.size() >= 62);
   for (const std::string& op : declared) {
-    CHECK_MESSAGE(covered.count(op) == 1, "ops.h declares " << op << " but no parity case covers it");
+    CHECK_MESSAGE(covered.count(op) == 1,
+                  "ops.h declares " << op << " but no parity case covers it");
   }
   for (const std::string& op : covered) {
-    CHECK_MESSAGE(declared.count(op) == 1, "a parity case covers " << op << ", which ops.h does not declare");
+    CHECK_MESSAGE(declared.count(op) == 1,
+                  "a parity case covers " << op << ", which ops.h does not declare");
   }
 }
 
-TEST_CASE("elementwise ops on cpu:1 equal cpu:0 bit for bit") { run_table(elementwise_cases(), kCpu, kOther, true); }
-TEST_CASE("reductions on cpu:1 equal cpu:0 bit for bit") { run_table(reduce_cases(), kCpu, kOther, true); }
-TEST_CASE("matmul, linear, shape and index ops on cpu:1 equal cpu:0") { run_table(linalg_shape_cases(), kCpu, kOther, true); }
+TEST_CASE("elementwise ops on cpu:1 equal cpu:0 bit for bit") {
+  run_table(elementwise_cases(), kCpu, kOther, true);
+}
+TEST_CASE("reductions on cpu:1 equal cpu:0 bit for bit") {
+  run_table(reduce_cases(), kCpu, kOther, true);
+}
+TEST_CASE("matmul, linear, shape and index ops on cpu:1 equal cpu:0") {
+  run_table(linalg_shape_cases(), kCpu, kOther, true);
+}
 TEST_CASE("nn ops on cpu:1 equal cpu:0 bit for bit") { run_table(nn_cases(), kCpu, kOther, true); }
 TEST_CASE("factories on cpu:1") { check_factories(kOther); }
 TEST_CASE("dropout on cpu:1") { check_dropout(kOther); }
-TEST_CASE("ops given cpu:0 and cpu:1 tensors throw, naming both devices") { check_mixed_devices(kOther); }
+TEST_CASE("ops given cpu:0 and cpu:1 tensors throw, naming both devices") {
+  check_mixed_devices(kOther);
+}
 TEST_CASE("optimizer steps on cpu:1 equal cpu:0") { check_optimizers(kOther, true); }
-TEST_CASE("MLP: SGD momentum steps on cpu:1 equal cpu:0") { check_training_steps("mlp", kOther, 2, true); }
-TEST_CASE("LeNet CNN: an SGD momentum step on cpu:1 equals cpu:0") { check_training_steps("cnn", kOther, 1, true); }
+TEST_CASE("MLP: SGD momentum steps on cpu:1 equal cpu:0") {
+  check_training_steps("mlp", kOther, 2, true);
+}
+TEST_CASE("LeNet CNN: an SGD momentum step on cpu:1 equals cpu:0") {
+  check_training_steps("cnn", kOther, 1, true);
+}

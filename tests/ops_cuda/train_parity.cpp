@@ -59,8 +59,8 @@ void check_training_steps(const std::string& name, Device d, int steps, bool exa
     opt_ref.step();
     opt_dut.step();
     for (std::size_t i = 0; i < pr.size(); ++i) {
-      check_close(pd[i].second, pr[i].second, name + ": " + pr[i].first + " after step " +
-                  std::to_string(step), tol, exact);
+      check_close(pd[i].second, pr[i].second,
+                  name + ": " + pr[i].first + " after step " + std::to_string(step), tol, exact);
     }
     auto br = ref->named_buffers(), bd = dut->named_buffers();
     REQUIRE(br.size() == bd.size());

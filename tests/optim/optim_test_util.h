@@ -33,7 +33,8 @@ inline void check_close(const Tensor& t, const std::vector<float>& expected, dou
 inline const std::vector<std::vector<float>> kGrads = {{0.5f, 1.0f}, {-1.0f, 2.0f}, {2.0f, 0.0f}};
 
 // Runs one step per expected[k] with gradient kGrads[k], checking p after each.
-inline void run_steps(optim::Optimizer& opt, Tensor& p, const std::vector<std::vector<float>>& expected) {
+inline void run_steps(optim::Optimizer& opt, Tensor& p,
+                      const std::vector<std::vector<float>>& expected) {
   for (size_t k = 0; k < expected.size(); ++k) {
     set_grad(p, kGrads[k]);
     opt.step();

@@ -64,8 +64,10 @@ TEST_CASE("AdamW's default weight decay is 0.01, Adam's is 0") {
 TEST_CASE("Adam rejects bad options") {
   Tensor p = param({1, 2});
   CHECK_THROWS_WITH_AS(optim::Adam({p}, {.lr = -1}), doctest::Contains("invalid lr"), Error);
-  CHECK_THROWS_WITH_AS(optim::Adam({p}, {.betas = {1.0, 0.999}}), doctest::Contains("invalid beta1"), Error);
-  CHECK_THROWS_WITH_AS(optim::AdamW({p}, {.betas = {0.9, -0.1}}), doctest::Contains("invalid beta2"), Error);
+  CHECK_THROWS_WITH_AS(optim::Adam({p}, {.betas = {1.0, 0.999}}),
+                       doctest::Contains("invalid beta1"), Error);
+  CHECK_THROWS_WITH_AS(optim::AdamW({p}, {.betas = {0.9, -0.1}}),
+                       doctest::Contains("invalid beta2"), Error);
   CHECK_THROWS_WITH_AS(optim::Adam({p}, {.eps = -1e-8}), doctest::Contains("invalid eps"), Error);
   CHECK_THROWS_WITH_AS(optim::AdamW({p}, {.weight_decay = -0.01}),
                        doctest::Contains("AdamW: invalid weight_decay"), Error);

@@ -49,9 +49,10 @@ TEST_CASE("schedulers resume with set_last_epoch and reject bad options") {
   sched.set_last_epoch(7);  // 7 / 3 = 2 decays
   CHECK(opt.lr() == doctest::Approx(0.125));
   CHECK(sched.base_lr() == 0.5);
-  CHECK_THROWS_WITH_AS(optim::StepLR(opt, {.step_size = 0}), doctest::Contains("step_size must be > 0"), Error);
-  CHECK_THROWS_WITH_AS(optim::CosineAnnealingLR(opt, {.t_max = 0}), doctest::Contains("t_max must be > 0"),
-                       Error);
+  CHECK_THROWS_WITH_AS(optim::StepLR(opt, {.step_size = 0}),
+                       doctest::Contains("step_size must be > 0"), Error);
+  CHECK_THROWS_WITH_AS(optim::CosineAnnealingLR(opt, {.t_max = 0}),
+                       doctest::Contains("t_max must be > 0"), Error);
 }
 
 TEST_CASE("a scheduled lr is the one the next step uses") {

@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
 }
 
 TEST_CASE("SGD on cuda:0 matches the CPU" * doctest::skip(no_gpu())) {
-  check_parity<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01,
-                                             .nesterov = true});
+  check_parity<optim::SGD>(
+      optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
 }
 
 TEST_CASE("Adam and AdamW on cuda:0 match the CPU" * doctest::skip(no_gpu())) {

@@ -54,7 +54,8 @@ TEST_CASE("SGD weight decay 0.1: d = g + 0.1 p") {
   run_steps(opt, p, {{0.94f, -2.08f}, {1.0306f, -2.2592f}});
 }
 
-TEST_CASE("SGD weight decay 0.1 AND momentum 0.9: the decay enters the buffer, d = g + 0.1 p; buf = 0.9 buf + d") {
+TEST_CASE("SGD weight decay 0.1 AND momentum 0.9: the decay enters the buffer, d = g + 0.1 p; buf "
+          "= 0.9 buf + d") {
   Tensor p = param({1, -2});
   optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
   // s1: d = [0.5 + 0.1, 1 - 0.2] = [0.6, 0.8] = buf              p = [0.94, -2.08]
@@ -75,12 +76,14 @@ TEST_CASE("SGD rejects bad options and bad parameters") {
                        doctest::Contains("invalid weight_decay"), Error);
   CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = 0.1, .nesterov = true}),
                        doctest::Contains("nesterov"), Error);
-  CHECK_THROWS_WITH_AS(optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
-                       doctest::Contains("zero dampening"), Error);
+  CHECK_THROWS_WITH_AS(
+      optim::SGD({p}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}),
+      doctest::Contains("zero dampening"), Error);
   Tensor not_leaf = p * 2.0f;
   CHECK_THROWS_WITH_AS(optim::SGD({not_leaf}, {.lr = 0.1}), doctest::Contains("not a leaf"), Error);
   Tensor labels = from_vector(std::vector<int64_t>{1, 2}, {2}, {.dtype = DType::Int64});
-  CHECK_THROWS_WITH_AS(optim::SGD({labels}, {.lr = 0.1}), doctest::Contains("must be float32"), Error);
+  CHECK_THROWS_WITH_AS(optim::SGD({labels}, {.lr = 0.1}), doctest::Contains("must be float32"),
+                       Error);
   CHECK_THROWS_WITH_AS(optim::SGD({p, p}, {.lr = 0.1}), doctest::Contains("appears twice"), Error);
 }
 
@@ -101,7 +104,8 @@ TEST_CASE("SGD skips parameters without a gradient; zero_grad clears them") {
   CHECK_FALSE(b.grad().defined());
 }
 
-TEST_CASE("zero_grad(set_to_none = false) zeroes .grad in place: the same storage, so views stay views") {
+TEST_CASE(
+    "zero_grad(set_to_none = false) zeroes .grad in place: the same storage, so views stay views") {
   Tensor p = param({1, -2});
   optim::SGD opt({p}, {.lr = 0.1});
   set_grad(p, kGrads[0]);

@@ -73,7 +73,8 @@ TEST_CASE("load_state_dict restores hyper-parameters and state onto the paramete
   Metadata back_meta;
   loaded.state_dict(back, back_meta);
   CHECK(back.at("state.0.exp_avg").device() == Device("cpu:4"));
-  CHECK(back.at("state.0.exp_avg").to_vector<float>() == sd.at("state.0.exp_avg").to_vector<float>());
+  CHECK(back.at("state.0.exp_avg").to_vector<float>() ==
+        sd.at("state.0.exp_avg").to_vector<float>());
 }
 
 TEST_CASE("load_state_dict rejects a state dict of another optimizer or shape") {
@@ -86,15 +87,16 @@ TEST_CASE("load_state_dict rejects a state dict of another optimizer or shape") 
   sgd.state_dict(sd, meta);
 
   optim::Adam adam({p});
-  CHECK_THROWS_WITH_AS(adam.load_state_dict(sd, meta), doctest::Contains("the state dict is from SGD"), Error);
+  CHECK_THROWS_WITH_AS(adam.load_state_dict(sd, meta),
+                       doctest::Contains("the state dict is from SGD"), Error);
   Tensor q = param({1, 2});
   optim::SGD two({p, q}, {.lr = 0.1, .momentum = 0.9});
-  CHECK_THROWS_WITH_AS(two.load_state_dict(sd, meta), doctest::Contains("has 2 parameters, the state dict has 1"),
-                       Error);
+  CHECK_THROWS_WITH_AS(two.load_state_dict(sd, meta),
+                       doctest::Contains("has 2 parameters, the state dict has 1"), Error);
   Tensor wide = param({1, 2, 3});
   optim::SGD other_shape({wide}, {.lr = 0.1, .momentum = 0.9});
-  CHECK_THROWS_WITH_AS(other_shape.load_state_dict(sd, meta), doctest::Contains("state.0.momentum_buffer"),
-                       Error);
+  CHECK_THROWS_WITH_AS(other_shape.load_state_dict(sd, meta),
+                       doctest::Contains("state.0.momentum_buffer"), Error);
   Metadata no_type = meta;
   no_type.erase("optim.type");
   CHECK_THROWS_WITH_AS(sgd.load_state_dict(sd, no_type), doctest::Contains("optim.type"), Error);

@@ -15,12 +15,14 @@
 namespace dplab::parallel::testing {
 
 // Small integers, so float sums are exact and a reference compares with ==.
-template <typename T> T value(int rank, int64_t i, int salt = 0) {
+template <typename T>
+T value(int rank, int64_t i, int salt = 0) {
   return static_cast<T>((rank * 7 + i * 3 + salt) % 11 - 5);
 }
 
 // Rank `rank`'s input of n elements.
-template <typename T> Tensor make(int rank, int64_t n, int salt = 0) {
+template <typename T>
+Tensor make(int rank, int64_t n, int salt = 0) {
   Tensor t = Tensor::empty({n}, {.dtype = dtype_of<T>()});
   T* p = t.data<T>();
   for (int64_t i = 0; i < n; ++i) p[i] = value<T>(rank, i, salt);
@@ -28,7 +30,8 @@ template <typename T> Tensor make(int rank, int64_t n, int salt = 0) {
 }
 
 // What all_reduce(op) of make<T>(0..n_ranks-1, n) must give, computed serially.
-template <typename T> std::vector<T> reference(ReduceOp op, int n_ranks, int64_t n, int salt = 0) {
+template <typename T>
+std::vector<T> reference(ReduceOp op, int n_ranks, int64_t n, int salt = 0) {
   std::vector<T> ref(n);
   for (int64_t i = 0; i < n; ++i) {
     T acc = value<T>(0, i, salt);
@@ -49,7 +52,7 @@ template <typename T> std::vector<T> reference(ReduceOp op, int n_ranks, int64_t
 struct GatherScatterBuffers {
   std::vector<Tensor> outs, gouts;  // int64 outputs of all_gather and gather
   std::vector<Tensor> ins;          // scatter's pieces: ins[i] is rank i's (read at the root)
-  std::vector<Tensor> rs_ins;       // float32: this rank's contribution to block i of reduce_scatter
+  std::vector<Tensor> rs_ins;  // float32: this rank's contribution to block i of reduce_scatter
   GatherScatterBuffers(int n, int rank, int64_t size) {
     for (int i = 0; i < n; ++i) {
       outs.push_back(Tensor::empty({size}, {.dtype = DType::Int64}));

@@ -20,8 +20,8 @@
 
 #include "framework/error.h"
 #include "framework/tensor/tensor.h"
-#include "parallel/rendezvous/file_store.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/rendezvous/file_store.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -49,12 +49,12 @@ void expect(bool ok, const std::string& what) {
 
 void expect_equal(const Tensor& got, const std::vector<float>& ref, const std::string& what) {
   std::vector<float> g = got.to_vector<float>();  // copies a CUDA tensor to the host
-  expect(g.size() == ref.size(), fmt::format("{}: {} elements, expected {}", what, g.size(),
-                                             ref.size()));
+  expect(g.size() == ref.size(),
+         fmt::format("{}: {} elements, expected {}", what, g.size(), ref.size()));
   for (std::size_t i = 0; i < g.size(); ++i)
     if (g[i] != ref[i])
-      throw std::runtime_error(fmt::format("check failed: {}: element {} is {}, expected {}",
-                                           what, i, g[i], ref[i]));
+      throw std::runtime_error(
+          fmt::format("check failed: {}: element {} is {}, expected {}", what, i, g[i], ref[i]));
 }
 
 // Runs every collective on tensors of device d; returns the bytes sent per collective.
@@ -157,7 +157,8 @@ int run(const std::string& mode, int rank, int n, const std::string& path) {
   const Device gpu(DeviceKind::CUDA, rank);
   if (mode == "collectives") {
     std::vector<int64_t> on_gpu = run_all(*pg, gpu);
-    expect(pg->transport_name(gpu) == "cuda_ipc", "CUDA tensors went by " + pg->transport_name(gpu));
+    expect(pg->transport_name(gpu) == "cuda_ipc",
+           "CUDA tensors went by " + pg->transport_name(gpu));
     std::vector<int64_t> on_cpu = run_all(*pg, Device(DeviceKind::CPU));
     expect(on_gpu == on_cpu, "bytes sent per collective differ between cuda_ipc and shm");
     return 0;

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "init" && (argc == 3 || argc == 4)) {
-      par::init_process_group({.backend = argc == 4 ? argv[3] : "ring", .init_method = argv[2],
+      par::init_process_group({.engine = argc == 4 ? argv[3] : "ring",
+                               .init_method = argv[2],
                                .timeout = par::Seconds(10.0)});
       dplab::Tensor t = dplab::full({5}, static_cast<double>(par::get_rank() + 1));
       par::default_process_group().all_reduce(t);
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "mpi-early-exit") {
-      par::init_process_group({.backend = "mpi", .timeout = par::Seconds(2.0)});
+      par::init_process_group({.engine = "mpi", .timeout = par::Seconds(2.0)});
       if (par::get_rank() == 1) {
         std::fprintf(stderr, "rank 1 leaves early\n");
         return 1;  // MPI_Finalize at exit would wait for rank 0 forever without the exit barrier

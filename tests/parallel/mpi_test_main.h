@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::parallel::testing {
 
@@ -23,7 +23,7 @@ constexpr int kSkipped = 77;
 inline std::shared_ptr<ProcessGroup> mpi_group() { return default_process_group_handle(); }
 inline std::shared_ptr<ProcessGroup> ring_group() {
   static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
-                                        {.backend = "ring", .timeout = Seconds(30.0)});
+                                        {.engine = "ring", .timeout = Seconds(30.0)});
   return pg;
 }
 
@@ -38,7 +38,7 @@ inline int run_under_mpirun(int argc, char** argv) {
   }
   int failed = 1;
   try {
-    init_process_group({.backend = "mpi", .timeout = Seconds(30.0)});
+    init_process_group({.engine = "mpi", .timeout = Seconds(30.0)});
     doctest::Context ctx(argc, argv);
     // mpirun gives each rank a pty, so doctest would colour its summary line; counters
     // (scripts/setup.sh) read that line as plain text

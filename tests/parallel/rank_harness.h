@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/comm/process_group.h"
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/rendezvous/hash_store.h"
-#include "parallel/comm/process_group.h"
 
 namespace dplab::parallel::testing {
 
@@ -64,8 +64,7 @@ struct Outcome {
 
 inline std::string unique_store_path() {
   static std::atomic<int> counter{0};
-  return "/tmp/dplab-test-store-" + std::to_string(getpid()) + "-" +
-         std::to_string(counter++);
+  return "/tmp/dplab-test-store-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
 // Forks n children; child r builds a FileStore + process group (shm transport) and runs

@@ -31,19 +31,23 @@ int main(int argc, char** argv) {
   int n = std::atoi(argv[2]);
   try {
     if (mode == "ok") {
-      par::spawn([&](int rank) {
+      par::spawn(
+          [&](int rank) {
         std::ofstream f(dir + "/rank" + std::to_string(rank) + ".txt");
         f << "rank " << rank << " RANK " << env("RANK") << " WORLD_SIZE " << env("WORLD_SIZE")
           << " MASTER_PORT " << env("MASTER_PORT") << "\n";
-      }, n);
+          },
+          n);
       std::ofstream(dir + "/parent.txt", std::ios::app) << "parent done\n";
       return 0;
     }
     if (mode == "fail") {
-      par::spawn([](int rank) {
+      par::spawn(
+          [](int rank) {
         if (rank == 1) throw dplab::Error("rank 1 gives up");
         std::this_thread::sleep_for(std::chrono::seconds(60));
-      }, n, {.grace = par::Seconds(1.0)});
+          },
+          n, {.grace = par::Seconds(1.0)});
       return 0;
     }
   } catch (const dplab::Error& e) {

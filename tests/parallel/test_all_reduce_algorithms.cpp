@@ -14,8 +14,8 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/collectives.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/collectives.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/transport/mailbox_transport.h"
@@ -30,8 +30,8 @@ using dplab::parallel::testing::run_threads;
 
 namespace {
 
-const Algorithm kNew[] = {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot,
-                          Algorithm::Auto};
+const Algorithm kNew[] = {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
+                          Algorithm::OneShot, Algorithm::Auto};
 
 // Sizes for n ranks: empty, one element, n-1 (fewer than ranks: some chunks empty), primes,
 // and more than two transport segments (the prime 98317 floats = 3 segments + a bit).
@@ -83,10 +83,12 @@ TEST_CASE("power_of_two_below and the fold: P ranks remain, each real rank once"
   }
 }
 
-TEST_CASE("recursive doubling, halving-doubling, one-shot, auto: equal to the reference and to the ring, N = 1..8") {
+TEST_CASE("recursive doubling, halving-doubling, one-shot, auto: equal to the reference and to the "
+          "ring, N = 1..8") {
   for (int n = 1; n <= 8; ++n)
     for (DType d : {DType::Float32, DType::Int64, DType::Float16}) {
-      CAPTURE(n); CAPTURE(dtype_name(d));
+      CAPTURE(n);
+      CAPTURE(dtype_name(d));
       std::vector<ReduceOp> ops{ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min};
       if (d == DType::Float32) ops.push_back(ReduceOp::Avg);
       // got[rank][case] for the ring and for each new algorithm, in the same case order
@@ -105,7 +107,8 @@ TEST_CASE("recursive doubling, halving-doubling, one-shot, auto: equal to the re
               ring[r].push_back(values(t));
               other[r].push_back(values(u));
               if (r == 0)
-                cases.push_back(fmt::format("{} {} size {}", algorithm_name(a), reduce_op_name(op), size));
+                cases.push_back(
+                    fmt::format("{} {} size {}", algorithm_name(a), reduce_op_name(op), size));
             }
           }
       });
@@ -115,7 +118,8 @@ TEST_CASE("recursive doubling, halving-doubling, one-shot, auto: equal to the re
           const auto want = expected(d, op, n, size, int(size % 7));
           for (size_t a = 0; a < std::size(kNew); ++a, ++k)
             for (int r = 0; r < n; ++r) {
-              CAPTURE(cases[k]); CAPTURE(r);
+              CAPTURE(cases[k]);
+              CAPTURE(r);
               CHECK(ring[r][k] == want);
               CHECK(other[r][k] == ring[r][k]);
             }
@@ -132,7 +136,8 @@ TEST_CASE("the new algorithms on general floats: every rank ends with the same b
       for (Algorithm a : kNew) {
         Tensor t = Tensor::empty({40001});
         float* p = t.data<float>();
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::sin(0.37f * float(i) + float(pg.rank()));
+        for (int64_t i = 0; i < t.numel(); ++i)
+          p[i] = std::sin(0.37f * float(i) + float(pg.rank()));
         pg.all_reduce(t, ReduceOp::Sum, a);
         got[pg.rank()].push_back(t.to_vector<float>());
       }
@@ -144,7 +149,8 @@ TEST_CASE("the new algorithms on general floats: every rank ends with the same b
 TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the textbook's") {
   for (int n = 1; n <= 8; ++n)
     for (int64_t elems : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{12001}, int64_t{8 * 3000}}) {
-      CAPTURE(n); CAPTURE(elems);
+      CAPTURE(n);
+      CAPTURE(elems);
       const int64_t S = elems * 4;
       std::vector<std::map<std::string, Traffic>> got(n);
       std::vector<std::string> auto_ran(n);
@@ -160,7 +166,7 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
         auto_ran[pg.rank()] = pg.all_reduce_algorithm(S, Algorithm::Auto);
       });
       const int p = power_of_two_below(n), steps = int(std::lround(std::log2(p)));
-      const Algorithm picked = choose_all_reduce(n, double(S), shm_link_cost());
+      const Algorithm picked = choose_all_reduce(n, double(S), shm_link_cost(cpu_cores()));
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         const Traffic rd = got[r].at("recursive_doubling"), hd = got[r].at("halving_doubling");
@@ -183,7 +189,9 @@ TEST_CASE("counters: each algorithm moves exactly cost.cpp's bytes, and the text
         CHECK(rd.received == rd_book);
         // Rabenseifner: 2(P-1)/P·S when P divides the elements, plus S for the fold's pairs
         if (elems % p == 0 && n > 1) {
-          const int64_t hd_book = !pair ? 2 * (p - 1) * S / p : r % 2 == 0 ? S : 2 * (p - 1) * S / p + S;
+          const int64_t hd_book = !pair        ? 2 * (p - 1) * S / p
+                                  : r % 2 == 0 ? S
+                                               : 2 * (p - 1) * S / p + S;
           CHECK(hd.sent == hd_book);
           CHECK(hd.received == hd_book);
         }
@@ -198,9 +206,12 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   for (int n : {2, 4, 8}) {
     CAPTURE(n);
     const double k = std::log2(n);
-    CHECK(near(all_reduce_seconds(Algorithm::Ring, n, S, wide), 2 * (n - 1) * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
-    CHECK(near(all_reduce_seconds(Algorithm::RecursiveDoubling, n, S, wide), k * (2e-6 + S * 1e-9)));
-    CHECK(near(all_reduce_seconds(Algorithm::HalvingDoubling, n, S, wide), 2 * k * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
+    CHECK(near(all_reduce_seconds(Algorithm::Ring, n, S, wide),
+               2 * (n - 1) * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
+    CHECK(
+        near(all_reduce_seconds(Algorithm::RecursiveDoubling, n, S, wide), k * (2e-6 + S * 1e-9)));
+    CHECK(near(all_reduce_seconds(Algorithm::HalvingDoubling, n, S, wide),
+               2 * k * 2e-6 + 2.0 * (n - 1) / n * S * 1e-9));
     CHECK(near(all_reduce_seconds(Algorithm::Star, n, S, wide), 2 * (n - 1) * (2e-6 + S * 1e-9)));
     CHECK(near(all_reduce_seconds(Algorithm::OneShot, n, S, wide), (n - 1) * (2e-6 + S * 1e-9)));
   }
@@ -209,10 +220,13 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   // more ranks than cores: a ring whose ranks all work every step slows by N / cores ...
   LinkCost two = wide;
   two.cores = 2;
-  CHECK(near(all_reduce_seconds(Algorithm::Ring, 4, S, two), 2 * all_reduce_seconds(Algorithm::Ring, 4, S, wide)));
-  CHECK(near(all_reduce_seconds(Algorithm::Ring, 3, S, two), 1.5 * all_reduce_seconds(Algorithm::Ring, 3, S, wide)));
+  CHECK(near(all_reduce_seconds(Algorithm::Ring, 4, S, two),
+             2 * all_reduce_seconds(Algorithm::Ring, 4, S, wide)));
+  CHECK(near(all_reduce_seconds(Algorithm::Ring, 3, S, two),
+             1.5 * all_reduce_seconds(Algorithm::Ring, 3, S, wide)));
   // ... while the star's leaves idle and leave the cores to rank 0: its path stays the bound
-  CHECK(near(all_reduce_seconds(Algorithm::Star, 4, S, two), all_reduce_seconds(Algorithm::Star, 4, S, wide)));
+  CHECK(near(all_reduce_seconds(Algorithm::Star, 4, S, two),
+             all_reduce_seconds(Algorithm::Star, 4, S, wide)));
   CHECK(all_reduce_seconds(Algorithm::Ring, 1, S, two) == 0);
   CHECK(all_reduce_seconds(Algorithm::Ring, 4, 0, two) == 0);
   // gamma: the bytes each rank adds in, (N-1)/N·S for the ring, log2(P)·S for recursive doubling
@@ -230,12 +244,14 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   auto extra = [&](Algorithm a, int n, double bytes) {
     return all_reduce_seconds(a, n, bytes, waking) - all_reduce_seconds(a, n, bytes, two);
   };
-  CHECK(near(extra(Algorithm::Ring, 4, S), 6 * 2 * 30e-6));          // 6 steps of S/4: 2 segments each
-  CHECK(near(extra(Algorithm::Ring, 3, S), 4 * 3 * 30e-6));          // 4 steps of S/3: 3 segments each
-  CHECK(near(extra(Algorithm::RecursiveDoubling, 4, S), 2 * seg_S * 30e-6));  // 2 swaps of S, 4 ranks
-  CHECK(near(extra(Algorithm::RecursiveDoubling, 3, S), 30e-6));     // P = 2 and the pair fit: the one
-  CHECK(near(extra(Algorithm::HalvingDoubling, 3, S), 30e-6));       // wake-up every call has
-  CHECK(near(extra(Algorithm::HalvingDoubling, 4, S), (2 * 4 + 2 * 2) * 30e-6));  // S/2 and S/4, twice
+  CHECK(near(extra(Algorithm::Ring, 4, S), 6 * 2 * 30e-6));  // 6 steps of S/4: 2 segments each
+  CHECK(near(extra(Algorithm::Ring, 3, S), 4 * 3 * 30e-6));  // 4 steps of S/3: 3 segments each
+  CHECK(
+      near(extra(Algorithm::RecursiveDoubling, 4, S), 2 * seg_S * 30e-6));  // 2 swaps of S, 4 ranks
+  CHECK(near(extra(Algorithm::RecursiveDoubling, 3, S), 30e-6));  // P = 2 and the pair fit: the one
+  CHECK(near(extra(Algorithm::HalvingDoubling, 3, S), 30e-6));    // wake-up every call has
+  CHECK(near(extra(Algorithm::HalvingDoubling, 4, S),
+             (2 * 4 + 2 * 2) * 30e-6));                             // S/2 and S/4, twice
   CHECK(near(extra(Algorithm::OneShot, 4, S), 3 * seg_S * 30e-6));  // a wait on each of 3 peers
   CHECK(near(extra(Algorithm::Star, 4, S), 2 * seg_S * 30e-6));
   CHECK(near(extra(Algorithm::OneShot, 4, 4096), 3 * 30e-6));
@@ -256,34 +272,37 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   // or 4 ranks recursive doubling for small sizes (fewer crowded waits than the one-shot's
   // N-1); at N = 3 halving-doubling for large ones, whose core steps run 2 ranks on 2 cores
   // where the ring's 3 wait for a core 4 times a segment
-  LinkCost shm = shm_link_cost();
-  shm.cores = 2;
+  LinkCost shm = shm_link_cost(2);  // 2 cores
   CHECK(choose_all_reduce(2, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(2, 64 << 20, shm) == Algorithm::Ring);
   CHECK(choose_all_reduce(3, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(4, 4096, shm) == Algorithm::RecursiveDoubling);
   CHECK(choose_all_reduce(3, 64 << 20, shm) == Algorithm::HalvingDoubling);
-  CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two), doctest::Contains("resolve auto"), Error);
+  CHECK_THROWS_WITH_AS(all_reduce_seconds(Algorithm::Auto, 2, S, two),
+                       doctest::Contains("resolve auto"), Error);
 }
 
-TEST_CASE("algorithms by name: backends and per-call names; a bad name lists the good ones") {
-  for (Algorithm a : kAlgorithms)
-    CHECK(algorithm_from_name(algorithm_name(a)) == a);
-  CHECK_THROWS_WITH_AS(algorithm_from_name("tree"), doctest::Contains("halving_doubling, one_shot or auto"), Error);
-  for (const char* backend : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
-    CAPTURE(backend);
+TEST_CASE("algorithms by name: engines and per-call names; a bad name lists the good ones") {
+  for (Algorithm a : kAlgorithms) CHECK(algorithm_from_name(algorithm_name(a)) == a);
+  CHECK_THROWS_WITH_AS(algorithm_from_name("tree"),
+                       doctest::Contains("halving_doubling, one_shot or auto"), Error);
+  for (const char* engine : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
+    CAPTURE(engine);
     std::vector<std::vector<float>> got(3);
     std::vector<std::string> ran(3);
-    run_threads(3, [&](ProcessGroup& pg) {
-      CHECK(pg.backend() == backend);
+    run_threads(
+        3,
+        [&](ProcessGroup& pg) {
+      CHECK(pg.engine() == engine);
       Tensor t = make<float>(pg.rank(), 77);
       pg.all_reduce(t);  // the group's algorithm
       got[pg.rank()] = t.to_vector<float>();
       ran[pg.rank()] = pg.all_reduce_algorithm(t.nbytes());
-    }, {.backend = backend});
+        },
+        {.engine = engine});
     for (int r = 0; r < 3; ++r) {
       CHECK(got[r] == reference<float>(ReduceOp::Sum, 3, 77));
-      CHECK(ran[r].find(std::string(backend) == "auto" ? "auto:" : backend) == 0);
+      CHECK(ran[r].find(std::string(engine) == "auto" ? "auto:" : engine) == 0);
     }
   }
 }
@@ -302,7 +321,8 @@ TEST_CASE("an all-reduce on one rank costs nothing: no bytes, the tensor untouch
   });
 }
 
-TEST_CASE("DDP on one rank stands aside: no bucket copies, no hook, the single device's gradients") {
+TEST_CASE(
+    "DDP on one rank stands aside: no bucket copies, no hook, the single device's gradients") {
   run_threads(1, [](ProcessGroup& pg) {
     manual_seed(3);
     auto plain = std::make_shared<nn::Linear>(7, 5);
@@ -321,7 +341,8 @@ TEST_CASE("DDP on one rank stands aside: no bucket copies, no hook, the single d
     CHECK(ddp.reducer().reductions_launched() == 0);
     const auto a = plain->parameters(), b = wrapped->parameters();
     REQUIRE(a.size() == b.size());
-    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].grad().to_vector<float>() == b[i].grad().to_vector<float>());
+    for (size_t i = 0; i < a.size(); ++i)
+      CHECK(a[i].grad().to_vector<float>() == b[i].grad().to_vector<float>());
   });
 }
 

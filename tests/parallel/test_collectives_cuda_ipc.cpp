@@ -9,8 +9,8 @@
 // program exits 77 (meson: SKIP); one case runs the same checks on CPU tensors anyway.
 // Read next: cuda_ipc_child.cpp, ../../parallel/transport/cuda_ipc_transport.cpp.
 #define DOCTEST_CONFIG_IMPLEMENT
-#include <doctest/doctest.h>
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,7 +41,7 @@ namespace {
 bool has_gpu() { return cuda_device_count() > 0; }
 
 struct ChildOutcome {
-  int code = -1;    // exit status, or -1 when killed
+  int code = -1;  // exit status, or -1 when killed
   int signal = 0;
   std::string out;  // "ok" or the error message
 };

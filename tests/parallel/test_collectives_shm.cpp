@@ -4,8 +4,8 @@
 // others fail with a CommError naming it well within the timeout; nothing is left in
 // /dev/shm afterwards. The thread tests cover the protocol in depth; these cover processes.
 // Read next: benchmarks/allreduce.cpp.
-#include <doctest/doctest.h>
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,7 +57,9 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
   const int before = dplab_segments_in_dev_shm();
   for (int n = 1; n <= 4; ++n) {
     CAPTURE(n);
-    check_all_ok(run_processes(n, [n](ProcessGroup& pg) {
+    check_all_ok(run_processes(
+        n,
+        [n](ProcessGroup& pg) {
       expect(pg.transport_name() == "shm", "transport is " + pg.transport_name());
       for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{100003}}) {
         for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
@@ -67,8 +69,8 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
           for (int64_t i = 0; i < size; ++i) {
             float ref = 0;
             for (int r = 0; r < n; ++r) ref += value(r, i);
-            expect(p[i] == ref, fmt::format("{} size {} element {}: {} != {}",
-                                            algorithm_name(a), size, i, p[i], ref));
+            expect(p[i] == ref, fmt::format("{} size {} element {}: {} != {}", algorithm_name(a),
+                                            size, i, p[i], ref));
           }
         }
       }
@@ -78,7 +80,8 @@ TEST_CASE("shm: all_reduce ring and star across 1..4 processes, odd and zero siz
       pg.all_reduce(big, ReduceOp::Max, Algorithm::Ring);
       int64_t S = big.nbytes();
       expect(pg.comm_stats().total.bytes_sent == 2 * (n - 1) * S / n, "ring volume");
-    }, {.segment_bytes = kSegmentBytes}));  // 128 KiB slots: 12 * 32768 floats is 3 per rank
+        },
+        {.segment_bytes = kSegmentBytes}));  // 128 KiB slots: 12 * 32768 floats is 3 per rank
   }
   CHECK(dplab_segments_in_dev_shm() == before);  // unlinked as soon as all ranks mapped it
 }
@@ -88,8 +91,13 @@ TEST_CASE("DPLAB_SEGMENT_KB and DPLAB_WAIT take whole numbers and nothing else")
   for (const char* bad : {"1x", "0", "65537", " 4", "4.5", ""}) {
     if (*bad == '\0') continue;  // unset-like: the default
     ::setenv("DPLAB_SEGMENT_KB", bad, 1);
-    CHECK_THROWS_WITH_AS(shm_segment_bytes(2), doctest::Contains(fmt::format(
-        "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", bad).c_str()), Error);
+    CHECK_THROWS_WITH_AS(
+        shm_segment_bytes(2),
+        doctest::Contains(
+            fmt::format("DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"",
+                        bad)
+                .c_str()),
+        Error);
   }
   ::setenv("DPLAB_SEGMENT_KB", "64", 1);
   CHECK(shm_segment_bytes(2) == 64 * 1024);
@@ -103,8 +111,10 @@ TEST_CASE("DPLAB_SEGMENT_KB and DPLAB_WAIT take whole numbers and nothing else")
       try {
         wait_policy(2);
       } catch (const Error& e) {
-        const std::string want = fmt::format("DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers "
-                                             "in 0..1000000, e.g. 50,0), got \"{}\"", bad);
+        const std::string want =
+            fmt::format("DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers "
+                        "in 0..1000000, e.g. 50,0), got \"{}\"",
+                        bad);
         _exit(std::string(e.what()).find(want) != std::string::npos ? 0 : 2);
       }
       _exit(1);  // accepted
@@ -112,7 +122,9 @@ TEST_CASE("DPLAB_SEGMENT_KB and DPLAB_WAIT take whole numbers and nothing else")
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK_MESSAGE(WIFEXITED(st), bad);
-    CHECK_MESSAGE(WEXITSTATUS(st) == 0, "DPLAB_WAIT=" << bad << (WEXITSTATUS(st) == 1 ? " was accepted" : " gave another message"));
+    CHECK_MESSAGE(
+        WEXITSTATUS(st) == 0,
+        "DPLAB_WAIT=" << bad << (WEXITSTATUS(st) == 1 ? " was accepted" : " gave another message"));
   }
 }
 
@@ -125,7 +137,9 @@ TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 256 KiB p
   // a group with the default slots and one with small slots agree, over many segments
   for (std::size_t slot : {std::size_t{0}, std::size_t{4096}}) {
     CAPTURE(slot);
-    check_all_ok(run_processes(3, [](ProcessGroup& pg) {
+    check_all_ok(run_processes(
+        3,
+        [](ProcessGroup& pg) {
       for (Algorithm a : {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
         Tensor t = make(pg.rank(), 300001);
         pg.all_reduce(t, ReduceOp::Sum, a);
@@ -134,7 +148,8 @@ TEST_CASE("shm: the default slot is 1 MiB while every rank has a core, 256 KiB p
           expect(p[i] == value(0, i) + value(1, i) + value(2, i),
                  fmt::format("{} element {}", algorithm_name(a), i));
       }
-    }, {.segment_bytes = slot}));
+        },
+        {.segment_bytes = slot}));
   }
   std::vector<Outcome> bad = run_processes(2, [](ProcessGroup&) {}, {.segment_bytes = 1001});
   for (const Outcome& o : bad) {
@@ -191,12 +206,15 @@ TEST_CASE("shm: broadcast, all_gather, reduce_scatter, barrier, send/recv") {
 TEST_CASE("shm: a rank that throws makes the others fail fast with a message naming it") {
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
-    auto out = run_processes(4, [](ProcessGroup& pg) {
+    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
+    auto out = run_processes(
+        4,
+        [](ProcessGroup& pg) {
       if (pg.rank() == 2) throw std::runtime_error("rank 2 failed on purpose");
       Tensor t = make(pg.rank(), 300000);
       pg.all_reduce(t);
-    }, opts);
+        },
+        opts);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(secs < 2.5);
     CHECK(out[2].message == "rank 2 failed on purpose");
@@ -215,13 +233,16 @@ TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     CAPTURE(algorithm_name(a));
     auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.backend = algorithm_name(a), .timeout = Seconds(3.0)};
-    auto out = run_processes(4, [](ProcessGroup& pg) {
+    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
+    auto out = run_processes(
+        4,
+        [](ProcessGroup& pg) {
       Tensor t = make(pg.rank(), 300000);
       pg.all_reduce(t);  // one that works, so the kill lands mid-run
       if (pg.rank() == 3) raise(SIGKILL);
       pg.all_reduce(t);
-    }, opts);
+        },
+        opts);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(secs < 3.0);
     CHECK(out[3].signal == SIGKILL);

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/comm/cost.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/transport/mailbox_transport.h"
@@ -26,13 +26,16 @@ using dplab::parallel::testing::value;
 
 namespace {
 
-
 // Sizes: empty, one element, fewer elements than ranks, odd, and > 2 segments per chunk.
 const int64_t kSizes[] = {0, 1, 3, 1001, 3 * static_cast<int64_t>(kSegmentBytes / 4) + 17};
 
-template <typename T> void check_all_reduce(int n, Algorithm algo, ReduceOp op) {
+template <typename T>
+void check_all_reduce(int n, Algorithm algo, ReduceOp op) {
   for (int64_t size : kSizes) {
-    CAPTURE(n); CAPTURE(size); CAPTURE(algorithm_name(algo)); CAPTURE(reduce_op_name(op));
+    CAPTURE(n);
+    CAPTURE(size);
+    CAPTURE(algorithm_name(algo));
+    CAPTURE(reduce_op_name(op));
     std::vector<std::vector<T>> got(n);
     run_threads(n, [&](ProcessGroup& pg) {
       Tensor t = make<T>(pg.rank(), size);
@@ -80,7 +83,9 @@ TEST_CASE("broadcast from every root, and reduce to every root") {
   for (int n = 1; n <= 4; ++n)
     for (int root = 0; root < n; ++root)
       for (int64_t size : kSizes) {
-        CAPTURE(n); CAPTURE(root); CAPTURE(size);
+        CAPTURE(n);
+        CAPTURE(root);
+        CAPTURE(size);
         std::vector<std::vector<float>> bcast(n), red(n);
         run_threads(n, [&](ProcessGroup& pg) {
           Tensor t = make<float>(pg.rank(), size);
@@ -98,30 +103,33 @@ TEST_CASE("broadcast from every root, and reduce to every root") {
       }
 }
 
-TEST_CASE("reduce with the average at every root: the root divides by N, the others are untouched") {
+TEST_CASE(
+    "reduce with the average at every root: the root divides by N, the others are untouched") {
   for (int n = 1; n <= 4; ++n)
     for (int root = 0; root < n; ++root) {
-        CAPTURE(n); CAPTURE(root);
-        const int64_t size = 13;  // does not divide by 2, 3 or 4
-        std::vector<std::vector<float>> red(n);
-        run_threads(n, [&](ProcessGroup& pg) {
-          Tensor u = make<float>(pg.rank(), size, 2);
-          pg.reduce(u, root, ReduceOp::Avg);
-          red[pg.rank()] = u.to_vector<float>();
-        });
-        auto want = reference<float>(ReduceOp::Avg, n, size, 2);
-        for (int r = 0; r < n; ++r)
-          for (int64_t i = 0; i < size; ++i) {
-            float expected = r == root ? want[i] : value<float>(r, i, 2);
-            CHECK(red[r][i] == doctest::Approx(expected).epsilon(1e-6));
-          }
-      }
+      CAPTURE(n);
+      CAPTURE(root);
+      const int64_t size = 13;  // does not divide by 2, 3 or 4
+      std::vector<std::vector<float>> red(n);
+      run_threads(n, [&](ProcessGroup& pg) {
+        Tensor u = make<float>(pg.rank(), size, 2);
+        pg.reduce(u, root, ReduceOp::Avg);
+        red[pg.rank()] = u.to_vector<float>();
+      });
+      auto want = reference<float>(ReduceOp::Avg, n, size, 2);
+      for (int r = 0; r < n; ++r)
+        for (int64_t i = 0; i < size; ++i) {
+          float expected = r == root ? want[i] : value<float>(r, i, 2);
+          CHECK(red[r][i] == doctest::Approx(expected).epsilon(1e-6));
+        }
+    }
 }
 
 TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
   for (int n = 1; n <= 4; ++n)
     for (int64_t size : {int64_t{0}, int64_t{5}, int64_t{40000}}) {
-      CAPTURE(n); CAPTURE(size);
+      CAPTURE(n);
+      CAPTURE(size);
       std::vector<std::vector<std::vector<int64_t>>> gathered(n), root_gather(n);
       std::vector<std::vector<int64_t>> scattered(n);
       std::vector<std::vector<float>> rs(n);
@@ -209,7 +217,8 @@ TEST_CASE("async handles complete in call order and rethrow errors on wait()") {
 TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
   for (int n = 2; n <= 4; ++n)
     for (int64_t elems : {int64_t{12000}, int64_t{12001}, int64_t{5}, int64_t{2}}) {
-      CAPTURE(n); CAPTURE(elems);
+      CAPTURE(n);
+      CAPTURE(elems);
       const int64_t S = elems * 4;  // float32 bytes
       std::vector<CommStats> ring(n), star(n);
       run_threads(n, [&](ProcessGroup& pg) {
@@ -236,13 +245,15 @@ TEST_CASE("counters: ring and star move the textbook bytes, exactly") {
     }
 }
 
-TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h") {
+TEST_CASE("counters: every collective counts exactly the formula of algorithms/cost.h") {
   // ring.cpp, star.cpp and p2p.cpp count bytes as they move them; cost.h writes the same as
-  // formulas, which the mpi and nccl backends report. They must agree, call by call.
+  // formulas, which the mpi and nccl engines report. They must agree, call by call.
   for (int n = 1; n <= 4; ++n)
     for (int64_t elems : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{12001}})
       for (int root : {0, n - 1}) {
-        CAPTURE(n); CAPTURE(elems); CAPTURE(root);
+        CAPTURE(n);
+        CAPTURE(elems);
+        CAPTURE(root);
         const int64_t S = elems * 4;  // float32 bytes
         std::vector<std::map<std::string, Traffic>> got(n);
         run_threads(n, [&](ProcessGroup& pg) {
@@ -250,7 +261,8 @@ TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h"
           auto measure = [&](const std::string& name, auto call) {
             pg.reset_comm_stats();
             call();
-            const CollectiveStats s = pg.comm_stats().per_collective.at(name);  // a copy: returned by value
+            const CollectiveStats s =
+                pg.comm_stats().per_collective.at(name);  // a copy: returned by value
             mine[name] = {s.bytes_sent, s.bytes_received};
           };
           Tensor t = make<float>(pg.rank(), elems);
@@ -272,7 +284,9 @@ TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h"
             if (pg.rank() == 1) measure("recv", [&] { pg.recv(t, 0); });
           }
         });
-        auto same = [](Traffic a, Traffic b) { return a.sent == b.sent && a.received == b.received; };
+        auto same = [](Traffic a, Traffic b) {
+          return a.sent == b.sent && a.received == b.received;
+        };
         for (int r = 0; r < n; ++r) {
           CAPTURE(r);
           CHECK(same(got[r].at("all_reduce"), ring_all_reduce_cost(S, 4, r, n)));
@@ -292,7 +306,8 @@ TEST_CASE("counters: every collective counts exactly the formula of comm/cost.h"
 }
 
 namespace {
-// An engine that moves nothing and writes down what ProcessGroup asked of it.
+// An engine that moves nothing, writes down each call ProcessGroup makes of it, and reports
+// a traffic of its own (as mpi and nccl report cost.h's formulas).
 struct RecordingEngine final : CollectiveEngine {
   std::vector<std::string>* log;
   std::string name_ = "recording";
@@ -300,58 +315,76 @@ struct RecordingEngine final : CollectiveEngine {
   const std::string& name() const override { return name_; }
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  void set_context(const std::string& c) override { log->push_back("context " + c); }
-  void all_reduce(Tensor&, ReduceOp, std::optional<Algorithm>) override { log->push_back("all_reduce"); }
-  void broadcast(Tensor&, int) override { log->push_back("broadcast"); }
-  void reduce(Tensor&, int, ReduceOp) override { log->push_back("reduce"); }
-  void all_gather(std::vector<Tensor>&, const Tensor&) override { log->push_back("all_gather"); }
-  void reduce_scatter(Tensor&, const std::vector<Tensor>&, ReduceOp) override {
-    log->push_back("reduce_scatter");
+  void note(CollectiveCall& call, const char* what, Traffic traffic) {
+    log->push_back(std::string(what) + " " + call.name);
+    call.traffic = traffic;
   }
-  void gather(std::vector<Tensor>&, const Tensor&, int) override { log->push_back("gather"); }
-  void scatter(Tensor&, const std::vector<Tensor>&, int) override { log->push_back("scatter"); }
-  void barrier() override { throw CommError("the wire broke"); }
-  void send(const Tensor&, int) override { log->push_back("send"); }
-  void recv(Tensor&, int) override { log->push_back("recv"); }
+  void all_reduce(CollectiveCall& c, Tensor& t, ReduceOp op, std::optional<Algorithm>) override {
+    c.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));  // names what ran
+    note(c, "all_reduce", {t.nbytes(), 1});
+  }
+  void broadcast(CollectiveCall& c, Tensor&, int) override { note(c, "broadcast", {0, 24}); }
+  void reduce(CollectiveCall& c, Tensor&, int, ReduceOp) override { note(c, "reduce", {}); }
+  void all_gather(CollectiveCall& c, std::vector<Tensor>&, const Tensor&) override {
+    note(c, "all_gather", {7, 7});
+  }
+  void reduce_scatter(CollectiveCall& c, Tensor&, const std::vector<Tensor>&, ReduceOp) override {
+    note(c, "reduce_scatter", {});
+  }
+  void gather(CollectiveCall& c, std::vector<Tensor>&, const Tensor&, int) override {
+    note(c, "gather", {});
+  }
+  void scatter(CollectiveCall& c, Tensor&, const std::vector<Tensor>&, int) override {
+    note(c, "scatter", {});
+  }
+  void barrier(CollectiveCall&) override { throw CommError("the wire broke"); }
+  void send(CollectiveCall& c, const Tensor&, int) override { note(c, "send", {5, 0}); }
+  void recv(CollectiveCall& c, Tensor&, int) override { note(c, "recv", {}); }
   void mark_failed(const std::string& why) override { log->push_back("failed " + why); }
   void leave() override { log->push_back("leave"); }
   void abort(const std::string& why) override { log->push_back("abort " + why); }
 };
 }  // namespace
 
-TEST_CASE("ProcessGroup checks, names the collective, calls its engine once, counts the model") {
+TEST_CASE("ProcessGroup checks, calls its engine once per collective, counts what it reports") {
   std::vector<std::string> log;
   {
     ProcessGroup pg(std::make_unique<RecordingEngine>(&log));
     // an engine without a dplab transport: both names are the engine's, for any device
+    CHECK(pg.engine() == "recording");
+    CHECK(pg.all_reduce_algorithm(1024) == "recording");
     CHECK(pg.transport_name() == "recording");
     CHECK(pg.transport_name(Device(DeviceKind::CPU)) == "recording");
     CHECK(pg.transport_name(Device("cuda:0")) == "recording");
     Tensor t = make<float>(0, 6);
     std::vector<Tensor> two{make<float>(0, 6), make<float>(1, 6)};
-    CHECK_THROWS_WITH_AS(pg.broadcast(t, 2), doctest::Contains("root must be in [0, 2), got 2"), Error);
-    CHECK_THROWS_WITH_AS(pg.all_gather(two = {t}, t), doctest::Contains("must hold 2 tensors"), Error);
+    CHECK_THROWS_WITH_AS(pg.broadcast(t, 2), doctest::Contains("root must be in [0, 2), got 2"),
+                         Error);
+    CHECK_THROWS_WITH_AS(pg.all_gather(two = {t}, t), doctest::Contains("must hold 2 tensors"),
+                         Error);
     two = {make<float>(0, 6), make<float>(1, 6)};
     pg.all_reduce(t, ReduceOp::Avg);
     pg.broadcast(t, 1);
     pg.all_gather(two, t);
     pg.send(t, 1);
-    CHECK(log == std::vector<std::string>{"context all_reduce(recording, avg)", "all_reduce",
-                                          "context broadcast(root 1)", "broadcast",
-                                          "context all_gather", "all_gather",
-                                          "context send(to 1)", "send"});
-    // the engine cannot see its wire, so the counters hold the formulas of cost.h
+    CHECK(log == std::vector<std::string>{"all_reduce all_reduce(recording, avg)",
+                                          "broadcast broadcast(root 1)", "all_gather all_gather",
+                                          "send send(to 1)"});
+    // the counters hold what the engine reported, per collective and in total
     CommStats s = pg.comm_stats();
-    CHECK(s.per_collective.at("all_reduce").bytes_sent == ring_all_reduce_cost(24, 4, 0, 2).sent);
-    CHECK(s.per_collective.at("all_reduce").bytes_sent == 24);  // 2(N-1)/N * S
-    CHECK(s.per_collective.at("broadcast").bytes_received == 24);  // root 1 -> rank 0
-    CHECK(s.per_collective.at("all_gather").bytes_sent == 24);
+    CHECK(s.per_collective.at("all_reduce").bytes_sent == 24);
+    CHECK(s.per_collective.at("all_reduce").bytes_received == 1);
+    CHECK(s.per_collective.at("broadcast").bytes_received == 24);
+    CHECK(s.per_collective.at("all_gather").bytes_sent == 7);
+    CHECK(s.per_collective.at("send").bytes_sent == 5);
+    CHECK(s.total.bytes_sent == 24 + 7 + 5);
     CHECK(s.total.calls == 4);
     log.clear();
     CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("the wire broke"), CommError);
-    CHECK(log == std::vector<std::string>{"context barrier", "failed the wire broke"});
-    CHECK_THROWS_WITH_AS(pg.all_reduce(t), doctest::Contains("failed earlier (barrier on the "
-                                                             "recording backend: the wire broke)"),
+    CHECK(log == std::vector<std::string>{"failed barrier on rank 0: the wire broke"});
+    CHECK_THROWS_WITH_AS(pg.all_reduce(t),
+                         doctest::Contains("failed earlier (barrier on the "
+                                           "recording engine: the wire broke)"),
                          CommError);
     log.clear();
   }
@@ -359,12 +392,14 @@ TEST_CASE("ProcessGroup checks, names the collective, calls its engine once, cou
 }
 
 TEST_CASE("a rank that throws makes the others fail fast, naming it") {
-  ProcessGroupOptions opts{.backend = "ring", .timeout = Seconds(3.0)};
+  ProcessGroupOptions opts{.engine = "ring", .timeout = Seconds(3.0)};
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::string> messages(3);
     try {
-      run_threads(3, [&](ProcessGroup& pg) {
+      run_threads(
+          3,
+          [&](ProcessGroup& pg) {
         if (pg.rank() == 1) throw std::runtime_error("rank 1 gives up");
         Tensor t = make<float>(pg.rank(), 100000);
         try {
@@ -374,7 +409,8 @@ TEST_CASE("a rank that throws makes the others fail fast, naming it") {
         }
         // the links' state is unknown after a failure: the group refuses further work
         CHECK_THROWS_WITH_AS(pg.barrier(), doctest::Contains("failed earlier"), CommError);
-      }, opts);
+          },
+          opts);
     } catch (const std::runtime_error& e) {
       CHECK(std::string(e.what()) == "rank 1 gives up");
     }
@@ -389,10 +425,12 @@ TEST_CASE("a rank that throws makes the others fail fast, naming it") {
 }
 
 TEST_CASE("a rank that never comes times out with a CommError naming rank, peer, collective") {
-  ProcessGroupOptions opts{.backend = "star", .timeout = Seconds(0.5)};
+  ProcessGroupOptions opts{.engine = "star", .timeout = Seconds(0.5)};
   std::string message;
   std::atomic<bool> done{false};
-  run_threads(2, [&](ProcessGroup& pg) {
+  run_threads(
+      2,
+      [&](ProcessGroup& pg) {
     if (pg.rank() == 1) {  // alive, but never joins the collective
       while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return;
@@ -404,7 +442,8 @@ TEST_CASE("a rank that never comes times out with a CommError naming rank, peer,
       message = e.what();
     }
     done = true;
-  }, opts);
+      },
+      opts);
   CAPTURE(message);
   CHECK(message.find("rank 0") != std::string::npos);
   CHECK(message.find("timed out") != std::string::npos);

@@ -18,9 +18,9 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
 #include "models/mlp.h"
-#include "parallel/rendezvous/hash_store.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/dp/data_parallel.h"
+#include "parallel/rendezvous/hash_store.h"
 #include "tests/ddp/ddp_reference.h"
 #include "tests/gpu_suite.h"
 #include "tests/parallel/rank_harness.h"
@@ -38,9 +38,9 @@ void check_params(const testing::Params& got, const testing::Params& ref, double
   for (std::size_t k = 0; k < ref.size(); ++k) {
     REQUIRE(got[k].size() == ref[k].size());
     for (std::size_t i = 0; i < ref[k].size(); ++i)
-      CHECK_MESSAGE(std::abs(got[k][i] - ref[k][i]) <= tol * (1 + std::abs(ref[k][i])),
-                    what << ": tensor " << k << " element " << i << ": " << got[k][i] << " vs "
-                         << ref[k][i]);
+      CHECK_MESSAGE(
+          std::abs(got[k][i] - ref[k][i]) <= tol * (1 + std::abs(ref[k][i])),
+          what << ": tensor " << k << " element " << i << ": " << got[k][i] << " vs " << ref[k][i]);
   }
 }
 
@@ -95,7 +95,8 @@ TEST_CASE("cuda_ipc: thread-rank groups destroyed one after another do not wait 
 }
 
 TEST_CASE("DDP on CUDA thread ranks (cuda_ipc), with and without the fp16 hook, equals one "
-          "process" * doctest::skip(!has_gpu())) {
+          "process" *
+          doctest::skip(!has_gpu())) {
   set_virtual_gpus(4);
   for (bool fp16 : {false, true}) {
     CAPTURE(fp16);
@@ -112,8 +113,8 @@ TEST_CASE("DDP on CUDA thread ranks (cuda_ipc), with and without the fp16 hook, 
       auto model = std::make_shared<models::ToyModel>();
       if (r == 0) model->load_state_dict(init);  // the others: the broadcast must fix them
       model->to(d);
-      DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001,
-                                          .process_group = testing::borrow(pg)});
+      DistributedDataParallel ddp(model,
+                                  {.bucket_cap_mb = 0.0001, .process_group = testing::borrow(pg)});
       if (fp16) ddp.register_comm_hook(fp16_compress_hook());
       optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
       for (int s = 0; s < testing::kSteps; ++s) {

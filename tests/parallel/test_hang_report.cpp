@@ -12,10 +12,11 @@
 #include <thread>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/engines/collective_watchdog.h"
-#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/engines/collective_watchdog.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/transport/hang_report.h"
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/rank_harness.h"
@@ -35,7 +36,9 @@ std::vector<RankProgress> snapshot(const std::vector<int>& waits, uint64_t seq =
   return ranks;
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -88,7 +91,8 @@ TEST_CASE("ranks a collective behind the others are listed as out of step, NCCL-
   std::string s = describe_hang(3, 2, ranks);
   CAPTURE(s);
   CHECK(has(s, "rank 0 stopped making progress in all_reduce(ring) #57"));
-  CHECK(has(s, "Out of step: rank 0 is at all_reduce(ring) #57; ranks 1-3 are at all_reduce(ring) #58"));
+  CHECK(has(
+      s, "Out of step: rank 0 is at all_reduce(ring) #57; ranks 1-3 are at all_reduce(ring) #58"));
 }
 
 TEST_CASE("threads: a rank that skips a collective is named by every rank that waited on it") {
@@ -97,7 +101,9 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
     constexpr int kRanks = 4;
     std::vector<std::string> messages(kRanks);
     std::atomic<int> finished{0};
-    run_threads(kRanks, [&](ProcessGroup& pg) {
+    run_threads(
+        kRanks,
+        [&](ProcessGroup& pg) {
       Tensor t = make<float>(pg.rank(), 1000);
       pg.all_reduce(t, ReduceOp::Sum, algo);  // #1 on every rank
       if (pg.rank() == 0) {  // skips #2: alive, but busy elsewhere until the others gave up
@@ -110,7 +116,8 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
         messages[pg.rank()] = e.what();
       }
       ++finished;
-    }, {.backend = "ring", .timeout = Seconds(0.5)});
+        },
+        {.engine = "ring", .timeout = Seconds(0.5)});
     for (int r = 1; r < kRanks; ++r) {
       CAPTURE(messages[r]);
       CHECK(has(messages[r], "rank 0 stopped making progress"));
@@ -130,13 +137,15 @@ struct Watchdogs {
   std::mutex mu;
   std::vector<std::unique_ptr<CollectiveWatchdog>> dogs;
   Watchdogs(int n, CollectiveWatchdog::Connect connect = nullptr) : messages(n) {
-    if (!connect) connect = [s = store](Seconds) -> std::shared_ptr<Store> { return s; };
+    // the watchdogs' own view of the store, as create_process_group gives them
+    auto view = std::make_shared<PrefixStore>("pg0/watchdog", store);
+    if (!connect) connect = [view](Seconds) -> std::shared_ptr<Store> { return view; };
     for (int r = 0; r < n; ++r)
-      dogs.push_back(std::make_unique<CollectiveWatchdog>(
-          connect, "pg0/watchdog", r, n, Seconds(0.3), [this, r](const std::string& why) {
-            std::lock_guard<std::mutex> lock(mu);
-            messages[r] = why;
-          }));
+      dogs.push_back(std::make_unique<CollectiveWatchdog>(connect, r, n, Seconds(0.3),
+                                                          [this, r](const std::string& why) {
+        std::lock_guard<std::mutex> lock(mu);
+        messages[r] = why;
+      }));
   }
   std::string message(int r) {
     std::lock_guard<std::mutex> lock(mu);
@@ -168,6 +177,8 @@ TEST_CASE("watchdog (mpi engine): the rank that never reports being stuck is the
     CHECK(has(w.message(r), "rank 0 stopped making progress: it did not report"));
   }
   CHECK(w.message(0).empty());  // never in a collective long enough
+  // the reports went under the watchdogs' own keys: the view's prefix, then the rank
+  CHECK(w.store->check({"pg0/watchdog/1", "pg0/watchdog/2"}));
 }
 
 TEST_CASE("watchdog: ranks in different collectives are reported out of step") {
@@ -179,7 +190,8 @@ TEST_CASE("watchdog: ranks in different collectives are reported out of step") {
   for (int r = 0; r < 3; ++r) {
     CAPTURE(w.message(r));
     CHECK(has(w.message(r), "every rank is stuck in a collective"));
-    CHECK(has(w.message(r), "Out of step: ranks 1-2 are at all_reduce #1; rank 0 is at broadcast #1"));
+    CHECK(has(w.message(r),
+              "Out of step: ranks 1-2 are at all_reduce #1; rank 0 is at broadcast #1"));
   }
 }
 
@@ -190,7 +202,8 @@ TEST_CASE("watchdog: a store that does not answer names its host, rank 0") {
   w.dogs[1]->begin("barrier");
   w.wait_for({1});
   CAPTURE(w.message(1));
-  CHECK(has(w.message(1), "rank 0 stopped making progress: the rendezvous store it hosts did not answer"));
+  CHECK(has(w.message(1),
+            "rank 0 stopped making progress: the rendezvous store it hosts did not answer"));
 }
 
 TEST_CASE("DPLAB_TIMEOUT decides when no timeout is given; a given one wins; junk is refused") {
@@ -208,6 +221,8 @@ TEST_CASE("DPLAB_TIMEOUT decides when no timeout is given; a given one wins; jun
     CHECK_THROWS_WITH_AS(resolve_timeout(std::nullopt), doctest::Contains(expected.c_str()), Error);
   }
   ::unsetenv("DPLAB_TIMEOUT");
-  CHECK_THROWS_WITH_AS(resolve_timeout(Seconds(1e308)), doctest::Contains("timeout must be a number "
-                       "of seconds in (0, 604800], got 1e+308"), Error);
+  CHECK_THROWS_WITH_AS(resolve_timeout(Seconds(1e308)),
+                       doctest::Contains("timeout must be a number "
+                                         "of seconds in (0, 604800], got 1e+308"),
+                       Error);
 }

@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <future>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -96,8 +96,11 @@ bool has(const std::string& hay, const std::string& needle) {
 // --- rank_info_from_env ---
 
 TEST_CASE("rank_info_from_env: torchrun / dplab-run variables") {
-  auto info = par::rank_info_from_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"},
+  auto info = par::rank_info_from_env({{"RANK", "3"},
+                                       {"WORLD_SIZE", "8"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "10.0.0.1"},
                                        {"MASTER_PORT", "1234"}});
   CHECK(info.rank == 3);
   CHECK(info.world_size == 8);
@@ -113,7 +116,8 @@ TEST_CASE("rank_info_from_env: torchrun / dplab-run variables") {
 }
 
 TEST_CASE("rank_info_from_env: OpenMPI and Slurm variables") {
-  auto mpi = par::rank_info_from_env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "6"},
+  auto mpi = par::rank_info_from_env({{"OMPI_COMM_WORLD_RANK", "5"},
+                                      {"OMPI_COMM_WORLD_SIZE", "6"},
                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}});
   CHECK(mpi.rank == 5);
@@ -121,16 +125,18 @@ TEST_CASE("rank_info_from_env: OpenMPI and Slurm variables") {
   CHECK(mpi.local_rank == 2);
   CHECK(mpi.local_world_size == 3);
   // Nodes 0-2 run 2 tasks, node 3 runs 1: this is the lone task on node 3.
-  auto slurm = par::rank_info_from_env({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"},
-                                        {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "3"},
+  auto slurm = par::rank_info_from_env({{"SLURM_PROCID", "6"},
+                                        {"SLURM_NTASKS", "7"},
+                                        {"SLURM_LOCALID", "0"},
+                                        {"SLURM_NODEID", "3"},
                                         {"SLURM_TASKS_PER_NODE", "2(x3),1"}});
   CHECK(slurm.rank == 6);
   CHECK(slurm.world_size == 7);
   CHECK(slurm.local_rank == 0);
   CHECK(slurm.local_world_size == 1);
   // torchrun variables win over the others when both exist (torchrun under srun).
-  auto both = par::rank_info_from_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"},
-                                       {"SLURM_NTASKS", "1"}});
+  auto both = par::rank_info_from_env(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
   CHECK(both.rank == 1);
 }
 
@@ -151,8 +157,11 @@ TEST_CASE("rank_info_from_env: missing and malformed values") {
   fails_with({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
              "MASTER_PORT=70000 is not a port");
   fails_with({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not set");
-  fails_with({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_TASKS_PER_NODE", "2"},
-              {"SLURM_NODEID", "1"}}, "lists 1 nodes, but SLURM_NODEID is 1");
+  fails_with({{"SLURM_PROCID", "0"},
+              {"SLURM_NTASKS", "2"},
+              {"SLURM_TASKS_PER_NODE", "2"},
+              {"SLURM_NODEID", "1"}},
+             "lists 1 nodes, but SLURM_NODEID is 1");
 }
 
 // --- dplab-run ---
@@ -167,7 +176,8 @@ TEST_CASE("dplab-run: bad arguments exit 2 with a message") {
   CHECK(has(r.err, "missing PROGRAM"));
   r = run({run_bin, "--nproc-per-node", "2", "--master-port", "abc", child});
   CHECK(r.status == 2);
-  CHECK(has(r.err, "--master-port: expected a port number in 0..65535 (0 = pick a free one), got 'abc'"));
+  CHECK(has(r.err,
+            "--master-port: expected a port number in 0..65535 (0 = pick a free one), got 'abc'"));
   r = run({run_bin, "--nproc-per-node", "two", child});
   CHECK(r.status == 2);
   CHECK(has(r.err, "--nproc-per-node"));
@@ -185,8 +195,9 @@ TEST_CASE("dplab-run: N = 3 ranks each see their rendezvous variables") {
                program("LAUNCH_CHILD"), "print"});
   REQUIRE(r.status == 0);
   for (int rank = 0; rank < 3; ++rank) {
-    std::string want = "RANK=" + std::to_string(rank) + " WORLD_SIZE=3 LOCAL_RANK=" +
-                       std::to_string(rank) + " LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=";
+    std::string want = "RANK=" + std::to_string(rank) +
+                       " WORLD_SIZE=3 LOCAL_RANK=" + std::to_string(rank) +
+                       " LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=";
     CHECK_MESSAGE(has(r.out, want), r.out);
   }
   CHECK(has(r.out, "OMP_NUM_THREADS=1"));
@@ -195,7 +206,8 @@ TEST_CASE("dplab-run: N = 3 ranks each see their rendezvous variables") {
 }
 
 TEST_CASE("dplab-run: ranks rendezvous through the TCPStore; a world-size lie is reported") {
-  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "rendezvous"});
+  Ran r =
+      run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "rendezvous"});
   CHECK_MESSAGE(r.status == 0, r.err);
   for (int rank = 0; rank < 3; ++rank)
     CHECK(has(r.out, "rank " + std::to_string(rank) + " sum 60"));
@@ -210,8 +222,8 @@ TEST_CASE("dplab-run + init_process_group: env:// and file:// both give a workin
   fs::path file = fs::temp_directory_path() / ("dplab_init_" + std::to_string(getpid()));
   fs::remove(file);
   for (std::string method : {std::string("env://"), "file://" + file.string()}) {
-    Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "init",
-                 method});
+    Ran r = run(
+        {program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "init", method});
     CHECK_MESSAGE(r.status == 0, method << ": " << r.err);
     for (int rank = 0; rank < 3; ++rank)  // 1 + 2 + 3
       CHECK_MESSAGE(has(r.out, "rank " + std::to_string(rank) + " of 3 all_reduce 6"), r.out);
@@ -242,16 +254,17 @@ TEST_CASE("dplab-run: ranks that ignore SIGTERM get SIGKILL after the grace peri
 
 TEST_CASE("dplab-run: SIGINT is forwarded to every rank") {
   // No rank 99: all three ranks sleep 60 s until the forwarded SIGINT ends them.
-  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "fail",
-               "99", "1"}, SIGINT, 0.5);
+  Ran r = run(
+      {program("DPLAB_RUN"), "--nproc-per-node", "3", program("LAUNCH_CHILD"), "fail", "99", "1"},
+      SIGINT, 0.5);
   CHECK(r.status == 128 + SIGINT);
   CHECK_MESSAGE(has(r.err, "interrupted by signal 2"), r.err);
   CHECK(r.seconds < 5.0);
 }
 
 TEST_CASE("dplab-run: --tee prefixes every line with its rank") {
-  Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "2", "--tee", program("LAUNCH_CHILD"),
-               "lines"});
+  Ran r = run(
+      {program("DPLAB_RUN"), "--nproc-per-node", "2", "--tee", program("LAUNCH_CHILD"), "lines"});
   REQUIRE(r.status == 0);
   for (int rank = 0; rank < 2; ++rank) {
     std::string p = "[rank " + std::to_string(rank) + "] ";
@@ -276,14 +289,16 @@ TEST_CASE("dplab-run --nnodes: bad node arguments exit 2 and say what was expect
     CHECK_MESSAGE(has(r.err, text), r.err);
   };
   fails_with({"--nnodes", "0"}, "--nnodes must be >= 1, got 0");
-  fails_with({"--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "--master-port", "29999"},
-             "--node-rank must be in [0, 2) for --nnodes 2, got 2");
+  fails_with(
+      {"--nnodes", "2", "--node-rank", "2", "--master-addr", "127.0.0.1", "--master-port", "29999"},
+      "--node-rank must be in [0, 2) for --nnodes 2, got 2");
   fails_with({"--node-rank", "1"}, "--node-rank must be in [0, 1) for --nnodes 1, got 1");
   fails_with({"--nnodes", "2", "--node-rank", "1"}, "--nnodes 2 needs --master-addr");
   fails_with({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1"},
              "--nnodes 2 needs --master-port (not 0)");
-  fails_with({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-              "29999"}, "--nnodes 2 needs DPLAB_JOB_TOKEN set to the same value on every node");
+  fails_with(
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port", "29999"},
+      "--nnodes 2 needs DPLAB_JOB_TOKEN set to the same value on every node");
 }
 
 namespace {
@@ -293,9 +308,19 @@ std::pair<Ran, Ran> two_nodes(const std::vector<std::string>& child_args) {
   const std::string port = std::to_string(par::find_free_port());
   ::setenv("DPLAB_JOB_TOKEN", "two-nodes-one-job-token", 1);
   auto node = [&](int k) {
-    std::vector<std::string> args = {program("DPLAB_RUN"), "--nnodes", "2", "--node-rank",
-                                     std::to_string(k), "--nproc-per-node", "2", "--master-addr",
-                                     "127.0.0.1", "--master-port", port, "--grace-period", "1",
+    std::vector<std::string> args = {program("DPLAB_RUN"),
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(k),
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     port,
+                                     "--grace-period",
+                                     "1",
                                      program("LAUNCH_CHILD")};
     args.insert(args.end(), child_args.begin(), child_args.end());
     return std::async(std::launch::async, [args] { return run(args); });
@@ -314,8 +339,9 @@ TEST_CASE("dplab-run --nnodes 2: global ranks, local ranks and GROUP_RANK per no
   for (int local = 0; local < 2; ++local)
     for (int node = 0; node < 2; ++node) {
       const std::string& out = node == 0 ? n0.out : n1.out;
-      std::string want = "RANK=" + std::to_string(node * 2 + local) + " WORLD_SIZE=4 LOCAL_RANK=" +
-                         std::to_string(local) + " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1";
+      std::string want = "RANK=" + std::to_string(node * 2 + local) +
+                         " WORLD_SIZE=4 LOCAL_RANK=" + std::to_string(local) +
+                         " LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1";
       CHECK_MESSAGE(has(out, want), out);
       CHECK(has(out, "GROUP_RANK=" + std::to_string(node) + "\n"));
     }
@@ -329,24 +355,25 @@ TEST_CASE("dplab-run --nnodes 2: the ranks of both nodes meet in node 0's store"
     CHECK(has(rank < 2 ? n0.out : n1.out, "rank " + std::to_string(rank) + " sum 100"));
 }
 
-TEST_CASE("dplab-run --nnodes 2: the ring backend refuses, naming the mpi and nccl backends") {
-  for (const char* backend : {"ring", "star"}) {
-    auto [n0, n1] = two_nodes({"init", "env://", backend});
+TEST_CASE("dplab-run --nnodes 2: the ring engine refuses, naming the mpi and nccl engines") {
+  for (const char* engine : {"ring", "star"}) {
+    auto [n0, n1] = two_nodes({"init", "env://", engine});
     CHECK(n0.status == 1);
     CHECK(n1.status == 1);
     for (const Ran* r : {&n0, &n1}) {
-      CHECK_MESSAGE(has(r->err, std::string("the '") + backend + "' backend runs on one node"), r->err);
+      CHECK_MESSAGE(has(r->err, std::string("the '") + engine + "' engine runs on one node"),
+                    r->err);
       CHECK(has(r->err, "WORLD_SIZE=4, LOCAL_WORLD_SIZE=2"));
-      CHECK(has(r->err, "the 'mpi' backend"));
-      CHECK(has(r->err, "the 'nccl' backend"));
+      CHECK(has(r->err, "the 'mpi' engine"));
+      CHECK(has(r->err, "the 'nccl' engine"));
     }
     CHECK(n0.seconds < 10.0);
   }
 }
 
-// --- the mpi backend: MPI has no timeouts, so a rank leaving early must end the job ---
+// --- the mpi engine: MPI has no timeouts, so a rank leaving early must end the job ---
 
-TEST_CASE("mpi backend: a rank that returns early ends the job after the timeout, saying why" *
+TEST_CASE("mpi engine: a rank that returns early ends the job after the timeout, saying why" *
           doctest::skip(std::getenv("MPIRUN") == nullptr)) {
   Ran r = run({std::getenv("MPIRUN"), "--bind-to", "none", "-np", "2", program("LAUNCH_CHILD"),
                "mpi-early-exit"});

@@ -30,7 +30,9 @@ double seconds_since(LinkClock::time_point t) {
 // checks the sums too (every rank adds 1..n, so each element is n(n+1)/2).
 double timed_all_reduce(int n, int64_t elems, double gbps, Algorithm algo) {
   std::atomic<double> slowest{0};
-  run_threads(n, [&](ProcessGroup& pg) {
+  run_threads(
+      n,
+      [&](ProcessGroup& pg) {
     Tensor t = full({elems}, float(pg.rank() + 1));
     pg.barrier();
     auto start = LinkClock::now();
@@ -40,7 +42,8 @@ double timed_all_reduce(int n, int64_t elems, double gbps, Algorithm algo) {
     while (s > seen && !slowest.compare_exchange_weak(seen, s)) {}
     const float* p = t.data<float>();
     for (int64_t i = 0; i < elems; i += 997) REQUIRE(p[i] == float(n * (n + 1) / 2));
-  }, ProcessGroupOptions{.link_gbps = gbps});
+      },
+      ProcessGroupOptions{.link_gbps = gbps});
   return slowest.load();
 }
 
@@ -49,12 +52,14 @@ double timed_all_reduce(int n, int64_t elems, double gbps, Algorithm algo) {
 TEST_CASE("a link direction books transfers back to back on a virtual clock") {
   LinkDirection link(link_bytes_per_s(1.0));  // 1 Gbit/s = 1.25e8 bytes/s
   const auto t0 = LinkClock::now();
-  auto ms = [&](LinkClock::time_point t) { return std::chrono::duration<double, std::milli>(t - t0).count(); };
+  auto ms = [&](LinkClock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - t0).count();
+  };
   CHECK(ms(link.reserve(125000, t0)) == doctest::Approx(1.0));  // 1 ms
   CHECK(ms(link.reserve(250000, t0)) == doctest::Approx(3.0));  // queued behind the first
   // asked for after the link went idle: starts when asked, not when the link freed up
   CHECK(ms(link.reserve(125000, t0 + std::chrono::milliseconds(10))) == doctest::Approx(11.0));
-  CHECK(ms(link.reserve(0, t0)) == doctest::Approx(11.0));      // a token takes no time
+  CHECK(ms(link.reserve(0, t0)) == doctest::Approx(11.0));  // a token takes no time
 }
 
 TEST_CASE("a link model serialises copies that share an endpoint, not others") {
@@ -69,8 +74,8 @@ TEST_CASE("a link model serialises copies that share an endpoint, not others") {
     b.join();
     return seconds_since(start);
   };
-  CHECK(run_pair(1, 0, 2, 0) >= 0.4);  // both into device 0: its ingress carries 2 x 0.2 s
-  CHECK(run_pair(0, 1, 0, 2) >= 0.4);  // both out of device 0 (a broadcast from the master)
+  CHECK(run_pair(1, 0, 2, 0) >= 0.4);         // both into device 0: its ingress carries 2 x 0.2 s
+  CHECK(run_pair(0, 1, 0, 2) >= 0.4);         // both out of device 0 (a broadcast from the master)
   const double apart = run_pair(1, 0, 2, 3);  // disjoint endpoints: in parallel
   CHECK(apart >= 0.2);
   CHECK(apart < 0.35);
@@ -78,7 +83,8 @@ TEST_CASE("a link model serialises copies that share an endpoint, not others") {
   auto start = LinkClock::now();
   links.transfer(1, 1, bytes);  // a device to itself crosses no link
   CHECK(seconds_since(start) < 0.1);
-  CHECK_THROWS_WITH_AS(links.transfer(0, 2, 1), doctest::Contains("endpoints must be in [0, 2)"), Error);
+  CHECK_THROWS_WITH_AS(links.transfer(0, 2, 1), doctest::Contains("endpoints must be in [0, 2)"),
+                       Error);
 }
 
 TEST_CASE("over emulated links the star's master is the bottleneck the ring avoids") {
@@ -101,10 +107,14 @@ TEST_CASE("over emulated links the star's master is the bottleneck the ring avoi
 
 TEST_CASE("link bandwidths must be positive") {
   CHECK_THROWS_WITH_AS(link_bytes_per_s(0), doctest::Contains("must be > 0 Gbit/s, got 0"), Error);
-  CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup&) {}, ProcessGroupOptions{.link_gbps = -1}),
+  CHECK_THROWS_WITH_AS(run_threads(
+                           2, [](ProcessGroup&) {}, ProcessGroupOptions{.link_gbps = -1}),
                        doctest::Contains("link_gbps must be >= 0"), Error);
   // mpi moves its own bytes: an emulated link there would be silently ignored, so it is refused
-  CHECK_THROWS_WITH_AS(run_threads(1, [](ProcessGroup&) {}, ProcessGroupOptions{.backend = "mpi", .link_gbps = 10}),
-                       doctest::Contains("needs the ring or star backend; the mpi backend moves its bytes itself"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      run_threads(
+          1, [](ProcessGroup&) {}, ProcessGroupOptions{.engine = "mpi", .link_gbps = 10}),
+      doctest::Contains(
+          "needs one of dplab's engines (ring, star, ...); the mpi engine moves its bytes itself"),
+      Error);
 }

@@ -1,8 +1,8 @@
-// test_mpi_collectives.cpp: the collective suite on the mpi backend, run by mpirun (meson
+// test_mpi_collectives.cpp: the collective suite on the mpi engine, run by mpirun (meson
 // test starts it with 2 and 4 ranks, and once with OpenMPI's TCP transport, so the bytes go
 // through sockets as between two machines). Every collective is checked against a serial
 // reference (float32, int64, float16; sizes 0, 1, fewer than ranks, odd, several MiB) and
-// against the ring backend over shm in the same job, counters included.
+// against the ring engine over shm in the same job, counters included.
 // Read next: mpi_test_main.h, parallel/engines/mpi_engine.cpp.
 #include "tests/parallel/collective_test_util.h"
 #include "tests/parallel/mpi_test_main.h"
@@ -10,9 +10,9 @@
 #include <algorithm>
 
 #include "framework/tensor/tensor.h"
-#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/engines/collective_engine.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -26,7 +26,6 @@ using dplab::parallel::testing::value;
 
 namespace {
 
-
 // empty, one element, fewer elements than ranks, odd, and a few MiB (several MPI segments)
 const int64_t kSizes[] = {0, 1, 3, 1001, (int64_t{3} << 20) / 4 + 17};
 
@@ -34,13 +33,13 @@ ProcessGroup& mpi() { return default_process_group(); }
 // The ring over shm, on the same ranks (mpirun starts them on one host here).
 ProcessGroup& ring() {
   static auto pg = create_process_group(default_store(), get_rank(), get_world_size(),
-                                        {.backend = "ring", .timeout = Seconds(30.0)});
+                                        {.engine = "ring", .timeout = Seconds(30.0)});
   return *pg;
 }
 
 }  // namespace
 
-TEST_CASE("the default group is the mpi backend, rank and size from mpirun") {
+TEST_CASE("the default group is the mpi engine, rank and size from mpirun") {
   CHECK(mpi().transport_name() == "mpi");
   // an engine group has no dplab transport: the per-device name is the engine's (this
   // dereferenced a null transport before the engine seam)
@@ -51,11 +50,13 @@ TEST_CASE("the default group is the mpi backend, rank and size from mpirun") {
   CHECK(mpi_world().local_size == mpi().size());  // one host
 }
 
-TEST_CASE("all_reduce sum/avg/max/min on float32 and sum/max/min on int64 equal the reference and the ring") {
+TEST_CASE("all_reduce sum/avg/max/min on float32 and sum/max/min on int64 equal the reference and "
+          "the ring") {
   const int n = get_world_size(), r = get_rank();
   for (int64_t size : kSizes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
-      CAPTURE(size); CAPTURE(reduce_op_name(op));
+      CAPTURE(size);
+      CAPTURE(reduce_op_name(op));
       Tensor a = make<float>(r, size), b = make<float>(r, size);
       mpi().all_reduce(a, op);
       ring().all_reduce(b, op);
@@ -68,7 +69,8 @@ TEST_CASE("all_reduce sum/avg/max/min on float32 and sum/max/min on int64 equal 
     }
   }
   Tensor bad = make<int64_t>(r, 4);
-  CHECK_THROWS_WITH_AS(mpi().all_reduce(bad, ReduceOp::Avg), doctest::Contains("avg needs float32"), Error);
+  CHECK_THROWS_WITH_AS(mpi().all_reduce(bad, ReduceOp::Avg), doctest::Contains("avg needs float32"),
+                       Error);
 }
 
 TEST_CASE("all_reduce of float16 (MPI user ops) equals the ring's") {
@@ -86,14 +88,17 @@ TEST_CASE("broadcast from every root, reduce to every root") {
   const int n = get_world_size(), r = get_rank();
   for (int root = 0; root < n; ++root)
     for (int64_t size : kSizes) {
-      CAPTURE(root); CAPTURE(size);
+      CAPTURE(root);
+      CAPTURE(size);
       Tensor t = make<float>(r, size);
       mpi().broadcast(t, root);
       CHECK(t.to_vector<float>() == make<float>(root, size).to_vector<float>());
       Tensor u = make<int64_t>(r, size, 1);
       mpi().reduce(u, root, ReduceOp::Sum);
       if (r == root) CHECK(u.to_vector<int64_t>() == reference<int64_t>(ReduceOp::Sum, n, size, 1));
-      else CHECK(u.to_vector<int64_t>() == make<int64_t>(r, size, 1).to_vector<int64_t>());  // untouched
+      else
+        CHECK(u.to_vector<int64_t>() ==
+              make<int64_t>(r, size, 1).to_vector<int64_t>());  // untouched
     }
 }
 
@@ -113,12 +118,14 @@ TEST_CASE("all_gather, gather, scatter, reduce_scatter (int64 and float32)") {
     mpi().reduce_scatter(avg, rs_ins, ReduceOp::Avg);
     for (int i = 0; i < n; ++i) {
       CHECK(outs[i].to_vector<int64_t>() == make<int64_t>(i, size).to_vector<int64_t>());
-      if (r == n - 1) CHECK(gouts[i].to_vector<int64_t>() == make<int64_t>(i, size).to_vector<int64_t>());
+      if (r == n - 1)
+        CHECK(gouts[i].to_vector<int64_t>() == make<int64_t>(i, size).to_vector<int64_t>());
     }
     CHECK(piece.to_vector<int64_t>() == make<int64_t>(100 + r, size).to_vector<int64_t>());
     CHECK(block.to_vector<float>() == reference<float>(ReduceOp::Sum, n, size, r));
     CHECK(avg.to_vector<float>() == reference<float>(ReduceOp::Avg, n, size, r));
-    CHECK(rs_ins[0].to_vector<float>() == make<float>(r, size, 0).to_vector<float>());  // inputs kept
+    CHECK(rs_ins[0].to_vector<float>() ==
+          make<float>(r, size, 0).to_vector<float>());  // inputs kept
   }
 }
 
@@ -135,11 +142,12 @@ TEST_CASE("send/recv around the ring of ranks; a short recv is an error, not gar
   CHECK(theirs.to_vector<float>() == make<float>((r + n - 1) % n, 70001).to_vector<float>());
   mpi().barrier();
   // rank 0 sends 3 floats to rank 1, which expects 5: the sizes disagree, and it says so
-  auto pg = create_process_group(default_store(), r, n, {.backend = "mpi"});
+  auto pg = create_process_group(default_store(), r, n, {.engine = "mpi"});
   if (r == 0) pg->send(make<float>(0, 3), 1);
   if (r == 1) {
     Tensor five = Tensor::empty({5});
-    CHECK_THROWS_WITH_AS(pg->recv(five, 0), doctest::Contains("got 12 bytes, expected 20"), CommError);
+    CHECK_THROWS_WITH_AS(pg->recv(five, 0), doctest::Contains("got 12 bytes, expected 20"),
+                         CommError);
     CHECK_THROWS_WITH_AS(pg->barrier(), doctest::Contains("failed earlier"), CommError);
   }
 }
@@ -193,14 +201,14 @@ TEST_CASE("counters on mpi report the textbook bytes: the ring's, exactly") {
 
 TEST_CASE("more groups on mpi: each its own communicator; ranks must be mpirun's") {
   const int n = get_world_size(), r = get_rank();
-  auto second = create_process_group(default_store(), r, n, {.backend = "mpi"});
+  auto second = create_process_group(default_store(), r, n, {.engine = "mpi"});
   Tensor a = make<float>(r, 100), b = make<float>(r, 100, 1);
-  REQUIRE(mpi_world().thread_multiple);  // MPI_THREAD_MULTIPLE: two threads in MPI at once
+  REQUIRE(mpi_world().thread_multiple);     // MPI_THREAD_MULTIPLE: two threads in MPI at once
   WorkPtr w = second->all_reduce_async(b);  // on the second group's worker thread ...
   mpi().all_reduce(a);                      // ... while this thread uses the first group
   w->wait();
   CHECK(a.to_vector<float>() == reference<float>(ReduceOp::Sum, n, 100));
   CHECK(b.to_vector<float>() == reference<float>(ReduceOp::Sum, n, 100, 1));
-  CHECK_THROWS_WITH_AS(create_process_group(default_store(), (r + 1) % n, n, {.backend = "mpi"}),
+  CHECK_THROWS_WITH_AS(create_process_group(default_store(), (r + 1) % n, n, {.engine = "mpi"}),
                        doctest::Contains("takes ranks from mpirun"), Error);
 }

@@ -1,4 +1,4 @@
-// test_nccl.cpp: the nccl backend. Registered only when NCCL is compiled. Without a GPU
+// test_nccl.cpp: the nccl engine. Registered only when NCCL is compiled. Without a GPU
 // every case that needs one is skipped (doctest::skip), never passed; one case checks that
 // asking for nccl on a machine without a GPU fails with a message naming mpi and ring.
 // With one GPU the group has world size 1 (NCCL refuses two ranks on one GPU), so these
@@ -18,8 +18,8 @@
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/ops/ops.h"
-#include "parallel/rendezvous/hash_store.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/rendezvous/hash_store.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -30,15 +30,18 @@ bool has_gpu() { return cuda_physical_device_count() > 0; }
 
 std::shared_ptr<ProcessGroup> nccl_group() {
   auto store = std::make_shared<HashStore>(Seconds(10.0));
-  return create_process_group(store, 0, 1, {.backend = "nccl"});
+  return create_process_group(store, 0, 1, {.engine = "nccl"});
 }
 
-Tensor on_gpu(const std::vector<float>& v) { return from_vector(v, {static_cast<int64_t>(v.size())}).to(Device("cuda:0")); }
+Tensor on_gpu(const std::vector<float>& v) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}).to(Device("cuda:0"));
+}
 
 }  // namespace
 
 TEST_CASE("nccl without a GPU: a clear error naming the CPU backends" * doctest::skip(has_gpu())) {
-  CHECK_THROWS_WITH_AS(nccl_group(), doctest::Contains("use the mpi or ring backend on CPUs"), Error);
+  CHECK_THROWS_WITH_AS(nccl_group(), doctest::Contains("use the mpi or ring engine on CPUs"),
+                       Error);
 }
 
 TEST_CASE("nccl, world size 1: every collective on CUDA tensors" * doctest::skip(!has_gpu())) {
@@ -72,10 +75,11 @@ TEST_CASE("nccl, world size 1: every collective on CUDA tensors" * doctest::skip
   CHECK(pg->comm_stats().per_collective.at("all_reduce").calls == 3);
 }
 
-TEST_CASE("nccl refuses CPU tensors, naming the backends that take them" * doctest::skip(!has_gpu())) {
+TEST_CASE("nccl refuses CPU tensors, naming the engines that take them" *
+          doctest::skip(!has_gpu())) {
   auto pg = nccl_group();
   Tensor cpu = from_vector(std::vector<float>{1, 2}, {2});
-  CHECK_THROWS_WITH_AS(pg->all_reduce(cpu), doctest::Contains("use the mpi or ring backend"), Error);
+  CHECK_THROWS_WITH_AS(pg->all_reduce(cpu), doctest::Contains("use the mpi or ring engine"), Error);
 }
 
 TEST_CASE("nccl: a collective right after a long producer kernel sees its finished output" *
@@ -103,8 +107,9 @@ TEST_CASE("nccl: a peer that never joins ends in a CommError after the timeout, 
   setenv("LOCAL_WORLD_SIZE", "1", 1);
   auto store = std::make_shared<HashStore>(Seconds(10.0));
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(create_process_group(store, 0, 2, {.backend = "nccl", .timeout = Seconds(2.0)}),
-                       doctest::Contains("did not finish within 2 s"), Error);
+  CHECK_THROWS_WITH_AS(
+      create_process_group(store, 0, 2, {.engine = "nccl", .timeout = Seconds(2.0)}),
+      doctest::Contains("did not finish within 2 s"), Error);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30.0);
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) unsetenv(v);
 }
@@ -113,6 +118,6 @@ TEST_CASE("nccl: two ranks on one GPU are refused, naming the cuda_ipc ring" *
           doctest::skip(!has_gpu() || cuda_physical_device_count() != 1)) {
   set_virtual_gpus(2);
   auto store = std::make_shared<HashStore>(Seconds(10.0));
-  CHECK_THROWS_WITH_AS(create_process_group(store, 1, 2, {.backend = "nccl"}),
+  CHECK_THROWS_WITH_AS(create_process_group(store, 1, 2, {.engine = "nccl"}),
                        doctest::Contains("cuda_ipc"), Error);
 }

@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/rendezvous/file_store.h"
-#include "parallel/engines/collective_engine.h"
 #include "parallel/comm/init.h"
+#include "parallel/engines/collective_engine.h"
+#include "parallel/rendezvous/file_store.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/prefix_store.h"
@@ -159,8 +159,8 @@ TEST_CASE("TCPStore: no server -> CommError after the connect timeout") {
 
 TEST_CASE("TCPStore: port in use") {
   par::TCPStore first("127.0.0.1", 0, true, par::Seconds(1.0), kToken);
-  std::string expected = "port " + std::to_string(first.port()) +
-                         " on 127.0.0.1 is in use; pick another MASTER_PORT";
+  std::string expected =
+      "port " + std::to_string(first.port()) + " on 127.0.0.1 is in use; pick another MASTER_PORT";
   CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", first.port(), true, par::Seconds(1.0), kToken),
                        doctest::Contains(expected.c_str()), dplab::CommError);
 }
@@ -290,7 +290,8 @@ TEST_CASE("rendezvous: ranks that disagree on the world size are told so") {
 TEST_CASE("rendezvous: a rank claimed twice is an error") {
   auto errors = rendezvous_threads({{0, 2}, {1, 2}, {1, 2}}, 1.0);
   int claimed_twice = 0;
-  for (const auto& e : errors) claimed_twice += e.find("two processes claim rank 1") != std::string::npos;
+  for (const auto& e : errors)
+    claimed_twice += e.find("two processes claim rank 1") != std::string::npos;
   CHECK(claimed_twice >= 1);
 }
 
@@ -300,7 +301,7 @@ TEST_CASE("make_store / init_process_group: bad arguments") {
                        dplab::Error);
   CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:http", 0, 1, par::Seconds(1.0)),
                        doctest::Contains("is not an integer"), dplab::Error);
-  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "gloo"}),
+  CHECK_THROWS_WITH_AS(par::init_process_group({.engine = "gloo"}),
                        doctest::Contains("expected 'ring', 'star', 'mpi' or 'nccl'"), dplab::Error);
   CHECK_FALSE(par::is_initialized());
   CHECK_THROWS_WITH_AS(par::default_process_group(), doctest::Contains("init_process_group"),
@@ -324,28 +325,32 @@ struct ScopedEnv {
 }  // namespace
 
 TEST_CASE("init_process_group: ring and star refuse a job that spans nodes, naming mpi and nccl") {
-  ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
+  ScopedEnv env(
+      {{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"}});
   for (const char* b : {"ring", "star"}) {
-    CHECK_THROWS_WITH_AS(par::init_process_group({.backend = b}),
-                         doctest::Contains("use the 'mpi' backend (CPUs, started by mpirun) or the "
-                                           "'nccl' backend (GPUs)"), dplab::Error);
+    CHECK_THROWS_WITH_AS(par::init_process_group({.engine = b}),
+                         doctest::Contains("use the 'mpi' engine (CPUs, started by mpirun) or the "
+                                           "'nccl' engine (GPUs)"),
+                         dplab::Error);
   }
   CHECK_FALSE(par::is_initialized());
 }
 
-TEST_CASE("init_process_group: mpi under a launcher that is not mpirun is refused before MPI starts") {
+TEST_CASE(
+    "init_process_group: mpi under a launcher that is not mpirun is refused before MPI starts") {
   ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return;  // this test itself runs under mpirun
-  CHECK_THROWS_WITH_AS(par::init_process_group({.backend = "mpi"}),
-                       doctest::Contains(par::mpi_built() ? "the mpi backend needs mpirun"
-                                                          : "the mpi backend is not built"),
+  CHECK_THROWS_WITH_AS(par::init_process_group({.engine = "mpi"}),
+                       doctest::Contains(par::mpi_built() ? "the mpi engine needs mpirun"
+                                                          : "the mpi engine is not built"),
                        dplab::Error);
   CHECK_FALSE(par::is_initialized());
 }
 
 // --- PrefixStore and the job token ---
 
-TEST_CASE("PrefixStore: a view whose keys live under prefix/ in its base; two views never collide") {
+TEST_CASE(
+    "PrefixStore: a view whose keys live under prefix/ in its base; two views never collide") {
   auto base = std::make_shared<par::HashStore>(par::Seconds(1.0));
   par::PrefixStore a("dplab/pg0", base), b("dplab/pg1", base);
   a.set("shm_block", "A");
@@ -359,11 +364,13 @@ TEST_CASE("PrefixStore: a view whose keys live under prefix/ in its base; two vi
   CHECK(a.check({"shm_block", "count"}));
   CHECK_FALSE(a.check({"mapped/1"}));
   a.set_timeout(par::Seconds(0.2));
-  CHECK_THROWS_WITH_AS(a.wait({"mapped/1"}), doctest::Contains("'dplab/pg0/mapped/1'"), dplab::CommError);
+  CHECK_THROWS_WITH_AS(a.wait({"mapped/1"}), doctest::Contains("'dplab/pg0/mapped/1'"),
+                       dplab::CommError);
   par::PrefixStore nested("watchdog", std::make_shared<par::PrefixStore>("dplab/pg0", base));
   nested.set("3", "x");
   CHECK(base->get("dplab/pg0/watchdog/3") == "x");
-  CHECK_THROWS_WITH_AS(par::PrefixStore("", base), doctest::Contains("the prefix is empty"), dplab::Error);
+  CHECK_THROWS_WITH_AS(par::PrefixStore("", base), doctest::Contains("the prefix is empty"),
+                       dplab::Error);
 }
 
 TEST_CASE("job token: drawn at random, checked for length and form, never echoed") {
@@ -371,9 +378,10 @@ TEST_CASE("job token: drawn at random, checked for length and form, never echoed
   CHECK(t1.size() == 32);
   CHECK(t1 != t2);
   CHECK(t1.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK_THROWS_WITH_AS(par::check_job_token("short-secret", "DPLAB_JOB_TOKEN"),
-                       doctest::Contains("DPLAB_JOB_TOKEN holds 12 characters; a job token needs 16 to 1024"),
-                       dplab::Error);
+  CHECK_THROWS_WITH_AS(
+      par::check_job_token("short-secret", "DPLAB_JOB_TOKEN"),
+      doctest::Contains("DPLAB_JOB_TOKEN holds 12 characters; a job token needs 16 to 1024"),
+      dplab::Error);
   try {
     par::check_job_token("has a space in it, and is long", "DPLAB_JOB_TOKEN");
     FAIL("a token with spaces was accepted");
@@ -382,8 +390,10 @@ TEST_CASE("job token: drawn at random, checked for length and form, never echoed
     CHECK(std::string(e.what()).find("printable ASCII without spaces") != std::string::npos);
   }
   ::unsetenv("DPLAB_JOB_TOKEN");
-  CHECK_THROWS_WITH_AS(par::job_token_from_env(), doctest::Contains("DPLAB_JOB_TOKEN is not set: the TCP store "
-                       "admits only connections that prove the job's token"), dplab::Error);
+  CHECK_THROWS_WITH_AS(par::job_token_from_env(),
+                       doctest::Contains("DPLAB_JOB_TOKEN is not set: the TCP store "
+                                         "admits only connections that prove the job's token"),
+                       dplab::Error);
   CHECK_THROWS_WITH_AS(par::make_store("tcp://127.0.0.1:1", 0, 1, par::Seconds(1.0)),
                        doctest::Contains("DPLAB_JOB_TOKEN is not set"), dplab::Error);
   CHECK(par::job_token_for_launch().size() == 32);  // unset: a fresh one
@@ -398,18 +408,21 @@ TEST_CASE("job token: drawn at random, checked for length and form, never echoed
 }
 
 TEST_CASE("FileStore: a symbolic link or a file others may write is refused, not used") {
-  const std::string target = temp_path("fs_target"), link = temp_path("fs_link"), loose = temp_path("fs_loose");
+  const std::string target = temp_path("fs_target"), link = temp_path("fs_link"),
+                    loose = temp_path("fs_loose");
   const std::string content = "a file of the user's that a planted link points at\n";
   { std::ofstream(target) << content; }
   std::filesystem::remove(link);
   std::filesystem::create_symlink(target, link);
-  CHECK_THROWS_WITH_AS(par::FileStore(link, 1, par::Seconds(1.0)),
-                       doctest::Contains("(it is a symbolic link; the store takes a plain file only)"),
-                       dplab::Error);
+  CHECK_THROWS_WITH_AS(
+      par::FileStore(link, 1, par::Seconds(1.0)),
+      doctest::Contains("(it is a symbolic link; the store takes a plain file only)"),
+      dplab::Error);
   CHECK(std::filesystem::file_size(target) == content.size());  // nothing appended through the link
   { std::ofstream(loose) << ""; }
   std::filesystem::permissions(loose, std::filesystem::perms::all);  // 0777: anyone may write
   CHECK_THROWS_WITH_AS(par::FileStore(loose, 1, par::Seconds(1.0)),
-                       doctest::Contains("another user could forge the job's keys there"), dplab::Error);
+                       doctest::Contains("another user could forge the job's keys there"),
+                       dplab::Error);
   for (const auto& p : {target, link, loose}) std::filesystem::remove(p);
 }

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string go = argv[1], checkpoint = argc > 2 ? argv[2] : "";
-    par::init_process_group({.backend = "ring"});
+    par::init_process_group({.engine = "ring"});
     const int rank = par::get_rank();
     std::printf("rank %d pid %d ready\n", rank, static_cast<int>(getpid()));
     std::fflush(stdout);

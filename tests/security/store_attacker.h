@@ -74,7 +74,9 @@ class RawClient {
   // The hello and the server's nonce ("" if they did not come).
   std::string read_hello() {
     std::string h = recv(par::detail::kHelloBytes + par::kNonceBytes);
-    return h.size() == par::detail::kHelloBytes + par::kNonceBytes ? h.substr(par::detail::kHelloBytes) : "";
+    return h.size() == par::detail::kHelloBytes + par::kNonceBytes
+               ? h.substr(par::detail::kHelloBytes)
+               : "";
   }
   // The handshake with `token`; the status byte the server answered (0 ok, 1 refused, -1 none).
   int prove(const std::string& token) {

@@ -20,10 +20,11 @@
 #include "framework/amp/grad_scaler.h"
 #include "framework/dplab.h"
 #include "framework/io/checkpoint.h"
-#include "framework/nn/layers.h"
 #include "framework/io/safetensors.h"
+#include "framework/nn/layers.h"
 #include "framework/optim/sgd.h"
 #include "parallel/rendezvous/hash_store.h"
+#include "parallel/rendezvous/prefix_store.h"
 #include "parallel/transport/shm_transport.h"
 
 using namespace dplab;
@@ -43,10 +44,11 @@ const std::size_t kBlock = par::mailbox_bytes(2, par::kSegmentBytes);
 
 // Rank 1 of 2 meets a store whose shared-block record is `record`; its error ("" if none).
 std::string rank1_with_record(const std::string& record) {
-  par::HashStore store(par::Seconds(1.0));
-  store.set("pg/shm_block", record);
+  auto store = std::make_shared<par::HashStore>(par::Seconds(1.0));
+  store->set("pg/shm_block", record);
+  par::PrefixStore group("pg", store);  // the group's view, as create_process_group makes it
   try {
-    par::make_shm_transport(store, "pg", 1, 2, par::Seconds(1.0), par::kSegmentBytes);
+    par::make_shm_transport(group, 1, 2, par::Seconds(1.0), par::kSegmentBytes);
   } catch (const Error& e) {
     return e.what();
   }
@@ -56,7 +58,7 @@ std::string rank1_with_record(const std::string& record) {
 // A record that names fd in this process, with its true device and inode (a forger who
 // knows them: the strongest forgery short of a real dplab block).
 std::string record_for(int fd) {
-  struct stat st{};
+  struct stat st {};
   fstat(fd, &st);
   return fmt::format("{} {} {} {} {}", getpid(), fd, st.st_dev, st.st_ino, boot_id());
 }
@@ -78,8 +80,8 @@ TEST_CASE("shm: a forged shared-block record makes no rank open, map or write a 
   std::string secret;
   while (secret.size() < kBlock) secret += "SECRET-LINE-OF-A-STRANGERS-FILE\n";
   secret.resize(kBlock);
-  for (const auto& [name, content] : {std::pair<std::string, std::string>{"big", secret},
-                                      {"short", "SECRET-9!"}}) {
+  for (const auto& [name, content] :
+       {std::pair<std::string, std::string>{"big", secret}, {"short", "SECRET-9!"}}) {
     const fs::path p = dir / name;
     std::ofstream(p, std::ios::binary) << content;
     const auto before = fs::last_write_time(p);
@@ -90,7 +92,8 @@ TEST_CASE("shm: a forged shared-block record makes no rank open, map or write a 
     CAPTURE(err);
     CHECK(err.find("rank 1: the shared block named in the store") != std::string::npos);
     CHECK(err.find("is not rank 0's") != std::string::npos);
-    CHECK(err.find(name == "big" ? "it is not a memfd of dplab's" : "it holds 9 bytes") != std::string::npos);
+    CHECK(err.find(name == "big" ? "it is not a memfd of dplab's" : "it holds 9 bytes") !=
+          std::string::npos);
     CHECK(err.find("SECRET") == std::string::npos);
     CHECK(read_all(p) == content);
     CHECK(fs::last_write_time(p) == before);
@@ -109,9 +112,10 @@ TEST_CASE("shm: a forged shared-block record makes no rank open, map or write a 
         std::string::npos);
   ::close(mfd);
   // a path where the record should be: nothing is opened
-  CHECK(rank1_with_record("/etc/passwd").find("the store's shared-block record is malformed "
-                                               "(expected \"pid fd dev inode boot_id\"); refusing "
-                                               "to open anything") != std::string::npos);
+  CHECK(rank1_with_record("/etc/passwd")
+            .find("the store's shared-block record is malformed "
+                  "(expected \"pid fd dev inode boot_id\"); refusing "
+                  "to open anything") != std::string::npos);
   fs::remove_all(dir);
 }
 
@@ -122,13 +126,16 @@ TEST_CASE("shm: a rank whose rank 0 has gone says that rank 0 has gone") {
   waitpid(child, nullptr, 0);  // a pid that ran here and is gone
   const std::string err = rank1_with_record(fmt::format("{} 5 1 1 {}", child, boot_id()));
   CHECK_MESSAGE(err.find(fmt::format("rank 1: rank 0 (pid {}) has exited before this rank could "
-                                     "map its shared block; rank 0's own error says why", child)) !=
-                    std::string::npos, err);
+                                     "map its shared block; rank 0's own error says why",
+                                     child)) != std::string::npos,
+                err);
   CHECK(err.find("/proc/") == std::string::npos);
   // rank 0 alive (this process) but its descriptor closed: it gave up waiting
-  const std::string closed = rank1_with_record(fmt::format("{} 987654 1 1 {}", getpid(), boot_id()));
+  const std::string closed =
+      rank1_with_record(fmt::format("{} 987654 1 1 {}", getpid(), boot_id()));
   CHECK_MESSAGE(closed.find("closed its shared block before this rank mapped it: rank 0 gave up "
-                            "waiting") != std::string::npos, closed);
+                            "waiting") != std::string::npos,
+                closed);
   CHECK(rank1_with_record(fmt::format("{} 5 1 1 another-machine", getpid()))
             .find("rank 0 runs on another machine") != std::string::npos);
 }
@@ -157,12 +164,14 @@ struct Trained {
 
 }  // namespace
 
-TEST_CASE("load_checkpoint: a file refused for any part leaves model, optimizer and scaler as they were") {
+TEST_CASE("load_checkpoint: a file refused for any part leaves model, optimizer and scaler as they "
+          "were") {
   manual_seed(3);
   Trained saved;
   saved.step(1.0f);
   saved.step(2.0f);
-  const fs::path path = fs::temp_directory_path() / fmt::format("dplab_refused_{}.safetensors", getpid());
+  const fs::path path =
+      fs::temp_directory_path() / fmt::format("dplab_refused_{}.safetensors", getpid());
   Metadata extra{{"epoch", "2"}};
   saved.scaler.state_dict(extra);
   save_checkpoint(path.string(), *saved.model, &saved.opt, extra);
@@ -176,7 +185,8 @@ TEST_CASE("load_checkpoint: a file refused for any part leaves model, optimizer 
            {"optim.type", "Adam", "this optimizer is SGD, the state dict is from Adam"},
            {"scaler.scale", "inf", "scale must be a finite value in (0, 3.40282e+38]"},
            {"scaler.growth_factor", "0", "growth_factor must be a finite value > 1, got 0"},
-           {"scaler.growth_tracker", "7", "growth_tracker must lie in [0, growth_interval = 3), got 7"}}) {
+           {"scaler.growth_tracker", "7",
+            "growth_tracker must lie in [0, growth_interval = 3), got 7"}}) {
     CAPTURE(e.key);
     Metadata meta = file.metadata;
     meta[e.key] = e.value;
@@ -188,10 +198,12 @@ TEST_CASE("load_checkpoint: a file refused for any part leaves model, optimizer 
     const auto w = fresh.weights(), m = fresh.momentum();
     const double s = fresh.scaler.get_scale();
     const int64_t tracker = fresh.scaler.growth_tracker();
-    CHECK_THROWS_WITH_AS(load_checkpoint(bad.string(), *fresh.model, &fresh.opt, Device("cpu"), &fresh.scaler),
-                         doctest::Contains(e.message.c_str()), Error);
-    CHECK_THROWS_WITH_AS(load_checkpoint(bad.string(), *fresh.model, &fresh.opt, Device("cpu"), &fresh.scaler),
-                         doctest::Contains("; nothing was loaded"), Error);
+    CHECK_THROWS_WITH_AS(
+        load_checkpoint(bad.string(), *fresh.model, &fresh.opt, Device("cpu"), &fresh.scaler),
+        doctest::Contains(e.message.c_str()), Error);
+    CHECK_THROWS_WITH_AS(
+        load_checkpoint(bad.string(), *fresh.model, &fresh.opt, Device("cpu"), &fresh.scaler),
+        doctest::Contains("; nothing was loaded"), Error);
     CHECK(fresh.weights() == w);
     CHECK(fresh.momentum() == m);
     CHECK(fresh.scaler.get_scale() == s);

@@ -43,21 +43,31 @@ struct Victim {
   fs::path go = dir / "go";
   Job job;
 
-  explicit Victim(int ranks, const std::vector<std::string>& extra = {}, bool low_fd_limit = false) {
+  explicit Victim(int ranks, const std::vector<std::string>& extra = {},
+                  bool low_fd_limit = false) {
     fs::create_directories(dir);
-    std::vector<std::string> argv{env_path("DPLAB_RUN"), "--nproc-per-node", std::to_string(ranks),
-                                  "--master-port", std::to_string(port), "--grace-period", "1",
-                                  env_path("SECURITY_VICTIM"), go.string()};
+    std::vector<std::string> argv{env_path("DPLAB_RUN"),
+                                  "--nproc-per-node",
+                                  std::to_string(ranks),
+                                  "--master-port",
+                                  std::to_string(port),
+                                  "--grace-period",
+                                  "1",
+                                  env_path("SECURITY_VICTIM"),
+                                  go.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
     // the launcher and its ranks under `ulimit -n 1024`, as in the issue's probe
-    if (low_fd_limit) argv.insert(argv.begin(), {"/bin/sh", "-c", "ulimit -n 1024 && exec \"$0\" \"$@\""});
-    job = start_job(argv, {{"DPLAB_JOB_TOKEN", token}, {"DPLAB_TIMEOUT", "30"},
-                           {"OMP_NUM_THREADS", "1"}, {"DPLAB_NUM_THREADS", "1"}});
+    if (low_fd_limit)
+      argv.insert(argv.begin(), {"/bin/sh", "-c", "ulimit -n 1024 && exec \"$0\" \"$@\""});
+    job = start_job(argv, {{"DPLAB_JOB_TOKEN", token},
+                           {"DPLAB_TIMEOUT", "30"},
+                           {"OMP_NUM_THREADS", "1"},
+                           {"DPLAB_NUM_THREADS", "1"}});
     auto deadline = Clock::now() + std::chrono::seconds(60);
     while (Clock::now() < deadline && static_cast<int>(rank_pids(job).size()) < ranks)
       wait_for_output(job, "ready", 0.05);
-    REQUIRE_MESSAGE(static_cast<int>(rank_pids(job).size()) == ranks,
-                    "the ranks did not start:\n" << output(job));
+    REQUIRE_MESSAGE(static_cast<int>(rank_pids(job).size()) == ranks, "the ranks did not start:\n"
+                                                                          << output(job));
   }
   ~Victim() {
     kill_job(job);
@@ -69,12 +79,14 @@ struct Victim {
   void finishes_cleanly(double timeout_s, const std::string& what) {
     let_go();
     auto st = wait_exit(job, timeout_s);
-    REQUIRE_MESSAGE(st.has_value(), what << ": the job did not end within " << timeout_s
-                                         << " s:\n" << output(job));
-    CHECK_MESSAGE(exit_code(*st) == 0, what << ": exit status " << exit_code(*st) << "\n" << output(job));
+    REQUIRE_MESSAGE(st.has_value(), what << ": the job did not end within " << timeout_s << " s:\n"
+                                         << output(job));
+    CHECK_MESSAGE(exit_code(*st) == 0, what << ": exit status " << exit_code(*st) << "\n"
+                                            << output(job));
     CHECK_MESSAGE(output(job).find("done") != std::string::npos, output(job));
     CHECK_MESSAGE(wait_session_gone(job.pid, 5.0).has_value(),
-                  what << ": processes of the job still run:\n" << output(job));
+                  what << ": processes of the job still run:\n"
+                       << output(job));
   }
 };
 
@@ -102,18 +114,18 @@ TEST_CASE("store: a connection without the job token is refused and logged; trai
   {
     RawClient c(v.port);
     CHECK(!c.read_hello().empty());
-    c.send(par::detail::encode_request(StoreOp::Set, {"dplab/pg0/shm_block",
-                                                      "1 5 0 0 forged-record-of-a-stranger"}));
+    c.send(par::detail::encode_request(
+        StoreOp::Set, {"dplab/pg0/shm_block", "1 5 0 0 forged-record-of-a-stranger"}));
     CHECK(c.recv(1) == std::string(1, '\1'));
     CHECK(c.closed_by_server());
   }
   // TCPStore with another job's token is told so, and says what to do
-  CHECK_THROWS_WITH_AS(par::TCPStore("127.0.0.1", v.port, false, par::Seconds(5.0),
-                                     "another-jobs-token-123456"),
-                       doctest::Contains("refused this rank: wrong job token: this store serves "
-                                         "only the ranks of its job; every rank of a job needs "
-                                         "the same DPLAB_JOB_TOKEN"),
-                       dplab::CommError);
+  CHECK_THROWS_WITH_AS(
+      par::TCPStore("127.0.0.1", v.port, false, par::Seconds(5.0), "another-jobs-token-123456"),
+      doctest::Contains("refused this rank: wrong job token: this store serves "
+                        "only the ranks of its job; every rank of a job needs "
+                        "the same DPLAB_JOB_TOKEN"),
+      dplab::CommError);
   v.finishes_cleanly(30.0, "after strangers were refused");
   const std::string out = output(v.job);
   CHECK_MESSAGE(out.find(refusal_line(v.port)) != std::string::npos, out);
@@ -148,7 +160,8 @@ TEST_CASE("store: 1,100 idle connections do not break rank 0's checkpoint save")
     if (lim.rlim_max < lim.rlim_cur) lim.rlim_max = lim.rlim_cur;
     REQUIRE_MESSAGE(setrlimit(RLIMIT_NOFILE, &lim) == 0, "cannot raise RLIMIT_NOFILE to 1400");
   }
-  fs::path ckpt = fs::temp_directory_path() / fmt::format("dplab_security_ckpt_{}.safetensors", getpid());
+  fs::path ckpt =
+      fs::temp_directory_path() / fmt::format("dplab_security_ckpt_{}.safetensors", getpid());
   Victim v(2, {ckpt.string()}, /*low_fd_limit=*/true);
   std::vector<std::unique_ptr<RawClient>> crowd;
   for (int i = 0; i < 1100; ++i) crowd.push_back(std::make_unique<RawClient>(v.port));
@@ -169,10 +182,11 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
   const std::string token = par::make_job_token();
   par::TCPStore server("127.0.0.1", 0, true, par::Seconds(2.0), token);
   // the client refuses before sending
-  CHECK_THROWS_WITH_AS(server.set("big", std::string(2 << 20, 'x')),
-                       doctest::Contains("TCPStore::set('big'): a value of 2.0 MiB; the store takes "
-                                         "values up to 1.0 MiB"),
-                       dplab::Error);
+  CHECK_THROWS_WITH_AS(
+      server.set("big", std::string(2 << 20, 'x')),
+      doctest::Contains("TCPStore::set('big'): a value of 2.0 MiB; the store takes "
+                        "values up to 1.0 MiB"),
+      dplab::Error);
   // the server refuses a 200 MiB length after reading 4 bytes of it, and hangs up
   {
     RawClient c(server.port());
@@ -234,7 +248,8 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
     }
   }
   CHECK_MESSAGE(refused.find("over its limit of 64.0 MiB (it holds small facts, not tensors)") !=
-                    std::string::npos, refused);
+                    std::string::npos,
+                refused);
   CHECK(server.get("v0").size() == (1u << 20));  // still serving
   server.set("small", "1");
   CHECK(server.get("small") == "1");
@@ -242,7 +257,8 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
 
 TEST_CASE("dplab-run: SIGINT during the start-up of many ranks ends it within a second") {
   Job job = start_job({env_path("DPLAB_RUN"), "--nproc-per-node", "1000", "--nproc-limit", "1000",
-                       "--grace-period", "5", "sleep", "60"}, {});
+                       "--grace-period", "5", "sleep", "60"},
+                      {});
   // wait for the start-up to be under way: a few ranks exist
   auto deadline = Clock::now() + std::chrono::seconds(20);
   while (Clock::now() < deadline && alive_in_session(job.pid).size() < 6)
@@ -258,7 +274,8 @@ TEST_CASE("dplab-run: SIGINT during the start-up of many ranks ends it within a 
   CHECK(exit_code(*st) == 130);
   const std::string out = output(job);
   CHECK_MESSAGE(out.find("dplab-run: interrupted by signal 2 during the start-up: started ") !=
-                    std::string::npos, out);
+                    std::string::npos,
+                out);
   CHECK(out.find("of 1000 ranks, forwarded it to those") != std::string::npos);
   CHECK_MESSAGE(wait_session_gone(job.pid, 2.0).has_value(), "ranks outlived the launcher");
   kill_job(job);
@@ -279,10 +296,12 @@ TEST_CASE("dplab-run: --nproc-per-node has a limit; --grace-period must be finit
   auto [code, out] = run({"--nproc-per-node", "2000", "true"});
   CHECK(code == 2);
   CHECK(out.find("--nproc-per-node 2000 is over the limit of 256 ranks per node (each rank is a "
-                 "process of its own); if you mean it, add --nproc-limit 2000") != std::string::npos);
+                 "process of its own); if you mean it, add --nproc-limit 2000") !=
+        std::string::npos);
   for (const char* g : {"nan", "inf", "1e10", "1e308", "0", "-1"}) {
     auto [c, o] = run({"--grace-period", g, "true"});
     CHECK_MESSAGE(c == 2, g);
-    CHECK_MESSAGE(o.find("--grace-period must be a number of seconds in (0, 3600]") != std::string::npos, o);
+    CHECK_MESSAGE(
+        o.find("--grace-period must be a number of seconds in (0, 3600]") != std::string::npos, o);
   }
 }

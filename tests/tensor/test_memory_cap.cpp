@@ -16,19 +16,21 @@ TEST_CASE("a device's memory cap stops the allocation that would pass it, with a
     Tensor a = zeros({128 * 1024}, {.device = d});  // 512 KiB: fits
     const int64_t before = memory_stats(d).allocated_bytes;
     CHECK(before == 512 * 1024);
-    CHECK_THROWS_WITH_AS(zeros({160 * 1024}, {.device = d}),
-                         "cpu:7: out of memory: requested 640.0 KiB with 512.0 KiB already allocated, "
-                         "cap 1.0 MiB (DPLAB_DEVICE_MEMORY or set_memory_cap)",
-                         OutOfMemoryError);
+    CHECK_THROWS_WITH_AS(
+        zeros({160 * 1024}, {.device = d}),
+        "cpu:7: out of memory: requested 640.0 KiB with 512.0 KiB already allocated, "
+        "cap 1.0 MiB (DPLAB_DEVICE_MEMORY or set_memory_cap)",
+        OutOfMemoryError);
     CHECK(memory_stats(d).allocated_bytes == before);  // nothing half-counted
     Tensor b = zeros({128 * 1024}, {.device = d});     // exactly up to the cap: fits
     CHECK(memory_stats(d).allocated_bytes == 1 << 20);
-    Tensor c = zeros({1 << 20}, {.device = other});    // another device: no cap
+    Tensor c = zeros({1 << 20}, {.device = other});  // another device: no cap
   }
   CHECK(memory_cap(d) == 1 << 20);
   set_memory_cap(d, 0);
   Tensor big = zeros({1 << 20}, {.device = d});  // cap removed
-  CHECK_THROWS_WITH_AS(set_memory_cap(d, -1), doctest::Contains("the cap must be >= 0 bytes"), Error);
+  CHECK_THROWS_WITH_AS(set_memory_cap(d, -1), doctest::Contains("the cap must be >= 0 bytes"),
+                       Error);
 }
 
 TEST_CASE("memory sizes parse like DPLAB_DEVICE_MEMORY's") {
@@ -43,14 +45,18 @@ TEST_CASE("memory sizes parse like DPLAB_DEVICE_MEMORY's") {
   CHECK(format_bytes(268435456) == "256.0 MiB");
 }
 
-TEST_CASE("memory sizes: less than a byte, infinite or absurd sizes are refused, not taken as no cap") {
+TEST_CASE(
+    "memory sizes: less than a byte, infinite or absurd sizes are refused, not taken as no cap") {
   CHECK(parse_memory_size("0") == 0);  // "0" is no cap, on purpose
-  CHECK_THROWS_WITH_AS(parse_memory_size("0.5"), doctest::Contains("\"0.5\" is less than one byte; "
-                       "expected a size of at least 1 byte (\"0\" means no cap)"), Error);
+  CHECK_THROWS_WITH_AS(parse_memory_size("0.5"),
+                       doctest::Contains("\"0.5\" is less than one byte; "
+                                         "expected a size of at least 1 byte (\"0\" means no cap)"),
+                       Error);
   CHECK(parse_memory_size("0.5K") == 512);
   for (const char* bad : {"inf", "nan", "1e300", "99999999999G"})
     CHECK_THROWS_AS(parse_memory_size(bad), Error);
-  CHECK_THROWS_WITH_AS(parse_memory_size("1e300"), doctest::Contains("more than any machine holds"), Error);
+  CHECK_THROWS_WITH_AS(parse_memory_size("1e300"), doctest::Contains("more than any machine holds"),
+                       Error);
 }
 
 TEST_CASE("a cap's count rolls back when the backend refuses an allocation") {

@@ -31,7 +31,8 @@ TEST_CASE("factories fill values and shapes") {
   CHECK(arange(1, 10, 3).to_vector<float>() == std::vector<float>{1, 4, 7});
   Tensor v = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   CHECK(v.at({1, 0}) == 4.0f);
-  CHECK_THROWS_WITH_AS(from_vector(std::vector<float>{1, 2, 3}, {2, 2}), doctest::Contains("3 values"), Error);
+  CHECK_THROWS_WITH_AS(from_vector(std::vector<float>{1, 2, 3}, {2, 2}),
+                       doctest::Contains("3 values"), Error);
 }
 
 TEST_CASE("views share storage; narrow and chunk along dim 0 do not copy") {
@@ -95,7 +96,8 @@ TEST_CASE("item, at and errors name the shape") {
 
 TEST_CASE("printing shows values, shape and device, and elides long dims") {
   Tensor a = from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
-  CHECK(fmt::format("{}", a) == "tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], device=cpu:0)");
+  CHECK(fmt::format("{}", a) ==
+        "tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], device=cpu:0)");
   std::string big = fmt::format("{}", arange(100));
   CHECK(big.find("0.0000, 1.0000, 2.0000, ..., 97.0000, 98.0000, 99.0000") != std::string::npos);
   Tensor l = arange(3, {.dtype = DType::Int64});
@@ -135,5 +137,6 @@ TEST_CASE("in-place updates refuse leaves that require grad outside no_grad") {
   Tensor w = ones({3}, {.requires_grad = true});
   CHECK_THROWS_WITH_AS(w.add_(ones({3})), doctest::Contains("NoGradGuard"), Error);
   CHECK_THROWS_WITH_AS(zeros({3}).add_(ones({4})), doctest::Contains("[3]"), Error);
-  CHECK_THROWS_WITH_AS(zeros({3}).add_(ones({3}, {.device = "cpu:1"})), doctest::Contains("cpu:1"), Error);
+  CHECK_THROWS_WITH_AS(zeros({3}).add_(ones({3}, {.device = "cpu:1"})), doctest::Contains("cpu:1"),
+                       Error);
 }

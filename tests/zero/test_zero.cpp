@@ -2,7 +2,7 @@
 // plain DDP for N = 1..4 (uneven shards), without DDP and with it (both ways); the traffic is
 // exactly one all-reduce's; the memory per rank is the textbook's; a consolidated state dict
 // loads into the plain optimizer and back with identical training afterwards; bad use throws.
-// Ranks are threads, and once forked processes on the star backend.
+// Ranks are threads, and once forked processes on the star engine.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -45,7 +45,8 @@ TEST_CASE("ZeRO stage 1 and 2, SGD and Adam, equal one process and plain DDP for
   }
 }
 
-TEST_CASE("ZeRO with DDP: averaged gradients (stage 1) or DDP's local hook (stage 2) equal plain DDP") {
+TEST_CASE(
+    "ZeRO with DDP: averaged gradients (stage 1) or DDP's local hook (stage 2) equal plain DDP") {
   for (const InnerOptions& o : {kSgd, kAdam}) {
     for (int world : {2, 3}) {
       CAPTURE(world);
@@ -60,23 +61,28 @@ TEST_CASE("ZeRO with DDP: averaged gradients (stage 1) or DDP's local hook (stag
   }
 }
 
-TEST_CASE("ZeRO on the star backend over shm processes equals one process") {
+TEST_CASE("ZeRO on the star engine over shm processes equals one process") {
   const int world = 3;
   const Params single = zero_single_process(world, kAdam);
-  auto outcomes = run_processes(world, [&](ProcessGroup& pg) {
+  auto outcomes = run_processes(
+      world,
+      [&](ProcessGroup& pg) {
     const Params zero = zero_run(borrow(pg), 2, kAdam, WithDdp::No);
-    DPLAB_CHECK(max_abs_diff(zero, single) <= 1e-5f, "ZeRO-2 on star differs from one process by {}",
-                max_abs_diff(zero, single));
-  }, {.backend = "star"});
+    DPLAB_CHECK(max_abs_diff(zero, single) <= 1e-5f,
+                "ZeRO-2 on star differs from one process by {}", max_abs_diff(zero, single));
+      },
+      {.engine = "star"});
   for (const Outcome& out : outcomes) CHECK_MESSAGE(out.ok, out.message);
 }
 
-TEST_CASE("ZeRO's traffic is one all-reduce's: reduce-scatter + all-gather = 2(N-1)/N of the padded bytes") {
+TEST_CASE("ZeRO's traffic is one all-reduce's: reduce-scatter + all-gather = 2(N-1)/N of the "
+          "padded bytes") {
   for (int world = 2; world <= 4; ++world) {
     CAPTURE(world);
     run_threads(world, [&](ProcessGroup& pg) {
       auto model = std::make_shared<models::ToyModel>();
-      ZeroRedundancyOptimizer opt(model->parameters(), kSgd, {.stage = 2, .process_group = borrow(pg)});
+      ZeroRedundancyOptimizer opt(model->parameters(), kSgd,
+                                  {.stage = 2, .process_group = borrow(pg)});
       pg.reset_comm_stats();
       train_rank(*model, opt, world, pg.rank(), 0, 1);
       const CommStats zero = pg.comm_stats();
@@ -99,18 +105,21 @@ TEST_CASE("ZeRO's traffic is one all-reduce's: reduce-scatter + all-gather = 2(N
   }
 }
 
-TEST_CASE("ZeRO's memory per rank: optimizer state 1/N (Adam 8 bytes, SGD 4), stage 2 keeps 1/N of the gradients") {
+TEST_CASE("ZeRO's memory per rank: optimizer state 1/N (Adam 8 bytes, SGD 4), stage 2 keeps 1/N of "
+          "the gradients") {
   const int world = 3;
   run_threads(world, [&](ProcessGroup& pg) {
     for (int stage : {1, 2}) {
       auto model = std::make_shared<models::ToyModel>();
-      ZeroRedundancyOptimizer opt(model->parameters(), kAdam, {.stage = stage, .process_group = borrow(pg)});
+      ZeroRedundancyOptimizer opt(model->parameters(), kAdam,
+                                  {.stage = stage, .process_group = borrow(pg)});
       train_rank(*model, opt, world, pg.rank(), 0, 1);
       int64_t shard = 0, full_grads = 0;
       for (size_t i = 0; i < kSizes.size(); ++i) {
         shard += chunk_elems(kSizes[i], world, pg.rank());
         CHECK(opt.shard_numel(i) == chunk_elems(kSizes[i], world, pg.rank()));
-        if (model->parameters()[i].grad().defined()) full_grads += model->parameters()[i].grad().nbytes();
+        if (model->parameters()[i].grad().defined())
+          full_grads += model->parameters()[i].grad().nbytes();
       }
       CHECK(opt.optimizer_state_bytes() == 8 * shard);  // exp_avg + exp_avg_sq of my shard only
       if (stage == 1) {
@@ -124,7 +133,8 @@ TEST_CASE("ZeRO's memory per rank: optimizer state 1/N (Adam 8 bytes, SGD 4), st
   });
 }
 
-TEST_CASE("consolidate_state_dict: loads into the plain optimizer and back, training continues identically") {
+TEST_CASE("consolidate_state_dict: loads into the plain optimizer and back, training continues "
+          "identically") {
   for (const InnerOptions& o : {kSgd, kAdam}) {
     const int world = 3, to_rank = 1;
     const std::string path = "/tmp/dplab-test-zero-" + std::to_string(getpid()) + ".safetensors";
@@ -134,15 +144,18 @@ TEST_CASE("consolidate_state_dict: loads into the plain optimizer and back, trai
     run_threads(world, [&](ProcessGroup& pg) {
       auto model = std::make_shared<models::ToyModel>();
       model->load_state_dict(zero_initial_weights());
-      ZeroRedundancyOptimizer opt(model->parameters(), o, {.stage = 2, .process_group = borrow(pg)});
+      ZeroRedundancyOptimizer opt(model->parameters(), o,
+                                  {.stage = 2, .process_group = borrow(pg)});
       train_rank(*model, opt, world, pg.rank(), 0, kSteps);
       opt.consolidate_state_dict(to_rank);
       if (pg.rank() == to_rank) {
-        save_checkpoint(path, *model, &opt);  // the ordinary checkpoint: model + plain optimizer state
+        save_checkpoint(path, *model,
+                        &opt);  // the ordinary checkpoint: model + plain optimizer state
       } else {
         StateDict sd;
         Metadata meta;
-        CHECK_THROWS_WITH_AS(opt.state_dict(sd, meta), doctest::Contains("consolidate_state_dict"), Error);
+        CHECK_THROWS_WITH_AS(opt.state_dict(sd, meta), doctest::Contains("consolidate_state_dict"),
+                             Error);
       }
       pg.barrier();
       train_rank(*model, opt, world, pg.rank(), kSteps, kSteps);
@@ -179,28 +192,36 @@ TEST_CASE("consolidate_state_dict: loads into the plain optimizer and back, trai
   }
 }
 
-TEST_CASE("ZeRO-2 refuses a second backward before step() (its gradients are already reduce-scattered)") {
+TEST_CASE(
+    "ZeRO-2 refuses a second backward before step() (its gradients are already reduce-scattered)") {
   run_threads(2, [&](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyModel>();
-    ZeroRedundancyOptimizer opt(model->parameters(), kSgd, {.stage = 2, .process_group = borrow(pg)});
-    Tensor x = batch_x(0, 2).narrow(pg.rank() * kPerRank, kPerRank), y = batch_y(0, 2).narrow(pg.rank() * kPerRank, kPerRank);
+    ZeroRedundancyOptimizer opt(model->parameters(), kSgd,
+                                {.stage = 2, .process_group = borrow(pg)});
+    Tensor x = batch_x(0, 2).narrow(pg.rank() * kPerRank, kPerRank),
+           y = batch_y(0, 2).narrow(pg.rank() * kPerRank, kPerRank);
     mse_loss(model->forward(x), y).backward();
-    CHECK_THROWS_WITH_AS(mse_loss(model->forward(x), y).backward(),
-                         doctest::Contains("got a second gradient before step(); stage 2 reduce-scatters"), Error);
+    CHECK_THROWS_WITH_AS(
+        mse_loss(model->forward(x), y).backward(),
+        doctest::Contains("got a second gradient before step(); stage 2 reduce-scatters"), Error);
   });
 }
 
 TEST_CASE("ZeRO: bad use gives clear errors") {
   run_threads(1, [&](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyModel>();
-    CHECK_THROWS_WITH_AS(ZeroRedundancyOptimizer(model->parameters(), kSgd, {.stage = 3, .process_group = borrow(pg)}),
-                         doctest::Contains("stage must be 1 (optimizer state) or 2 (and gradients), got 3"), Error);
+    CHECK_THROWS_WITH_AS(
+        ZeroRedundancyOptimizer(model->parameters(), kSgd,
+                                {.stage = 3, .process_group = borrow(pg)}),
+        doctest::Contains("stage must be 1 (optimizer state) or 2 (and gradients), got 3"), Error);
     ZeroRedundancyOptimizer opt(model->parameters(), kSgd, {.process_group = borrow(pg)});
     CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("parameter 0 has no gradient"), Error);
-    CHECK_THROWS_WITH_AS(opt.consolidate_state_dict(4), doctest::Contains("to_rank must be in [0, 1), got 4"), Error);
+    CHECK_THROWS_WITH_AS(opt.consolidate_state_dict(4),
+                         doctest::Contains("to_rank must be in [0, 1), got 4"), Error);
     StateDict sd;
     Metadata meta{{"optim.type", "Adam"}, {"optim.num_params", "4"}};
-    CHECK_THROWS_WITH_AS(opt.load_state_dict(sd, meta), doctest::Contains("expected a SGD state dict, got optim.type \"Adam\""),
+    CHECK_THROWS_WITH_AS(opt.load_state_dict(sd, meta),
+                         doctest::Contains("expected a SGD state dict, got optim.type \"Adam\""),
                          Error);
     // a step count that is not one: the key and the expected form, not a bare "stoll"
     StateDict plain;
@@ -208,9 +229,10 @@ TEST_CASE("ZeRO: bad use gives clear errors") {
     optim::SGD(model->parameters(), std::get<optim::SGDOptions>(kSgd)).state_dict(plain, good);
     Metadata bad = good;
     bad["state.1.step"] = "abc";
-    CHECK_THROWS_WITH_AS(opt.load_state_dict(plain, bad),
-                         doctest::Contains("ZeroRedundancyOptimizer::load_state_dict: \"state.1.step\" "
-                                           "should be a step count (an integer >= 0), got \"abc\""),
-                         Error);
+    CHECK_THROWS_WITH_AS(
+        opt.load_state_dict(plain, bad),
+        doctest::Contains("ZeroRedundancyOptimizer::load_state_dict: \"state.1.step\" "
+                          "should be a step count (an integer >= 0), got \"abc\""),
+        Error);
   });
 }

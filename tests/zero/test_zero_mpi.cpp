@@ -1,6 +1,6 @@
-// test_zero_mpi.cpp: ZeroRedundancyOptimizer on the mpi backend, run by mpirun (meson test
+// test_zero_mpi.cpp: ZeroRedundancyOptimizer on the mpi engine, run by mpirun (meson test
 // starts it with 2 and 4 ranks): stages 1 and 2 with SGD and Adam equal one process on the
-// concatenated batches and ZeRO over the ring backend in the same job, and the mpi group's
+// concatenated batches and ZeRO over the ring engine in the same job, and the mpi group's
 // counters (the engine's model of its traffic) show the bytes of one all-reduce, as the ring's do.
 // Read next: tests/zero/test_zero.cpp.
 #include "tests/parallel/mpi_test_main.h"
@@ -27,7 +27,8 @@ TEST_CASE("ZeRO on mpi equals one process and ZeRO on the ring, stages 1 and 2, 
       const Params on_ring = zero_run(ring_group(), stage, o, WithDdp::No);
       CHECK(max_abs_diff(on_mpi, single) <= 1e-5f);
       CHECK(max_abs_diff(on_mpi, on_ring) <= 1e-6f);
-      CHECK(mpi_group()->comm_stats().total.bytes_sent == ring_group()->comm_stats().total.bytes_sent);
+      CHECK(mpi_group()->comm_stats().total.bytes_sent ==
+            ring_group()->comm_stats().total.bytes_sent);
     }
   }
 }

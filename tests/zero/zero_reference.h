@@ -22,8 +22,10 @@ namespace dplab::parallel::testing {
 inline const InnerOptions kSgd = optim::SGDOptions{.lr = 0.05, .momentum = 0.9};
 inline const InnerOptions kAdam = optim::AdamOptions{.lr = 0.01};
 
-inline std::unique_ptr<optim::Optimizer> plain_optimizer(std::vector<Tensor> params, const InnerOptions& o) {
-  if (const auto* a = std::get_if<optim::AdamOptions>(&o)) return std::make_unique<optim::Adam>(params, *a);
+inline std::unique_ptr<optim::Optimizer> plain_optimizer(std::vector<Tensor> params,
+                                                         const InnerOptions& o) {
+  if (const auto* a = std::get_if<optim::AdamOptions>(&o))
+    return std::make_unique<optim::Adam>(params, *a);
   return std::make_unique<optim::SGD>(params, std::get<optim::SGDOptions>(o));
 }
 
@@ -37,7 +39,8 @@ inline const StateDict& zero_initial_weights() {
 }
 
 // Steps [first, first + count) of the reference job on one process: the global batch.
-inline void train_single(nn::Module& model, optim::Optimizer& opt, int world, int first, int count) {
+inline void train_single(nn::Module& model, optim::Optimizer& opt, int world, int first,
+                         int count) {
   for (int s = first; s < first + count; ++s) {
     opt.zero_grad();
     mse_loss(model.forward(batch_x(s, world)), batch_y(s, world)).backward();
@@ -46,7 +49,8 @@ inline void train_single(nn::Module& model, optim::Optimizer& opt, int world, in
 }
 
 // The same steps on rank `rank`: its rows of the global batch.
-inline void train_rank(nn::Module& model, optim::Optimizer& opt, int world, int rank, int first, int count) {
+inline void train_rank(nn::Module& model, optim::Optimizer& opt, int world, int rank, int first,
+                       int count) {
   for (int s = first; s < first + count; ++s) {
     opt.zero_grad();
     Tensor x = batch_x(s, world).narrow(rank * kPerRank, kPerRank);
@@ -68,7 +72,8 @@ inline Params zero_single_process(int world, const InnerOptions& o) {
 // DDP only buckets (zero_local_gradients_hook) and ZeRO reduce-scatters.
 enum class WithDdp { No, Averaged, LocalHook };
 
-inline Params zero_run(std::shared_ptr<ProcessGroup> pg, int stage, const InnerOptions& o, WithDdp with) {
+inline Params zero_run(std::shared_ptr<ProcessGroup> pg, int stage, const InnerOptions& o,
+                       WithDdp with) {
   auto model = std::make_shared<models::ToyModel>();
   model->load_state_dict(zero_initial_weights());
   std::shared_ptr<nn::Module> trained = model;
@@ -77,8 +82,9 @@ inline Params zero_run(std::shared_ptr<ProcessGroup> pg, int stage, const InnerO
     if (with == WithDdp::LocalHook) ddp->register_comm_hook(zero_local_gradients_hook());
     trained = ddp;
   }
-  ZeroRedundancyOptimizer opt(trained->parameters(), o,
-                              {.stage = stage, .process_group = pg, .gradients_averaged = with == WithDdp::Averaged});
+  ZeroRedundancyOptimizer opt(
+      trained->parameters(), o,
+      {.stage = stage, .process_group = pg, .gradients_averaged = with == WithDdp::Averaged});
   train_rank(*trained, opt, pg->size(), pg->rank(), 0, kSteps);
   return params_of(*model);
 }

@@ -11,8 +11,7 @@
 #include <thread>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/ops/ops.h"
 #include "parallel/engines/collective_engine.h"
 #include "tools/doctor/doctor.h"
@@ -43,36 +42,34 @@ std::set<std::string> cpu_flags(std::string* model) {
 void build_checks(Report& r) {
   r.fact("dplab", fmt::format("{} ({})", kDplabVersion, kDplabCommit));
   r.fact("compiler", fmt::format("g++ {}", __VERSION__));
-  r.fact("built with", fmt::format("cuda {}, mpi {}, nccl {}", cuda_compiled() ? "yes" : "no",
-                                   parallel::mpi_built() ? "yes" : "no",
-                                   parallel::nccl_built() ? "yes" : "no"));
+  r.fact("built with",
+         fmt::format("cuda {}, mpi {}, nccl {}", cuda_compiled() ? "yes" : "no",
+                     parallel::mpi_built() ? "yes" : "no", parallel::nccl_built() ? "yes" : "no"));
 
   std::string model;
   const std::set<std::string> flags = cpu_flags(&model);
   std::string ext;
-  for (const char* want : {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"})
+  for (const char* want :
+       {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"})
     if (flags.count(want)) ext += (ext.empty() ? "" : "+") + std::string(want);
   r.fact("cpu", fmt::format("{} x {} ({})", model.empty() ? "unknown" : model,
                             std::thread::hardware_concurrency(), ext.empty() ? "no AVX" : ext));
 
-  // The kernels, and why: the ISA is the best the CPU and the build both have unless
-  // DPLAB_GEMM_ISA says otherwise; the rest follow DPLAB_GEMM / DPLAB_CONV / DPLAB_FUSE.
+  // The kernels (the line every program prints, cpu_dispatch.h), and why the instruction set:
+  // the best the CPU and the build both have unless DPLAB_GEMM_ISA says otherwise.
   const bool avx512 = gemm_isa_available(GemmIsa::Avx512);
-  std::string why = avx512 ? "the CPU has AVX-512 and this build has its kernel"
-                    : flags.count("avx512f") ? "the CPU has AVX-512 but this build has no AVX-512 kernel"
-                                             : "the CPU has no AVX-512";
-  if (const char* e = std::getenv("DPLAB_GEMM_ISA"); e && *e) why = fmt::format("DPLAB_GEMM_ISA={}", e);
-  r.fact("kernels", fmt::format("GEMM {} on {} ({}); convolution {}{}", gemm_kernel_in_use(),
-                                gemm_isa_name(gemm_isa()), why, conv_algorithm_name(conv_algorithm()),
-                                fused_ops() ? ", conv+relu+pool fused" : ""));
+  const std::string why = avx512 ? "the CPU has AVX-512 and this build has its kernels"
+                          : flags.count("avx512f")
+                              ? "the CPU has AVX-512 but this build has no AVX-512 kernels"
+                              : "the CPU has no AVX-512";
+  r.fact("kernels", fmt::format("{}; {}", kernels_summary(), why));
   std::string settings;
-  for (const char* name : {"DPLAB_GEMM", "DPLAB_GEMM_ISA", "DPLAB_CONV", "DPLAB_FUSE", "DPLAB_NUM_THREADS",
-                           "DPLAB_WAIT", "DPLAB_SEGMENT_KB", "DPLAB_TIMEOUT", "DPLAB_DEVICE_MEMORY",
-                           "DPLAB_VIRTUAL_GPUS", "DPLAB_DATA"})
+  for (const char* name : {"DPLAB_GEMM", "DPLAB_GEMM_ISA", "DPLAB_CONV", "DPLAB_FUSE",
+                           "DPLAB_NUM_THREADS", "DPLAB_WAIT", "DPLAB_SEGMENT_KB", "DPLAB_TIMEOUT",
+                           "DPLAB_DEVICE_MEMORY", "DPLAB_VIRTUAL_GPUS", "DPLAB_DATA"})
     if (const char* v = std::getenv(name); v != nullptr)
       settings += fmt::format("{}{}={}", settings.empty() ? "" : " ", name, v);
   r.fact("DPLAB_* settings", settings.empty() ? "none" : settings);
-
 }
 
 }  // namespace dplab::doctor

@@ -4,12 +4,12 @@
 // /proc/<pid>/fd/<n>; some containers forbid it), and the network interfaces (for jobs that
 // span machines). The memfd probe forks: it runs before anything initialises CUDA.
 // Read next: checks_gpu.cpp.
-#include <fmt/core.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -77,19 +77,20 @@ void machine_checks(Report& r) {
   r.fact("memory", fmt::format("{} total, {} available", gib(total * 1024.0), gib(avail * 1024.0)));
 
   Check shm{.section = "machine", .name = "/dev/shm (the shm transport's slots)"};
-  struct statvfs vfs{};
+  struct statvfs vfs {};
   if (statvfs("/dev/shm", &vfs) != 0) {
     shm.verdict = Verdict::Fail;
     shm.detail = fmt::format("cannot stat /dev/shm: {}", std::strerror(errno));
-    shm.fix = "the ring and star backends need a tmpfs at /dev/shm: mount -t tmpfs tmpfs /dev/shm "
+    shm.fix = "the ring and star engines need a tmpfs at /dev/shm: mount -t tmpfs tmpfs /dev/shm "
               "(or, in Docker, --shm-size=1g)";
   } else {
     const double room = static_cast<double>(vfs.f_bavail) * vfs.f_frsize;
     shm.detail = fmt::format("{} free", gib(room));
     if (room < 256.0 * 1024 * 1024) {
       shm.verdict = Verdict::Warn;
-      shm.fix = "under 256 MiB: a job with many ranks or large buckets may not fit (Docker's default "
-                "is 64 MiB: run the container with --shm-size=1g)";
+      shm.fix =
+          "under 256 MiB: a job with many ranks or large buckets may not fit (Docker's default "
+          "is 64 MiB: run the container with --shm-size=1g)";
     }
   }
   r.add(shm);
@@ -101,9 +102,9 @@ void machine_checks(Report& r) {
   } else {
     memfd.verdict = Verdict::Fail;
     memfd.detail = why;
-    memfd.fix = "the shm transport (backends ring and star between processes) needs it: run every "
+    memfd.fix = "the shm transport (engines ring and star between processes) needs it: run every "
                 "rank as one user in one PID namespace (a container that hides /proc/<pid>/fd "
-                "forbids it); or use threads (spawn-free tutorials) or the mpi backend";
+                "forbids it); or use threads (spawn-free tutorials) or the mpi engine";
   }
   r.add(memfd);
 
@@ -112,7 +113,8 @@ void machine_checks(Report& r) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) == 0) {
     for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
+        continue;
       char text[INET_ADDRSTRLEN] = {0};
       inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
       ifaces[a->ifa_name] += (ifaces[a->ifa_name].empty() ? "" : ",") + std::string(text);
@@ -120,7 +122,8 @@ void machine_checks(Report& r) {
     freeifaddrs(list);
   }
   std::string names;
-  for (const auto& [name, addr] : ifaces) names += fmt::format("{}{} {}", names.empty() ? "" : "; ", name, addr);
+  for (const auto& [name, addr] : ifaces)
+    names += fmt::format("{}{} {}", names.empty() ? "" : "; ", name, addr);
   r.fact("network", names.empty() ? "no IPv4 interface up" : names);
   Check net{.section = "machine", .name = "a network interface besides loopback"};
   bool external = false;

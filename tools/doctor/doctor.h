@@ -17,8 +17,8 @@ struct Check {
   std::string section{};  // "build", "machine", "gpu", "self-test"
   std::string name{};     // what was checked: "shm all_reduce, 2 ranks"
   Verdict verdict = Verdict::Ok;
-  std::string detail{};   // what was found, with the numbers
-  std::string fix{};      // cause and fix, for warn and fail
+  std::string detail{};  // what was found, with the numbers
+  std::string fix{};     // cause and fix, for warn and fail
 };
 
 struct Report {

@@ -5,8 +5,8 @@
 // Exit status 0 when nothing failed (warnings and skips allowed), 1 otherwise.
 // CLI11 lives in this file only (it is slow to compile).
 // Read next: doctor.h.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
     gpu_checks(r);
     if (self_test) self_tests(r, cuda_device_count() > 0);
   } catch (const std::exception& e) {  // a check that could not even run
-    r.add({.section = "doctor", .name = "the doctor itself", .verdict = Verdict::Fail, .detail = e.what(),
+    r.add({.section = "doctor",
+           .name = "the doctor itself",
+           .verdict = Verdict::Fail,
+           .detail = e.what(),
            .fix = "report it as a bug with this output"});
   }
   if (json == "-") {

@@ -53,17 +53,20 @@ std::string render_json(const Report& r) {
   };
   std::string out = "{\n  \"dplab_doctor\": 1,\n  \"facts\": {";
   for (size_t i = 0; i < r.facts.size(); ++i)
-    out += fmt::format("{}\n    {}: {}", i ? "," : "", str(r.facts[i].first), str(r.facts[i].second));
+    out +=
+        fmt::format("{}\n    {}: {}", i ? "," : "", str(r.facts[i].first), str(r.facts[i].second));
   out += "\n  },\n  \"checks\": [";
   for (size_t i = 0; i < r.checks.size(); ++i) {
     const Check& c = r.checks[i];
-    out += fmt::format("{}\n    {{\"section\": {}, \"name\": {}, \"verdict\": \"{}\", \"detail\": {}, "
-                       "\"fix\": {}}}", i ? "," : "", str(c.section), str(c.name),
-                       verdict_name(c.verdict), str(c.detail), str(c.fix));
+    out +=
+        fmt::format("{}\n    {{\"section\": {}, \"name\": {}, \"verdict\": \"{}\", \"detail\": {}, "
+                    "\"fix\": {}}}",
+                    i ? "," : "", str(c.section), str(c.name), verdict_name(c.verdict),
+                    str(c.detail), str(c.fix));
   }
-  out += fmt::format("\n  ],\n  \"summary\": {{\"ok\": {}, \"warn\": {}, \"fail\": {}, \"skip\": {}}}\n}}\n",
-                     r.count(Verdict::Ok), r.count(Verdict::Warn), r.count(Verdict::Fail),
-                     r.count(Verdict::Skip));
+  out += fmt::format(
+      "\n  ],\n  \"summary\": {{\"ok\": {}, \"warn\": {}, \"fail\": {}, \"skip\": {}}}\n}}\n",
+      r.count(Verdict::Ok), r.count(Verdict::Warn), r.count(Verdict::Fail), r.count(Verdict::Skip));
   return out;
 }
 

@@ -20,8 +20,7 @@
 #include <functional>
 
 #include "framework/backend/backend.h"
-#include "framework/backend/cpu/cpu_conv_direct.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/error.h"
 #include "framework/io/checkpoint.h"
 #include "framework/ops/ops.h"
@@ -41,7 +40,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 float max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = a.to(Device("cpu")).to_vector<float>(), y = b.to(Device("cpu")).to_vector<float>();
+  const std::vector<float> x = a.to(Device("cpu")).to_vector<float>(),
+                           y = b.to(Device("cpu")).to_vector<float>();
   DPLAB_CHECK(x.size() == y.size(), "sizes differ: {} vs {}", x.size(), y.size());
   float m = 0;
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
@@ -68,8 +68,8 @@ void run_check(Report& r, const std::string& name, const std::string& fix,
 struct Result {
   Tensor out, grad_x, grad_w;
 };
-Result run_op(Device d, const std::function<Tensor(const Tensor&, const Tensor&)>& f, const Tensor& x0,
-              const Tensor& w0) {
+Result run_op(Device d, const std::function<Tensor(const Tensor&, const Tensor&)>& f,
+              const Tensor& x0, const Tensor& w0) {
   Tensor x = x0.to(d).detach().requires_grad_(), w = w0.to(d).detach().requires_grad_();
   Tensor out = f(x, w);
   sum(mul(out, out)).backward();
@@ -85,8 +85,14 @@ struct OpCase {
 std::vector<OpCase> op_cases() {
   return {
       {"matmul", {17, 33}, {33, 9}, [](const Tensor& x, const Tensor& w) { return matmul(x, w); }},
-      {"conv2d", {2, 3, 9, 9}, {4, 3, 3, 3}, [](const Tensor& x, const Tensor& w) { return conv2d(x, w, {}, 1, 1); }},
-      {"relu+max_pool2d", {2, 3, 8, 8}, {1}, [](const Tensor& x, const Tensor& w) { return max_pool2d(relu(mul(x, w)), 2); }},
+      {"conv2d",
+       {2, 3, 9, 9},
+       {4, 3, 3, 3},
+       [](const Tensor& x, const Tensor& w) { return conv2d(x, w, {}, 1, 1); }},
+      {"relu+max_pool2d",
+       {2, 3, 8, 8},
+       {1},
+       [](const Tensor& x, const Tensor& w) { return max_pool2d(relu(mul(x, w)), 2); }},
       {"softmax", {5, 7}, {7}, [](const Tensor& x, const Tensor& w) { return softmax(mul(x, w)); }},
       {"sum", {6, 11}, {11}, [](const Tensor& x, const Tensor& w) { return sum(mul(x, w), {0}); }},
   };
@@ -99,8 +105,9 @@ std::string compare_devices(Device a, Device b, float tol) {
   for (const OpCase& c : op_cases()) {
     const Tensor x = randn(c.x, {}, &gen), w = randn(c.w, {}, &gen);
     const Result ra = run_op(a, c.f, x, w), rb = run_op(b, c.f, x, w);
-    for (const auto& [what, p, q] : {std::tuple{"forward", ra.out, rb.out}, std::tuple{"dx", ra.grad_x, rb.grad_x},
-                                     std::tuple{"dw", ra.grad_w, rb.grad_w}}) {
+    for (const auto& [what, p, q] :
+         {std::tuple{"forward", ra.out, rb.out}, std::tuple{"dx", ra.grad_x, rb.grad_x},
+          std::tuple{"dw", ra.grad_w, rb.grad_w}}) {
       const float d = max_abs_diff(p, q);
       DPLAB_CHECK(d <= tol, "{} {}: {} and {} differ by {:.3g} (tolerance {:.0e})", c.name, what,
                   a.str(), b.str(), d, tol);
@@ -110,8 +117,8 @@ std::string compare_devices(Device a, Device b, float tol) {
       }
     }
   }
-  return fmt::format("{} ops forward and backward agree, largest difference {:.2g} ({})", op_cases().size(),
-                     worst_diff, worst);
+  return fmt::format("{} ops forward and backward agree, largest difference {:.2g} ({})",
+                     op_cases().size(), worst_diff, worst);
 }
 
 // The CPU's fast kernels against its reference ones, process-wide settings restored after.
@@ -135,28 +142,31 @@ std::string cpu_fast_vs_reference() {
     const float mm = max_abs_diff(matmul(a, b), ref_mm);
     set_conv_algorithm(ConvAlgorithm::Direct);
     const float cv = max_abs_diff(conv2d(x, w, {}, 1, 1), ref_conv);
-    DPLAB_CHECK(mm < 1e-3f && cv < 1e-3f, "{}: the direct GEMM differs from Eigen by {:.3g}, the direct "
-                "convolution from im2col by {:.3g}", gemm_isa_name(isa), mm, cv);
+    DPLAB_CHECK(mm < 1e-3f && cv < 1e-3f,
+                "{}: the direct GEMM differs from Eigen by {:.3g}, the direct "
+                "convolution from im2col by {:.3g}",
+                gemm_isa_name(isa), mm, cv);
     worst = std::max({worst, mm, cv});
     done += fmt::format("{}{}", done.empty() ? "" : ", ", gemm_isa_name(isa));
   }
   set_gemm_isa(isa0);
   set_gemm_algorithm(gemm0);
   set_conv_algorithm(conv0);
-  return fmt::format("direct GEMM and convolution ({}) match Eigen and im2col, largest difference {:.2g}",
-                     done, worst);
+  return fmt::format(
+      "direct GEMM and convolution ({}) match Eigen and im2col, largest difference {:.2g}", done,
+      worst);
 }
 
 // rank r holds r+1 everywhere: the sum is n(n+1)/2 in every element (1001 of them: uneven).
-void all_reduce_rank(int rank, const std::string& backend, Device d) {
-  parallel::init_process_group({.backend = backend, .timeout = parallel::Seconds(20.0)});
+void all_reduce_rank(int rank, const std::string& engine, Device d) {
+  parallel::init_process_group({.engine = engine, .timeout = parallel::Seconds(20.0)});
   Tensor t = full({1001}, rank + 1.0, {.device = d});
   parallel::default_process_group().all_reduce(t);
   const int n = parallel::default_process_group().size();
   const std::vector<float> got = t.to(Device("cpu")).to_vector<float>();
   for (size_t i = 0; i < got.size(); ++i)
-    DPLAB_CHECK(got[i] == n * (n + 1) / 2.0f, "rank {}: element {} is {}, expected {}", rank, i, got[i],
-                n * (n + 1) / 2.0f);
+    DPLAB_CHECK(got[i] == n * (n + 1) / 2.0f, "rank {}: element {} is {}, expected {}", rank, i,
+                got[i], n * (n + 1) / 2.0f);
   parallel::destroy_process_group();
 }
 
@@ -194,13 +204,15 @@ void ddp_rank(int rank) {
   const std::vector<float> a = flat_params(*single), b = flat_params(*model);
   float worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
-  DPLAB_CHECK(worst < 1e-5f, "rank {}: after 2 DDP steps a parameter differs from one process by {:.3g}",
-              rank, worst);
+  DPLAB_CHECK(worst < 1e-5f,
+              "rank {}: after 2 DDP steps a parameter differs from one process by {:.3g}", rank,
+              worst);
   parallel::destroy_process_group();
 }
 
 std::string checkpoint_round_trip() {
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dplab-doctor-{}", getpid());
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("dplab-doctor-{}", getpid());
   std::filesystem::create_directories(dir);
   struct Cleanup {
     std::filesystem::path dir;
@@ -216,8 +228,8 @@ std::string checkpoint_round_trip() {
   load_checkpoint(path, loaded);
   const std::vector<float> a = flat_params(saved), b = flat_params(loaded);
   DPLAB_CHECK(a == b, "the parameters read back differ from those written ({})", path);
-  return fmt::format("{} parameters written to {} and read back bit for bit",
-                     a.size(), std::filesystem::temp_directory_path().string());
+  return fmt::format("{} parameters written to {} and read back bit for bit", a.size(),
+                     std::filesystem::temp_directory_path().string());
 }
 
 }  // namespace
@@ -226,42 +238,52 @@ void self_tests(Report& r, bool with_gpu) {
   using parallel::spawn;
   const bool child = parallel::is_spawned_child();
   if (!child) {
-    run_check(r, "CPU fast kernels against the reference",
-              "a wrong kernel for this CPU: run DPLAB_GEMM=eigen DPLAB_CONV=im2col (the reference path) "
-              "and report the CPU model (this doctor's output) as a bug", cpu_fast_vs_reference);
+    run_check(
+        r, "CPU fast kernels against the reference",
+        "a wrong kernel for this CPU: run DPLAB_GEMM=eigen DPLAB_CONV=im2col (the reference path) "
+        "and report the CPU model (this doctor's output) as a bug",
+        cpu_fast_vs_reference);
     run_check(r, "checkpoint written and read back",
               "the temporary folder must be writable (TMPDIR)", checkpoint_round_trip);
   }
   run_check(r, "shm all_reduce, 2 processes",
-            "processes of one job cannot share memory here: see the /proc/<pid>/fd check above", [&] {
-              spawn([](int rank) { all_reduce_rank(rank, "ring", Device("cpu")); }, 2);
-              return std::string("1001 floats summed over the ring");
-            });
-  run_check(r, "DDP step on 2 processes equals one process on the whole batch",
-            "DDP does not reproduce single-process training here: report it as a bug with this output",
+            "processes of one job cannot share memory here: see the /proc/<pid>/fd check above",
             [&] {
-              spawn([](int rank) { ddp_rank(rank); }, 2);
-              return std::string("ToyModel, 2 SGD momentum steps, parameters within 1e-5");
-            });
+    spawn([](int rank) { all_reduce_rank(rank, "ring", Device("cpu")); }, 2);
+    return std::string("1001 floats summed over the ring");
+  });
+  run_check(
+      r, "DDP step on 2 processes equals one process on the whole batch",
+      "DDP does not reproduce single-process training here: report it as a bug with this output",
+      [&] {
+    spawn([](int rank) { ddp_rank(rank); }, 2);
+    return std::string("ToyModel, 2 SGD momentum steps, parameters within 1e-5");
+      });
   if (!with_gpu) {
     if (!child)
-      r.add({.section = "self-test", .name = "GPU self-tests", .verdict = Verdict::Skip,
+      r.add({.section = "self-test",
+             .name = "GPU self-tests",
+             .verdict = Verdict::Skip,
              .detail = cuda_compiled() ? "no GPU visible" : "built without CUDA"});
     return;
   }
   if (!child)
-    run_check(r, "CUDA ops against the CPU", "a CUDA kernel disagrees with the CPU: report it with this output",
+    run_check(r, "CUDA ops against the CPU",
+              "a CUDA kernel disagrees with the CPU: report it with this output",
               [] { return compare_devices(Device("cpu"), Device("cuda:0"), 2e-3f); });
   // cuda_ipc: two processes on logical GPUs cuda:0 and cuda:1 (sharing GPU 0 when it is alone)
   if (!child && cuda_device_count() < 2) setenv("DPLAB_VIRTUAL_GPUS", "2", 1);
   run_check(r, "cuda_ipc all_reduce, 2 processes (CUDA IPC between them)",
             "two processes cannot map each other's GPU memory here (containers may forbid it): run "
-            "the ranks in one container with the same GPUs visible, or use the nccl backend", [&] {
-              spawn([](int rank) { all_reduce_rank(rank, "ring", Device(DeviceKind::CUDA, rank)); }, 2);
-              return std::string("1001 floats summed GPU to GPU");
-            });
+            "the ranks in one container with the same GPUs visible, or use the nccl engine",
+            [&] {
+    spawn([](int rank) { all_reduce_rank(rank, "ring", Device(DeviceKind::CUDA, rank)); }, 2);
+    return std::string("1001 floats summed GPU to GPU");
+  });
   if (parallel::nccl_built())
-    run_check(r, "NCCL all_reduce, 1 process", "NCCL cannot run here: check the driver and NCCL's version", [&] {
+    run_check(r, "NCCL all_reduce, 1 process",
+              "NCCL cannot run here: check the driver and NCCL's version",
+              [&] {
       spawn([](int rank) { all_reduce_rank(rank, "nccl", Device(DeviceKind::CUDA, rank)); }, 1);
       return std::string("NCCL ") + parallel::nccl_version() + " ran an all_reduce";
     });

@@ -4,9 +4,9 @@
 // Read next: cpu_gemm.cpp (the kernel that matters for speed).
 #include "framework/backend/cpu/cpu_backend.h"
 
+#include <malloc.h>
 #include <cstdlib>
 #include <cstring>
-#include <malloc.h>
 
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"

@@ -1,12 +1,24 @@
-// cpu_backend.h: the CPU backend, every kernel of backend.h on host memory.
-// The kernels are split by concept, one .cpp each: cpu_backend.cpp (memory, copies),
-// cpu_threads.cpp (thread count, lanes), cpu_elementwise.cpp, cpu_reduce.cpp, cpu_gemm.cpp
-// (GEMM, on Eigen in cpu_gemm_kernel.cpp), cpu_gemm_lowp.cpp and cpu_half.cpp (16-bit
-// floats), cpu_nn.cpp (softmax, nll, indexing),
-// cpu_conv_pool.cpp (im2col, pooling), cpu_conv_direct.cpp (convolution without im2col),
-// cpu_optim.cpp (fused SGD / Adam).
+// cpu_backend.h: the CPU backend, every kernel of backend.h on host memory. Its files:
+//   cpu_dispatch.{h,cpp}   which kernel runs: the CPU's features and every DPLAB_* setting,
+//                          read in one place; kernels_summary()
+//   cpu_backend.cpp        memory, copies, the one CpuBackend
+//   cpu_threads.{h,cpp}    thread count, lanes (run_pieces)
+//   cpu_elementwise.cpp, cpu_reduce.cpp, cpu_nn.cpp (softmax, nll, indexing),
+//   cpu_optim.cpp (fused SGD / Adam): the kernels with one implementation
+//   cpu_gemm.cpp           the GEMM's checks, threads and choice: reference/ or fast/
+//   cpu_gemm_lowp.cpp, cpu_half.{h,cpp}   16-bit floats
+//   cpu_vector.{h,cpp}     the 8-float vector type and the tiled transpose both halves use
+// reference/: the readable path the fast one is tested against
+//   cpu_gemm_eigen.{h,cpp} Eigen's GEMM on a tile (built twice: baseline and AVX-512)
+//   cpu_conv_pool.cpp      im2col / col2im (the reference convolution is ops/conv2d_im2col.cpp
+//                          over these) and max / avg pooling
+// fast/: dplab's own kernels, register-blocked
+//   cpu_gemm_direct_kernel.{h,cpp}   a GEMM that reads its operands in place
+//   cpu_conv_direct.cpp, cpu_conv_direct_kernel.{h,cpp}, cpu_conv_images.h: convolution
+//                          without im2col; cpu_conv_fused.cpp: + ReLU + 2x2 max-pool
+//   cpu_register_block.h   the P x V block of accumulators both kernels are built from
 // This header is public (backend.cpp includes it), so it names no Eigen type: Eigen stays
-// inside the .cpp files of this folder. Read next: cpu_gemm.cpp, then cpu_elementwise.cpp.
+// inside the .cpp files of this folder. Read next: cpu_dispatch.h, then cpu_gemm.cpp.
 #pragma once
 #include "framework/backend/backend.h"
 
@@ -66,13 +78,15 @@ class CpuBackend final : public Backend {
   void im2col_kernel(const float* x, const Window2d& w, float* cols) override;
   void col2im_kernel(const float* cols, const Window2d& w, float* gx) override;
   int64_t im2col_group_floats() const override;
-  // cpu_conv_direct.cpp (cpu_conv_direct.h: when it runs and when it declines)
+  // fast/cpu_conv_direct.cpp (when it runs and when it declines; DPLAB_CONV: cpu_dispatch.h)
   bool conv2d_direct(const float* x, const float* weight, const float* bias, const Window2d& w,
                      int64_t O, float* y) override;
   bool conv2d_direct_backward(const float* gy, const float* x, const float* weight,
                               const Window2d& w, int64_t O, float* gx, float* gw,
                               float* gb) override;
-  // cpu_conv_fused.cpp: the same images, with ReLU and the 2x2 max-pool on the kernel's output
+  // fast/cpu_conv_fused.cpp: the same images, with ReLU and the 2x2 max-pool on the kernel's
+  // output, unless DPLAB_FUSE switched it off (cpu_dispatch.h)
+  bool fuses_conv_relu_pool() const override;
   bool conv2d_relu_pool_direct(const float* x, const float* weight, const float* bias,
                                const Window2d& w, int64_t O, float* y, uint8_t* route) override;
   bool conv2d_relu_pool_direct_backward(const float* g, const uint8_t* route, const float* x,

@@ -97,7 +97,8 @@ void walk_rows(const Walk& w, Inner inner) {
   for (int d = 0; d < w.ndim; ++d) total *= w.shape[d];
   const int threads = threads_for(total);
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int p = 0; p < threads; ++p) walk_range(w, total * p / threads, total * (p + 1) / threads, inner);
+  for (int p = 0; p < threads; ++p)
+    walk_range(w, total * p / threads, total * (p + 1) / threads, inner);
 }
 
 template <typename T>
@@ -151,8 +152,7 @@ void reduce_into_typed(ReduceKind op, T* dst, const T* src, int64_t n) {
     case ReduceKind::Min:
       for (int64_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
       return;
-    case ReduceKind::ArgMax:
-      break;
+    case ReduceKind::ArgMax: break;
   }
   DPLAB_FAIL("reduce_into: expected Sum, Max or Min, got ArgMax (an index has no reduction)");
 }
@@ -170,7 +170,9 @@ void CpuBackend::fill(DType t, void* out, int64_t n, double value) {
 
 void CpuBackend::strided_copy(DType t, const void* src, const Strided& layout, void* out) {
   if (layout.numel() == 0) return;
-  if (is_low_precision(t)) return strided_copy_typed(static_cast<const uint16_t*>(src), layout, static_cast<uint16_t*>(out));
+  if (is_low_precision(t))
+    return strided_copy_typed(static_cast<const uint16_t*>(src), layout,
+                              static_cast<uint16_t*>(out));
   if (t == DType::Float32) {
     strided_copy_typed(static_cast<const float*>(src), layout, static_cast<float*>(out));
   } else {

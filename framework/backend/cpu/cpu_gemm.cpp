@@ -1,88 +1,62 @@
 // cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU: checks, threads, dispatch.
-// The multiply itself is dplab's direct kernel (cpu_gemm_direct_kernel.cpp) where the shapes
-// suit it (direct_plan) and Eigen's GEMM (cpu_gemm_kernel.cpp) elsewhere, each in the build for
-// the best instruction set this CPU has (cpu_isa.h). Cost: 2*M*N*K flops per batch entry.
+// The multiply itself is fast/'s direct kernel (fast/cpu_gemm_direct_kernel.cpp) where the
+// shapes suit it (direct_plan) and the settings choose it, and reference/'s Eigen GEMM
+// (reference/cpu_gemm_eigen.cpp) elsewhere, each in the build for the instruction set
+// cpu_dispatch.h chose. Cost: 2*M*N*K flops per batch entry.
 // With more than one thread (cpu_threads.h) the columns of C (or, for a narrow C, its rows) are
 // split between threads, each running the kernel on its slice: Eigen's own split suits square
 // matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
 // threads than on one, and its threads wait for each other by spinning: on a busy machine the
 // CNN's small classifier GEMM ([64, 1568] @ [1568, 10], which Eigen split in two) then took
 // most of a two-thread step, spinning.
-// Read next: cpu_gemm_kernel.cpp, then cpu_elementwise.cpp.
+// Read next: reference/cpu_gemm_eigen.cpp, fast/cpu_gemm_direct_kernel.cpp.
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_conv_images.h"  // transpose (8 x 8 tiles)
-#include "framework/backend/cpu/cpu_gemm_direct_kernel.h"
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
-#include "framework/backend/cpu/cpu_isa.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/cpu/cpu_vector.h"  // transpose_floats (8 x 8 tiles)
+#include "framework/backend/cpu/fast/cpu_gemm_direct_kernel.h"
+#include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 #include "framework/error.h"
 
 namespace dplab {
 namespace {
 
-bool cpu_has_avx512() {
-#if defined(DPLAB_HAVE_AVX512_GEMM)
-  // x86-64-v4's set; libgcc also checks that the OS saves the AVX-512 registers (XCR0).
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
-const char* why_no_avx512() {
-#if defined(DPLAB_HAVE_AVX512_GEMM)
-  return "this CPU has no AVX-512 (or the OS does not enable it); use baseline";
-#else
-  return "this dplab was built without the AVX-512 kernel (not an x86-64 build); use baseline";
-#endif
-}
-
-// The chosen ISA: the best available, unless DPLAB_GEMM_ISA says otherwise. Read once.
-GemmIsa& isa_setting() {
-  static GemmIsa isa = [] {
-    GemmIsa best = gemm_isa_available(GemmIsa::Avx512) ? GemmIsa::Avx512 : GemmIsa::Baseline;
-    const char* env = std::getenv("DPLAB_GEMM_ISA");
-    if (env == nullptr || *env == '\0') return best;
-    GemmIsa asked = parse_gemm_isa(env);
-    DPLAB_CHECK(gemm_isa_available(asked), "DPLAB_GEMM_ISA={}: {}", env, why_no_avx512());
-    return asked;
-  }();
-  return isa;
-}
-
 // C's columns [n0, n0 + n) of one batch entry, as one tile for the kernel. A column slice of
 // B and C keeps their row stride (N), while a slice of a transposed B is a block of its rows.
-gemm_kernel::Tile column_tile(const GemmArgs& g, const float* a, const float* b, float* c,
-                              int64_t n0, int64_t n) {
+gemm_eigen::Tile column_tile(const GemmArgs& g, const float* a, const float* b, float* c,
+                             int64_t n0, int64_t n) {
   // (strides of at least 1: an empty dimension must not give Eigen a zero stride)
-  return {.M = g.M, .N = n, .K = g.K,
+  return {.M = g.M,
+          .N = n,
+          .K = g.K,
           .lda = std::max<int64_t>(1, g.trans_a ? g.M : g.K),
           .ldb = std::max<int64_t>(1, g.trans_b ? g.K : g.N),
           .ldc = g.N,
-          .trans_a = g.trans_a, .trans_b = g.trans_b, .alpha = g.alpha, .beta = g.beta,
-          .a = a, .b = g.trans_b ? b + n0 * g.K : b + n0, .c = c + n0};
+          .trans_a = g.trans_a,
+          .trans_b = g.trans_b,
+          .alpha = g.alpha,
+          .beta = g.beta,
+          .a = a,
+          .b = g.trans_b ? b + n0 * g.K : b + n0,
+          .c = c + n0};
 }
 
-void run_tile(GemmIsa isa, const gemm_kernel::Tile& t) {
+void run_tile(GemmIsa isa, const gemm_eigen::Tile& t) {
 #if defined(DPLAB_HAVE_AVX512_GEMM)
-  if (isa == GemmIsa::Avx512) return gemm_kernel::run_avx512(t);
+  if (isa == GemmIsa::Avx512) return gemm_eigen::run_avx512(t);
 #endif
-  gemm_kernel::run_baseline(t);
+  gemm_eigen::run_baseline(t);
 }
 
 // C's rows [m0, m0 + m) of one batch entry: a row slice of A (a block of its columns when
 // transposed) and of C.
-gemm_kernel::Tile row_tile(const GemmArgs& g, const float* a, const float* b, float* c,
-                           int64_t m0, int64_t m) {
-  gemm_kernel::Tile t = column_tile(g, a, b, c, 0, g.N);
+gemm_eigen::Tile row_tile(const GemmArgs& g, const float* a, const float* b, float* c, int64_t m0,
+                          int64_t m) {
+  gemm_eigen::Tile t = column_tile(g, a, b, c, 0, g.N);
   t.M = m;
   t.a = g.trans_a ? a + m0 : a + m0 * g.K;
   t.c = c + m0 * g.N;
@@ -92,15 +66,7 @@ gemm_kernel::Tile row_tile(const GemmArgs& g, const float* a, const float* b, fl
 // Below this many columns (or rows) per thread, splitting costs more than it gains.
 constexpr int64_t kMinColumnsPerThread = 64;
 
-// ---- the direct kernel ----
-
-GemmAlgorithm& algorithm_setting() {
-  static GemmAlgorithm a = [] {
-    const char* env = std::getenv("DPLAB_GEMM");
-    return env == nullptr || *env == '\0' ? GemmAlgorithm::Auto : parse_gemm_algorithm(env);
-  }();
-  return a;
-}
+// ---- fast/: the direct kernel ----
 
 // The direct kernel keeps a K x 64 slice of its B in cache while it runs down A (256 KB at
 // K = 1024); past that, Eigen's packing into cache-sized panels pays for itself.
@@ -119,18 +85,12 @@ struct DirectPlan {
   int64_t rows = 0;                // the kernel's M: C's rows, or C's columns when transposed
 };
 
-bool direct_chosen() {
-  const GemmAlgorithm a = gemm_algorithm();
-  return a == GemmAlgorithm::Direct || (a == GemmAlgorithm::Auto && gemm_isa() == GemmIsa::Avx512);
-}
-
 DirectPlan direct_plan(const GemmArgs& g) {
   using gemm_direct::kColumnBlock;
-  if (!direct_chosen() || g.alpha != 1.0f ||
-      (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 || g.K > kMaxDirectK)
+  if (!gemm_direct_chosen() || g.alpha != 1.0f || (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 ||
+      g.K > kMaxDirectK)
     return {};
-  if (!g.trans_b)
-    return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
+  if (!g.trans_b) return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
   return {.runs = g.M % kColumnBlock == 0, .copy_a_transposed = !g.trans_a, .rows = g.N};
 }
 
@@ -187,19 +147,20 @@ float* transpose_scratch(int64_t floats) {
 // Below this many multiply-adds, starting a parallel region costs more than it gains.
 constexpr int64_t kMinSplitWork = int64_t{1} << 21;
 
-void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float* a,
-                         const float* b, float* c) {
+void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float* a, const float* b,
+                         float* c) {
   const GemmIsa isa = gemm_isa();
   // Rows in parts of at least 16: each thread runs the kernel on its own rows of the kernel's
-  // C. Every C[m, n] is summed in the same order whatever the split (cpu_gemm_direct_kernel.h).
+  // C. Every C[m, n] is summed in the same order whatever the split (fast/cpu_gemm_direct_kernel.h).
   const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
-  const int parts = worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
+  const int parts =
+      worth_it ? static_cast<int>(std::clamp<int64_t>(plan.rows / 16, 1, kernel_threads())) : 1;
   for (int64_t i = 0; i < g.batch; ++i) {
     const float *ai = a + i * g.stride_a, *bi = b + i * g.stride_b;
     float* ci = c + i * g.stride_c;
     if (plan.copy_a_transposed) {
       float* a_t = transpose_scratch(g.M * g.K);
-      conv_images::transpose(ai, g.K, g.M, g.K, a_t, g.M);
+      transpose_floats(ai, g.K, g.M, g.K, a_t, g.M);
       ai = a_t;
     }
     if (parts == 1) {
@@ -208,11 +169,12 @@ void gemm_direct_batched(const GemmArgs& g, const DirectPlan& plan, const float*
     }
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int p = 0; p < parts; ++p)
-      run_direct(isa, direct_rows(g, ai, bi, ci, plan.rows * p / parts, plan.rows * (p + 1) / parts));
+      run_direct(isa,
+                 direct_rows(g, ai, bi, ci, plan.rows * p / parts, plan.rows * (p + 1) / parts));
   }
 }
 
-// ---- Eigen ----
+// ---- reference/: Eigen ----
 
 void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   const GemmIsa isa = gemm_isa();
@@ -220,8 +182,10 @@ void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
   // Split C's columns between threads; where C is too narrow for that (a classifier's 10
   // outputs), its rows. Eigen never splits a GEMM itself (set_threads is 1, cpu_threads.cpp).
   const bool worth_it = g.M * g.N * g.K >= kMinSplitWork;
-  const int column_parts = static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
-  const int row_parts = static_cast<int>(std::clamp<int64_t>(g.M / kMinColumnsPerThread, 1, threads));
+  const int column_parts =
+      static_cast<int>(std::clamp<int64_t>(g.N / kMinColumnsPerThread, 1, threads));
+  const int row_parts =
+      static_cast<int>(std::clamp<int64_t>(g.M / kMinColumnsPerThread, 1, threads));
   const bool by_rows = column_parts == 1 && row_parts > 1 && worth_it;
   const int parts = by_rows ? row_parts : column_parts;
   for (int64_t i = 0; i < g.batch; ++i) {
@@ -249,50 +213,15 @@ void gemm_batched(const GemmArgs& g, const float* a, const float* b, float* c) {
 
 void CpuBackend::gemm(const GemmArgs& g, const float* a, const float* b, float* c) {
   DPLAB_CHECK(g.batch >= 0 && g.M >= 0 && g.N >= 0 && g.K >= 0,
-              "gemm: expected non-negative sizes, got batch={} M={} N={} K={}", g.batch, g.M,
-              g.N, g.K);
+              "gemm: expected non-negative sizes, got batch={} M={} N={} K={}", g.batch, g.M, g.N,
+              g.K);
   // Batch entries that share C would race on it (and sum wrongly with beta != 0).
   DPLAB_CHECK(g.batch <= 1 || g.stride_c != 0,
               "gemm: stride_c is 0 for batch={}; every batch entry needs its own C", g.batch);
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
-  if (const DirectPlan plan = direct_plan(g); plan.runs) return gemm_direct_batched(g, plan, a, b, c);
+  if (const DirectPlan plan = direct_plan(g); plan.runs)
+    return gemm_direct_batched(g, plan, a, b, c);
   gemm_batched(g, a, b, c);
-}
-
-// ---- the instruction-set choice (cpu_isa.h) ----
-
-bool gemm_isa_available(GemmIsa isa) {
-  static const bool avx512 = cpu_has_avx512();
-  return isa == GemmIsa::Baseline || avx512;
-}
-
-GemmIsa gemm_isa() { return isa_setting(); }
-
-void set_gemm_isa(GemmIsa isa) {
-  DPLAB_CHECK(gemm_isa_available(isa), "set_gemm_isa({}): {}", gemm_isa_name(isa),
-              why_no_avx512());
-  isa_setting() = isa;
-}
-
-const char* gemm_isa_name(GemmIsa isa) { return isa == GemmIsa::Avx512 ? "avx512" : "baseline"; }
-
-GemmAlgorithm gemm_algorithm() { return algorithm_setting(); }
-void set_gemm_algorithm(GemmAlgorithm a) { algorithm_setting() = a; }
-const char* gemm_algorithm_name(GemmAlgorithm a) {
-  return a == GemmAlgorithm::Direct ? "direct" : a == GemmAlgorithm::Auto ? "auto" : "eigen";
-}
-const char* gemm_kernel_in_use() { return direct_chosen() ? "direct" : "eigen"; }
-GemmAlgorithm parse_gemm_algorithm(const std::string& name) {
-  if (name == "direct") return GemmAlgorithm::Direct;
-  if (name == "eigen") return GemmAlgorithm::Eigen;
-  if (name == "auto") return GemmAlgorithm::Auto;
-  DPLAB_FAIL("GEMM algorithm: expected 'eigen', 'direct' or 'auto', got '{}'", name);
-}
-
-GemmIsa parse_gemm_isa(const std::string& name) {
-  if (name == "baseline") return GemmIsa::Baseline;
-  if (name == "avx512") return GemmIsa::Avx512;
-  DPLAB_FAIL("GEMM instruction set: expected 'baseline' or 'avx512', got '{}'", name);
 }
 
 }  // namespace dplab

@@ -29,7 +29,8 @@ float* scratch(std::vector<float>& v, int64_t n) {
 }  // namespace
 
 void CpuBackend::gemm_lowp(const GemmArgs& g, DType t, const void* a, const void* b, void* c) {
-  DPLAB_CHECK(is_low_precision(t), "gemm_lowp: expected float16 or bfloat16, got {}", dtype_name(t));
+  DPLAB_CHECK(is_low_precision(t), "gemm_lowp: expected float16 or bfloat16, got {}",
+              dtype_name(t));
   DPLAB_CHECK(g.batch >= 0 && g.M >= 0 && g.N >= 0 && g.K >= 0,
               "gemm_lowp: expected non-negative sizes, got batch {} M {} N {} K {}", g.batch, g.M,
               g.N, g.K);

@@ -1,7 +1,7 @@
 // cpu_half.cpp: float <-> half conversions: the scalar reference in portable C++ (bit
 // manipulation), and the array conversions every 16-bit kernel goes through, on the CPU's
 // conversion instructions where it has them (F16C: 8 at a time; AVX-512F: 16 at a time),
-// chosen at run time, so one build runs everywhere. bfloat16 needs no instruction: it is a
+// chosen at run time (cpu_dispatch.cpp), so one build runs everywhere. bfloat16 needs no instruction: it is a
 // float32 with 16 bits rounded off, a loop of integer ops the compiler vectorises.
 // Then the 16-bit forms of cast / reduce_into / fill (see cpu_half.h).
 // Layout of binary16: 1 sign bit, 5 exponent bits (bias 15), 10 mantissa bits; it holds
@@ -71,18 +71,20 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-
 // ---- arrays: F16C / AVX-512 where the CPU has them, the scalar loop otherwise ----
 namespace {
 
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* s, float* d, int64_t n) {
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const uint16_t* s, float* d,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    _mm256_storeu_ps(d + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   for (; i < n; ++i) d[i] = half_to_float(s[i]);
 }
-__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d, int64_t n) {
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint16_t* d,
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
@@ -92,13 +94,16 @@ __attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, uint
 // GCC 12 warns falsely inside its own avx512fintrin.h (as cpu/meson.build notes for the GEMM)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) void half_to_float_avx512(const uint16_t* s, float* d, int64_t n) {
+__attribute__((target("avx512f"))) void half_to_float_avx512(const uint16_t* s, float* d,
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
+    _mm512_storeu_ps(d + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i))));
   for (; i < n; ++i) d[i] = half_to_float(s[i]);
 }
-__attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uint16_t* d, int64_t n) {
+__attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uint16_t* d,
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i),
@@ -108,34 +113,7 @@ __attribute__((target("avx512f"))) void float_to_half_avx512(const float* s, uin
 #pragma GCC diagnostic pop
 #endif
 
-HalfPath detect_path() {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) return HalfPath::Avx512;
-  if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx")) return HalfPath::F16c;
-#endif
-  return HalfPath::Scalar;
-}
-
-HalfPath& current_path() {
-  static HalfPath path = detect_path();
-  return path;
-}
-
 }  // namespace
-
-HalfPath half_path() { return current_path(); }
-bool half_path_available(HalfPath p) {
-  const HalfPath best = detect_path();
-  return p == HalfPath::Scalar || (p == HalfPath::F16c && best != HalfPath::Scalar) || p == best;
-}
-void set_half_path(HalfPath p) {
-  DPLAB_CHECK(half_path_available(p), "set_half_path: {} is not supported by this CPU (best: {})",
-              half_path_name(p), half_path_name(detect_path()));
-  current_path() = p;
-}
-const char* half_path_name(HalfPath p) {
-  return p == HalfPath::Avx512 ? "avx512" : p == HalfPath::F16c ? "f16c" : "scalar";
-}
 
 void to_float(DType t, const uint16_t* src, float* dst, int64_t n) {
   if (t == DType::BFloat16) {
@@ -143,8 +121,9 @@ void to_float(DType t, const uint16_t* src, float* dst, int64_t n) {
     return;
   }
 #if defined(__x86_64__)
-  if (current_path() == HalfPath::Avx512) return half_to_float_avx512(src, dst, n);
-  if (current_path() == HalfPath::F16c) return half_to_float_f16c(src, dst, n);
+  const HalfPath path = half_path();  // cpu_dispatch.cpp's choice
+  if (path == HalfPath::Avx512) return half_to_float_avx512(src, dst, n);
+  if (path == HalfPath::F16c) return half_to_float_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
@@ -155,8 +134,9 @@ void from_float(DType t, const float* src, uint16_t* dst, int64_t n) {
     return;
   }
 #if defined(__x86_64__)
-  if (current_path() == HalfPath::Avx512) return float_to_half_avx512(src, dst, n);
-  if (current_path() == HalfPath::F16c) return float_to_half_f16c(src, dst, n);
+  const HalfPath path = half_path();
+  if (path == HalfPath::Avx512) return float_to_half_avx512(src, dst, n);
+  if (path == HalfPath::F16c) return float_to_half_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
 }
@@ -168,8 +148,10 @@ void cpu_cast_half(DType from, const void* src, DType to, void* dst, int64_t n) 
     if (n > 0 && src != dst) std::memmove(dst, src, static_cast<std::size_t>(n) * 2);
     return;
   }
-  if (from == DType::Float32) return from_float(to, static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
-  if (to == DType::Float32) return to_float(from, static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (from == DType::Float32)
+    return from_float(to, static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
+  if (to == DType::Float32)
+    return to_float(from, static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
   constexpr int64_t kBlock = 1024;
   float block[kBlock];
   for (int64_t i = 0; i < n; i += kBlock) {
@@ -210,7 +192,8 @@ void cpu_reduce_into_half(ReduceKind op, DType t, void* dst, const void* src, in
 
 void cpu_fill_half(DType t, void* out, int64_t n, double value) {
   const float v = static_cast<float>(value);
-  std::fill_n(static_cast<uint16_t*>(out), n, t == DType::BFloat16 ? float_to_bfloat16(v) : float_to_half(v));
+  std::fill_n(static_cast<uint16_t*>(out), n,
+              t == DType::BFloat16 ? float_to_bfloat16(v) : float_to_half(v));
 }
 
 }  // namespace dplab

@@ -1,23 +1,17 @@
 // cpu_half.h: the 16-bit floats (float16, bfloat16) on the CPU: array conversions to and
 // from float32, which every 16-bit op goes through (ops compute in float32 and round the
 // result), and the backend contracts that handle 16-bit data directly: cast, fill,
-// reduce_into (the collectives' reduction of low-precision gradients).
+// reduce_into (the collectives' reduction of low-precision gradients). Which conversion
+// instructions run (HalfPath) is cpu_dispatch.h's choice.
 // Read next: cpu_half.cpp, cpu_gemm_lowp.cpp, tensor/half.h (the scalar reference).
 #pragma once
 #include <cstdint>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cpu/cpu_dispatch.h"  // HalfPath
 #include "framework/tensor/half.h"
 
 namespace dplab {
-
-// Which float16 conversion instructions run: the best the CPU has, unless set (tests and
-// benchmarks compare them). bfloat16 always runs the vectorised integer loop.
-enum class HalfPath { Scalar, F16c, Avx512 };
-HalfPath half_path();
-bool half_path_available(HalfPath p);
-void set_half_path(HalfPath p);  // throws Error when the CPU lacks it
-const char* half_path_name(HalfPath p);  // "scalar", "f16c", "avx512"
 
 // dst[i] = float(src[i]) / src[i] rounded to t; t is Float16 or BFloat16.
 void to_float(DType t, const uint16_t* src, float* dst, int64_t n);

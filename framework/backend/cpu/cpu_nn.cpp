@@ -3,7 +3,7 @@
 // Softmax subtracts each row's max before exp: exp(x - m) <= 1 never overflows, and the
 // result is unchanged because softmax(x) = softmax(x - m). Indices coming from data (labels,
 // embedding ids) are checked, and a bad one is named with its position and the valid range.
-// Read next: cpu_conv_pool.cpp.
+// Read next: reference/cpu_conv_pool.cpp.
 #include <Eigen/Core>
 #include <cmath>
 #include <cstring>

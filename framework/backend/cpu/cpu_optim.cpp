@@ -56,8 +56,8 @@ void CpuBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* gr
   const float lr = a.lr, momentum = a.momentum, dampening = a.dampening, wd = a.weight_decay;
   const int threads = threads_for(n);
   if (threads == 1) return range(lr, momentum, dampening, wd, param, grad, buf, 0, n);
-  // Each element is independent: share a large tensor between the threads (see cpu_threads.h),
-  // each a contiguous block.
+    // Each element is independent: share a large tensor between the threads (see cpu_threads.h),
+    // each a contiguous block.
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int t = 0; t < threads; ++t)
     range(lr, momentum, dampening, wd, param, grad, buf, n * t / threads, n * (t + 1) / threads);
@@ -67,8 +67,8 @@ void CpuBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* gr
 //   AdamW: p *= 1 - lr * wd            Adam: g = grad + wd * p
 //   m = b1 * m + (1 - b1) * g          v = b2 * v + (1 - b2) * g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-void CpuBackend::adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m, float* v,
-                                  int64_t n) {
+void CpuBackend::adam_step_kernel(const AdamArgs& a, float* param, const float* grad, float* m,
+                                  float* v, int64_t n) {
   // Bias corrections in double: b2^t for t in the thousands needs the precision.
   const double bc1 = 1.0 - std::pow(static_cast<double>(a.beta1), static_cast<double>(a.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(a.beta2), static_cast<double>(a.step));

@@ -65,7 +65,9 @@ void CpuBackend::reduce_kernel(ReduceKind op, const float* x, void* out, int64_t
     // Each output reduces one contiguous run of r floats: let Eigen vectorise it.
     for (int64_t o = 0; o < outer; ++o) {
       Eigen::Map<const Eigen::ArrayXf> row(x + o * r, r);
-      y[o] = op == ReduceKind::Sum ? row.sum() : op == ReduceKind::Max ? row.maxCoeff() : row.minCoeff();
+      y[o] = op == ReduceKind::Sum   ? row.sum()
+             : op == ReduceKind::Max ? row.maxCoeff()
+                                     : row.minCoeff();
     }
     return;
   }
@@ -79,8 +81,7 @@ void CpuBackend::reduce_kernel(ReduceKind op, const float* x, void* out, int64_t
     case ReduceKind::Min:
       reduce_rows(x, y, outer, r, inner, [](float a, float b) { return b < a ? b : a; });
       return;
-    case ReduceKind::ArgMax:
-      break;  // handled above
+    case ReduceKind::ArgMax: break;  // handled above
   }
 }
 

@@ -13,8 +13,9 @@
 #endif
 
 #include "framework/backend/cpu/cpu_backend.h"
-#include "framework/backend/cpu/cpu_gemm_kernel.h"
+#include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/cpu/reference/cpu_gemm_eigen.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -30,9 +31,9 @@ int& thread_setting() {
 // (Eigen's threads spin while they wait for each other, which on a shared machine cost more
 // than the GEMM; see cpu_gemm.cpp).
 void apply_threads(int n) {
-  gemm_kernel::set_threads_baseline(1);
+  gemm_eigen::set_threads_baseline(1);
 #ifdef DPLAB_HAVE_AVX512_GEMM
-  gemm_kernel::set_threads_avx512(1);
+  gemm_eigen::set_threads_avx512(1);
 #endif
   thread_setting() = n;
 }
@@ -40,14 +41,7 @@ void apply_threads(int n) {
 void init_threads_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int n = 1;
-    if (const char* env = std::getenv("DPLAB_NUM_THREADS"); env != nullptr && *env != '\0') {
-      char* end = nullptr;
-      long v = std::strtol(env, &end, 10);
-      DPLAB_CHECK(end != env && *end == '\0' && v >= 1 && v <= 1024,
-                  "DPLAB_NUM_THREADS: expected an integer in [1, 1024], got '{}'", env);
-      n = static_cast<int>(v);
-    }
+    int n = threads_from_env();  // DPLAB_NUM_THREADS (cpu_dispatch.cpp)
 #ifndef _OPENMP
     n = 1;  // built without OpenMP: Eigen is single-threaded whatever we ask
 #endif
@@ -61,8 +55,10 @@ void set_num_threads(int n) {
   init_threads_once();
   DPLAB_CHECK(n >= 1, "set_num_threads: expected n >= 1, got {}", n);
 #ifndef _OPENMP
-  DPLAB_CHECK(n == 1, "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
-              "is available", n);
+  DPLAB_CHECK(n == 1,
+              "set_num_threads({}): this dplab was built without OpenMP, only 1 thread "
+              "is available",
+              n);
 #endif
   apply_threads(n);
 }
@@ -90,8 +86,7 @@ int CpuBackend::lanes() const { return kernel_threads(); }
 // too, so a thread's images stay in its own cache from op to op (it shows where data moving
 // between two cores is slow, as on a virtual machine).
 // An exception cannot leave an OpenMP region: the first is kept and rethrown after it.
-void CpuBackend::run_pieces(int64_t n, int lanes,
-                            const std::function<void(int64_t, int)>& piece) {
+void CpuBackend::run_pieces(int64_t n, int lanes, const std::function<void(int64_t, int)>& piece) {
   if (lanes <= 1 || n <= 1) {
     for (int64_t i = 0; i < n; ++i) piece(i, 0);
     return;

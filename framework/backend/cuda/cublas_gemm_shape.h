@@ -30,12 +30,14 @@ inline CublasGemmShape cublas_gemm_shape(const GemmArgs& g, const char* what) {
               "{}: expected non-negative sizes, got batch {} M {} N {} K {}", what, g.batch, g.M,
               g.N, g.K);
   DPLAB_CHECK(g.M <= INT_MAX && g.N <= INT_MAX && g.K <= INT_MAX && g.batch <= INT_MAX,
-              "{}: cuBLAS takes int sizes, got batch {} M {} N {} K {}", what, g.batch, g.M,
-              g.N, g.K);
+              "{}: cuBLAS takes int sizes, got batch {} M {} N {} K {}", what, g.batch, g.M, g.N,
+              g.K);
   const int m = static_cast<int>(g.N);
   return {.op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
           .op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-          .m = m, .n = static_cast<int>(g.M), .k = static_cast<int>(g.K),
+          .m = m,
+          .n = static_cast<int>(g.M),
+          .k = static_cast<int>(g.K),
           .ld_b = static_cast<int>(std::max<int64_t>(1, g.trans_b ? g.K : g.N)),
           .ld_a = static_cast<int>(std::max<int64_t>(1, g.trans_a ? g.M : g.K)),
           .ld_c = m};

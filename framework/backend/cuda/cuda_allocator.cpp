@@ -42,7 +42,7 @@ struct Block {
 
 struct Pool {
   std::unordered_map<std::size_t, std::vector<void*>> free_lists;  // rounded size -> blocks
-  int64_t reserved = 0;                                             // bytes held from cudaMalloc
+  int64_t reserved = 0;                                            // bytes held from cudaMalloc
 };
 
 struct State {
@@ -122,8 +122,8 @@ void* cache_allocate(int k, std::size_t nbytes) {
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) cudaGetLastError();
     throw CudaError(fmt::format(
         "cuda:{}: cudaMalloc of {} bytes (request {}) failed: {}; this logical device reserves "
-        "{} bytes, the GPU has {} of {} bytes free", k, size, nbytes, cudaGetErrorString(err),
-        pool.reserved, free_b, total_b));
+        "{} bytes, the GPU has {} of {} bytes free",
+        k, size, nbytes, cudaGetErrorString(err), pool.reserved, free_b, total_b));
   }
   state().blocks[reinterpret_cast<std::uintptr_t>(p)] = Block{size, k, true};
   pool.reserved += static_cast<int64_t>(size);
@@ -152,7 +152,8 @@ int device_of(const void* p, const char* what) {
   auto it = find_block(p);
   DPLAB_CHECK(it != state().blocks.end() && it->second.in_use,
               "cuda {}: pointer {} is not memory of a live CUDA tensor (a host pointer, or a "
-              "tensor on another backend?)", what, p);
+              "tensor on another backend?)",
+              what, p);
   return it->second.device;
 }
 

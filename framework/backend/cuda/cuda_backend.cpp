@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <climits>
 
+#include "framework/backend/cuda/cublas_gemm_shape.h"
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_check.h"
-#include "framework/backend/cuda/cublas_gemm_shape.h"
 #include "framework/backend/cuda/cuda_devices.h"
 #include "framework/backend/cuda/cuda_pure.h"
 #include "framework/backend/cuda/gpu_probe.h"
@@ -138,8 +138,10 @@ Backend& cuda_backend() {
   if (const std::string& why = cuda_gpu_probe().error; !why.empty())
     throw CudaError(fmt::format("cuda backend: the GPUs could not be counted: {}", why));
   const int n = cuda_physical_device_count();
-  DPLAB_CHECK(n > 0, "cuda backend: no CUDA GPU is visible (no driver, or no device); "
-              "cudaGetDeviceCount found {} GPU(s)", n);
+  DPLAB_CHECK(n > 0,
+              "cuda backend: no CUDA GPU is visible (no driver, or no device); "
+              "cudaGetDeviceCount found {} GPU(s)",
+              n);
   static CudaBackend backend;
   return backend;
 }

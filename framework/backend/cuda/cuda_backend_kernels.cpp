@@ -54,8 +54,8 @@ void check_indices(LogicalDevice& dev, const char* what, const char* name, int64
     DPLAB_CHECK(bad == 0, "{}: expected every {} in [0, {}), got {} ({} bad in all)", what, name,
                 hi, first, bad);
   } else {
-    DPLAB_CHECK(bad == 0, "{}: expected every {} >= 0, got {} ({} bad in all)", what, name,
-                first, bad);
+    DPLAB_CHECK(bad == 0, "{}: expected every {} >= 0, got {} ({} bad in all)", what, name, first,
+                bad);
   }
 }
 
@@ -64,8 +64,12 @@ void check_indices(LogicalDevice& dev, const char* what, const char* name, int64
 void CudaBackend::fill(DType t, void* out, int64_t n, double value) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(out, "fill");
-  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n, static_cast<float>(value), cuda::stream_for(dev)));
-  if (t == DType::BFloat16) return CUDA_CHECK(cuda::launch_fill_bf16(static_cast<uint16_t*>(out), n, static_cast<float>(value), cuda::stream_for(dev)));
+  if (t == DType::Float16)
+    return CUDA_CHECK(cuda::launch_fill_f16(static_cast<uint16_t*>(out), n,
+                                            static_cast<float>(value), cuda::stream_for(dev)));
+  if (t == DType::BFloat16)
+    return CUDA_CHECK(cuda::launch_fill_bf16(static_cast<uint16_t*>(out), n,
+                                             static_cast<float>(value), cuda::stream_for(dev)));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_fill_f32(static_cast<float*>(out), n, static_cast<float>(value),
                                      cuda::stream_for(dev)));
@@ -91,9 +95,10 @@ void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t
                                  cudaMemcpyDeviceToDevice, dev.stream));
     }
   } else if (is_low_precision(from) || is_low_precision(to)) {  // float32 <-> 16-bit (cuda_half.cu)
-    DPLAB_CHECK(from == DType::Float32 || to == DType::Float32,
-                "cast: on CUDA, float16 and bfloat16 convert to and from float32 only, got {} -> {}",
-                dtype_name(from), dtype_name(to));
+    DPLAB_CHECK(
+        from == DType::Float32 || to == DType::Float32,
+        "cast: on CUDA, float16 and bfloat16 convert to and from float32 only, got {} -> {}",
+        dtype_name(from), dtype_name(to));
     const auto* s16 = static_cast<const uint16_t*>(src);
     auto* d16 = static_cast<uint16_t*>(dst);
     const auto* s32 = static_cast<const float*>(src);
@@ -103,27 +108,27 @@ void CudaBackend::cast(DType from, const void* src, DType to, void* dst, int64_t
     else if (from == DType::Float16) CUDA_CHECK(cuda::launch_cast_f16_f32(s16, d32, n, dev.stream));
     else CUDA_CHECK(cuda::launch_cast_bf16_f32(s16, d32, n, dev.stream));
   } else if (from == DType::Float32) {
-    CUDA_CHECK(cuda::launch_cast_f32_i64(static_cast<const float*>(src),
-                                         static_cast<int64_t*>(dst), n, dev.stream));
+    CUDA_CHECK(cuda::launch_cast_f32_i64(static_cast<const float*>(src), static_cast<int64_t*>(dst),
+                                         n, dev.stream));
   } else {
-    CUDA_CHECK(cuda::launch_cast_i64_f32(static_cast<const int64_t*>(src),
-                                         static_cast<float*>(dst), n, dev.stream));
+    CUDA_CHECK(cuda::launch_cast_i64_f32(static_cast<const int64_t*>(src), static_cast<float*>(dst),
+                                         n, dev.stream));
   }
 }
 
 void CudaBackend::unary(UnaryOp op, const float* x, float* y, int64_t n, float scalar) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(y, "unary");
-  CUDA_CHECK(cuda::launch_unary(static_cast<cuda::KUnary>(op), x, y, n, scalar,
-                                cuda::stream_for(dev)));
+  CUDA_CHECK(
+      cuda::launch_unary(static_cast<cuda::KUnary>(op), x, y, n, scalar, cuda::stream_for(dev)));
 }
 
 void CudaBackend::binary_kernel(BinaryOp op, const float* a, const Strided& al, const float* b,
                                 const Strided& bl, float* out) {
   if (al.numel() == 0) return;
   LogicalDevice& dev = bind_owner(out, "binary");
-  CUDA_CHECK(cuda::launch_binary(static_cast<cuda::KBinary>(op), a, to_kernel(al), b,
-                                 to_kernel(bl), out, dev.stream));
+  CUDA_CHECK(cuda::launch_binary(static_cast<cuda::KBinary>(op), a, to_kernel(al), b, to_kernel(bl),
+                                 out, dev.stream));
 }
 
 void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src, int64_t n) {
@@ -133,8 +138,12 @@ void CudaBackend::reduce_into(ReduceKind op, DType t, void* dst, const void* src
   LogicalDevice& dev = bind_owner(dst, "reduce_into");
   const auto kop = static_cast<cuda::KReduce>(op);
   cudaStream_t s = cuda::stream_for(dev);  // the comm stream inside a collective
-  if (t == DType::Float16) return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, s));
-  if (t == DType::BFloat16) return CUDA_CHECK(cuda::launch_reduce_into_bf16(kop, static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, s));
+  if (t == DType::Float16)
+    return CUDA_CHECK(cuda::launch_reduce_into_f16(kop, static_cast<uint16_t*>(dst),
+                                                   static_cast<const uint16_t*>(src), n, s));
+  if (t == DType::BFloat16)
+    return CUDA_CHECK(cuda::launch_reduce_into_bf16(kop, static_cast<uint16_t*>(dst),
+                                                    static_cast<const uint16_t*>(src), n, s));
   if (t == DType::Float32) {
     CUDA_CHECK(cuda::launch_reduce_into_f32(kop, static_cast<float*>(dst),
                                             static_cast<const float*>(src), n, s));
@@ -183,8 +192,8 @@ void CudaBackend::nll_loss_backward(const float* gout, const int64_t* target, fl
                                     int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return;
   LogicalDevice& dev = bind_owner(glogp, "nll_loss_backward");
-  CUDA_CHECK(cuda::launch_nll_loss_backward(gout, target, glogp, rows, cols, dev.err_flag,
-                                            dev.stream));
+  CUDA_CHECK(
+      cuda::launch_nll_loss_backward(gout, target, glogp, rows, cols, dev.err_flag, dev.stream));
   check_indices(dev, "nll_loss_backward", "target", cols);
 }
 
@@ -201,17 +210,16 @@ void CudaBackend::index_add_rows(const float* g, const int64_t* idx, int64_t n_i
                                  int64_t row_elems, float* out) {
   if (n_idx <= 0 || row_elems <= 0) return;
   LogicalDevice& dev = bind_owner(out, "index_add_rows");
-  CUDA_CHECK(cuda::launch_index_add_rows(g, idx, n_idx, row_elems, out, dev.err_flag,
-                                         dev.stream));
+  CUDA_CHECK(cuda::launch_index_add_rows(g, idx, n_idx, row_elems, out, dev.err_flag, dev.stream));
   check_indices(dev, "index_add_rows", "index", -1);
 }
 
-void CudaBackend::gather_rows(const float* src, int64_t src_rows, const int64_t* idx,
-                              int64_t rows, int64_t cols, float* out) {
+void CudaBackend::gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
+                              int64_t cols, float* out) {
   if (rows <= 0 || cols <= 0) return;
   LogicalDevice& dev = bind_owner(out, "gather_rows");
-  CUDA_CHECK(cuda::launch_gather_rows(src, src_rows, idx, rows, cols, out, dev.err_flag,
-                                      dev.stream));
+  CUDA_CHECK(
+      cuda::launch_gather_rows(src, src_rows, idx, rows, cols, out, dev.err_flag, dev.stream));
   check_indices(dev, "gather_rows", "index", src_rows);
 }
 
@@ -241,12 +249,12 @@ void CudaBackend::max_pool2d_kernel(const float* x, const Window2d& w, float* y,
   CUDA_CHECK(cuda::launch_max_pool2d(x, to_kernel(w), y, argmax, dev.stream));
 }
 
-void CudaBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax, const Window2d& w,
-                                             float* gx) {
+void CudaBackend::max_pool2d_backward_kernel(const float* gy, const int64_t* argmax,
+                                             const Window2d& w, float* gx) {
   if (w.N * w.C * w.H * w.W == 0) return;
   LogicalDevice& dev = bind_owner(gx, "max_pool2d_backward");
-  CUDA_CHECK(cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.err_flag,
-                                              dev.stream));
+  CUDA_CHECK(
+      cuda::launch_max_pool2d_backward(gy, argmax, to_kernel(w), gx, dev.err_flag, dev.stream));
   check_indices(dev, "max_pool2d_backward", "argmax", w.H * w.W);
 }
 
@@ -262,8 +270,8 @@ void CudaBackend::avg_pool2d_backward_kernel(const float* gy, const Window2d& w,
   CUDA_CHECK(cuda::launch_avg_pool2d_backward(gy, to_kernel(w), gx, dev.stream));
 }
 
-void CudaBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* grad, float* momentum_buf,
-                                  int64_t n) {
+void CudaBackend::sgd_step_kernel(const SgdArgs& a, float* param, const float* grad,
+                                  float* momentum_buf, int64_t n) {
   if (n <= 0) return;
   LogicalDevice& dev = bind_owner(param, "sgd_step");
   const cuda::KSgd k{a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.first_step};

@@ -56,8 +56,7 @@ __global__ void col2im_kernel(const float* cols, KWindow w, float* gx, int64_t n
   }
 }
 
-__global__ void max_pool2d_kernel(const float* x, KWindow w, float* y, int64_t* argmax,
-                                  int64_t n) {
+__global__ void max_pool2d_kernel(const float* x, KWindow w, float* y, int64_t* argmax, int64_t n) {
   DPLAB_GRID_LOOP(e, n) {
     const int64_t ox = e % w.out_w, oy = (e / w.out_w) % w.out_h, bc = e / (w.out_h * w.out_w);
     const float* plane = x + bc * w.H * w.W;
@@ -123,9 +122,8 @@ __global__ void avg_pool2d_backward_kernel(const float* gy, KWindow w, float* gx
     const int64_t ix = e % w.W, iy = (e / w.W) % w.H, bc = e / (w.H * w.W);
     const float* g = gy + bc * w.out_h * w.out_w;
     float acc = 0.0f;
-    for_each_reader(w, iy, ix, [&](int64_t oy, int64_t ox, int64_t, int64_t) {
-      acc += g[oy * w.out_w + ox];
-    });
+    for_each_reader(w, iy, ix,
+                    [&](int64_t oy, int64_t ox, int64_t, int64_t) { acc += g[oy * w.out_w + ox]; });
     gx[e] = acc * inv;
   }
 }

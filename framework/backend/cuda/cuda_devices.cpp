@@ -6,10 +6,10 @@
 // Read next: cuda_allocator.cpp.
 #include "framework/backend/cuda/cuda_devices.h"
 
+#include <dlfcn.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <dlfcn.h>
 #include <memory>
 #include <mutex>
 
@@ -90,9 +90,7 @@ thread_local int tl_comm_device = -1;  // the CommStreamScope open on this threa
 
 int physical_count() { return cuda_gpu_probe().count; }
 
-CommStreamScope::CommStreamScope(int logical) : saved_(tl_comm_device) {
-  tl_comm_device = logical;
-}
+CommStreamScope::CommStreamScope(int logical) : saved_(tl_comm_device) { tl_comm_device = logical; }
 CommStreamScope::~CommStreamScope() { tl_comm_device = saved_; }
 
 cudaStream_t stream_for(const LogicalDevice& dev) {
@@ -121,7 +119,8 @@ LogicalDevice& logical_device(int k) {
   DPLAB_CHECK(k >= 0 && k < n,
               "cuda:{}: this machine has {} physical GPU(s) and {} logical CUDA device(s); set "
               "DPLAB_VIRTUAL_GPUS=N (or set_virtual_gpus(N)) to share GPUs between more "
-              "logical devices", k, m, n);
+              "logical devices",
+              k, m, n);
   announce_locked(m);
   if (!g_devices[k]) {
     auto dev = std::make_unique<LogicalDevice>();
@@ -150,8 +149,7 @@ unsigned long long take_index_errors(LogicalDevice& dev, int64_t* first) {
   // 16 bytes back to the host; this synchronisation is the price of an exception that names
   // the bad index (the alternative, copying all indices to the host first, costs more).
   unsigned long long flag[2] = {0, 0};
-  CUDA_CHECK(cudaMemcpyAsync(flag, dev.err_flag, sizeof(flag), cudaMemcpyDeviceToHost,
-                             dev.stream));
+  CUDA_CHECK(cudaMemcpyAsync(flag, dev.err_flag, sizeof(flag), cudaMemcpyDeviceToHost, dev.stream));
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));
   if (flag[0] != 0) {
     CUDA_CHECK(cudaMemsetAsync(dev.err_flag, 0, sizeof(flag), dev.stream));

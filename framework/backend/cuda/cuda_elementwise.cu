@@ -89,9 +89,9 @@ __device__ inline float binary_op(KBinary op, float a, float b) {
     case KBinary::Max: return (a != a || a >= b) ? a : b;  // NaN propagates, as torch.maximum
     case KBinary::Min: return (a != a || a <= b) ? a : b;
     case KBinary::Eq: return a == b ? 1.0f : 0.0f;
-    case KBinary::ReluGrad: return b > 0.0f ? a : 0.0f;        // a = grad, b = relu input
-    case KBinary::SigmoidGrad: return a * b * (1.0f - b);      // b = sigmoid output
-    case KBinary::TanhGrad: return a * (1.0f - b * b);         // b = tanh output
+    case KBinary::ReluGrad: return b > 0.0f ? a : 0.0f;    // a = grad, b = relu input
+    case KBinary::SigmoidGrad: return a * b * (1.0f - b);  // b = sigmoid output
+    case KBinary::TanhGrad: return a * (1.0f - b * b);     // b = tanh output
   }
   return 0.0f;
 }
@@ -131,13 +131,13 @@ cudaError_t launch_strided_copy(int elem_bytes, const void* src, const KStrided&
   const int64_t n = numel(l);
   if (n == 0) return cudaSuccess;
   if (is_contiguous(l)) {
-    return cudaMemcpyAsync(out, src, static_cast<size_t>(n) * elem_bytes,
-                           cudaMemcpyDeviceToDevice, s);
+    return cudaMemcpyAsync(out, src, static_cast<size_t>(n) * elem_bytes, cudaMemcpyDeviceToDevice,
+                           s);
   }
   // Elements are moved as opaque words of their size: float32 (4), int64 (8), float16 (2).
   if (elem_bytes == 4) {
-    strided_copy_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const float*>(src), l, static_cast<float*>(out), n);
+    strided_copy_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(src), l,
+                                                                  static_cast<float*>(out), n);
   } else if (elem_bytes == 8) {
     strided_copy_kernel<int64_t><<<blocks_for(n), kThreads, 0, s>>>(
         static_cast<const int64_t*>(src), l, static_cast<int64_t*>(out), n);

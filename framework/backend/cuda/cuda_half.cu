@@ -8,9 +8,9 @@
 #include <cuda_fp16.h>
 
 #include "framework/backend/cuda/cuda_half.h"
-#include "framework/backend/reduce_rule.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
 #include "framework/backend/cuda/cuda_pure.h"
+#include "framework/backend/reduce_rule.h"
 #include "framework/tensor/half.h"
 
 namespace dplab::cuda {
@@ -55,7 +55,9 @@ __device__ inline uint16_t float_to_bf16_bits(float f) {
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
-__device__ inline float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ inline float bf16_bits_to_float(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
 
 __global__ void cast_f32_bf16_kernel(const float* src, uint16_t* dst, int64_t n) {
   DPLAB_GRID_LOOP(i, n) { dst[i] = float_to_bf16_bits(src[i]); }
@@ -85,7 +87,8 @@ cudaError_t launch_cast_bf16_f32(const uint16_t* src, float* dst, int64_t n, cud
 cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, float v, cudaStream_t s) {
   // The one value is rounded on the host, by the scalar reference (tensor/half.h).
   const uint16_t bits = float_to_bfloat16(v);
-  if (n > 0) fill_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, bits);  // 16 bits either way
+  if (n > 0)
+    fill_f16_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, bits);  // 16 bits either way
   return cudaGetLastError();
 }
 

@@ -24,12 +24,22 @@ struct KWindow {  // = Window2d
   int64_t N, C, H, W, kh, kw, stride, pad, out_h, out_w;
 };
 enum class KUnary : int {
-  Neg, Exp, Log, Sqrt, Relu, Sigmoid, Tanh, Abs, PowScalar, AddScalar, MulScalar, RsubScalar,
-  RdivScalar, GtScalar
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Relu,
+  Sigmoid,
+  Tanh,
+  Abs,
+  PowScalar,
+  AddScalar,
+  MulScalar,
+  RsubScalar,
+  RdivScalar,
+  GtScalar
 };
-enum class KBinary : int {
-  Add, Sub, Mul, Div, Pow, Max, Min, Eq, ReluGrad, SigmoidGrad, TanhGrad
-};
+enum class KBinary : int { Add, Sub, Mul, Div, Pow, Max, Min, Eq, ReluGrad, SigmoidGrad, TanhGrad };
 enum class KReduce : int { Sum, Max, Min, ArgMax };
 
 // ---- cuda_elementwise.cu ----
@@ -65,18 +75,16 @@ cudaError_t launch_nll_loss(const float* logp, const int64_t* target, float* out
 cudaError_t launch_nll_loss_backward(const float* gout, const int64_t* target, float* glogp,
                                      int64_t rows, int64_t cols, unsigned long long* err,
                                      cudaStream_t s);
-cudaError_t launch_index_rows(int elem_bytes, const void* src, int64_t src_rows,
-                              const int64_t* idx, int64_t n_idx, int64_t row_elems, void* out,
-                              unsigned long long* err, cudaStream_t s);
+cudaError_t launch_index_rows(int elem_bytes, const void* src, int64_t src_rows, const int64_t* idx,
+                              int64_t n_idx, int64_t row_elems, void* out, unsigned long long* err,
+                              cudaStream_t s);
 cudaError_t launch_index_add_rows(const float* g, const int64_t* idx, int64_t n_idx,
                                   int64_t row_elems, float* out, unsigned long long* err,
                                   cudaStream_t s);
-cudaError_t launch_gather_rows(const float* src, int64_t src_rows, const int64_t* idx,
-                               int64_t rows, int64_t cols, float* out, unsigned long long* err,
-                               cudaStream_t s);
-cudaError_t launch_scatter_add_rows(const float* g, const int64_t* idx, int64_t rows,
-                                    int64_t cols, float* out, unsigned long long* err,
-                                    cudaStream_t s);
+cudaError_t launch_gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
+                               int64_t cols, float* out, unsigned long long* err, cudaStream_t s);
+cudaError_t launch_scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
+                                    float* out, unsigned long long* err, cudaStream_t s);
 
 // ---- cuda_conv_pool.cu ----
 cudaError_t launch_im2col(const float* x, const KWindow& w, float* cols, cudaStream_t s);
@@ -99,8 +107,8 @@ struct KAdam {
   bool decoupled;
   float step_size, inv_sqrt_bc2;  // lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t), made in double
 };
-cudaError_t launch_sgd_step(const KSgd& a, float* param, const float* grad, float* buf,
-                            int64_t n, cudaStream_t s);
+cudaError_t launch_sgd_step(const KSgd& a, float* param, const float* grad, float* buf, int64_t n,
+                            cudaStream_t s);
 cudaError_t launch_adam_step(const KAdam& a, float* param, const float* grad, float* m, float* v,
                              int64_t n, cudaStream_t s);
 

@@ -75,8 +75,8 @@ __global__ void softmax_backward_kernel(const float* gy, const float* y, float* 
   }
 }
 
-__global__ void nll_loss_kernel(const float* logp, const int64_t* target, float* out,
-                                int64_t rows, int64_t cols, unsigned long long* err) {
+__global__ void nll_loss_kernel(const float* logp, const int64_t* target, float* out, int64_t rows,
+                                int64_t cols, unsigned long long* err) {
   DPLAB_GRID_LOOP(i, rows) {
     const int64_t t = target[i];
     if (t < 0 || t >= cols) {
@@ -100,9 +100,8 @@ __global__ void nll_loss_backward_kernel(const float* gout, const int64_t* targe
 }
 
 template <typename T>
-__global__ void index_rows_kernel(const T* src, int64_t src_rows, const int64_t* idx,
-                                  int64_t n_idx, int64_t row_elems, T* out,
-                                  unsigned long long* err) {
+__global__ void index_rows_kernel(const T* src, int64_t src_rows, const int64_t* idx, int64_t n_idx,
+                                  int64_t row_elems, T* out, unsigned long long* err) {
   DPLAB_GRID_LOOP(e, n_idx * row_elems) {
     const int64_t i = e / row_elems, j = e - i * row_elems;
     const int64_t r = idx[i];
@@ -188,29 +187,29 @@ cudaError_t launch_nll_loss_backward(const float* gout, const int64_t* target, f
                                      int64_t rows, int64_t cols, unsigned long long* err,
                                      cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
-  nll_loss_backward_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(gout, target, glogp,
-                                                                       rows, cols, err);
+  nll_loss_backward_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(gout, target, glogp, rows,
+                                                                        cols, err);
   return cudaGetLastError();
 }
 
-cudaError_t launch_index_rows(int elem_bytes, const void* src, int64_t src_rows,
-                              const int64_t* idx, int64_t n_idx, int64_t row_elems, void* out,
-                              unsigned long long* err, cudaStream_t s) {
+cudaError_t launch_index_rows(int elem_bytes, const void* src, int64_t src_rows, const int64_t* idx,
+                              int64_t n_idx, int64_t row_elems, void* out, unsigned long long* err,
+                              cudaStream_t s) {
   const int64_t n = n_idx * row_elems;
   if (n == 0) return cudaSuccess;
   // Rows are moved as opaque words of the element size: float32 (4), int64 (8), float16 (2).
   if (elem_bytes == 4) {
-    index_rows_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const float*>(src), src_rows, idx, n_idx, row_elems, static_cast<float*>(out),
-        err);
+    index_rows_kernel<float><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const float*>(src),
+                                                                src_rows, idx, n_idx, row_elems,
+                                                                static_cast<float*>(out), err);
   } else if (elem_bytes == 8) {
-    index_rows_kernel<int64_t><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const int64_t*>(src), src_rows, idx, n_idx, row_elems,
-        static_cast<int64_t*>(out), err);
+    index_rows_kernel<int64_t><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const int64_t*>(src),
+                                                                  src_rows, idx, n_idx, row_elems,
+                                                                  static_cast<int64_t*>(out), err);
   } else if (elem_bytes == 2) {
-    index_rows_kernel<uint16_t><<<blocks_for(n), kThreads, 0, s>>>(
-        static_cast<const uint16_t*>(src), src_rows, idx, n_idx, row_elems,
-        static_cast<uint16_t*>(out), err);
+    index_rows_kernel<uint16_t>
+        <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src), src_rows, idx, n_idx,
+                                            row_elems, static_cast<uint16_t*>(out), err);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -226,21 +225,19 @@ cudaError_t launch_index_add_rows(const float* g, const int64_t* idx, int64_t n_
   return cudaGetLastError();
 }
 
-cudaError_t launch_gather_rows(const float* src, int64_t src_rows, const int64_t* idx,
-                               int64_t rows, int64_t cols, float* out, unsigned long long* err,
-                               cudaStream_t s) {
+cudaError_t launch_gather_rows(const float* src, int64_t src_rows, const int64_t* idx, int64_t rows,
+                               int64_t cols, float* out, unsigned long long* err, cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
   gather_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(src, src_rows, idx, rows, cols,
-                                                                 out, err);
+                                                                  out, err);
   return cudaGetLastError();
 }
 
-cudaError_t launch_scatter_add_rows(const float* g, const int64_t* idx, int64_t rows,
-                                    int64_t cols, float* out, unsigned long long* err,
-                                    cudaStream_t s) {
+cudaError_t launch_scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
+                                    float* out, unsigned long long* err, cudaStream_t s) {
   if (rows * cols == 0) return cudaSuccess;
   scatter_add_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(g, idx, rows, cols, out,
-                                                                      err);
+                                                                       err);
   return cudaGetLastError();
 }
 

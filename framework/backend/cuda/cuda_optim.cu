@@ -49,8 +49,8 @@ __global__ void adam_kernel(KAdam a, float* param, const float* grad, float* m, 
 
 }  // namespace
 
-cudaError_t launch_sgd_step(const KSgd& a, float* param, const float* grad, float* buf,
-                            int64_t n, cudaStream_t s) {
+cudaError_t launch_sgd_step(const KSgd& a, float* param, const float* grad, float* buf, int64_t n,
+                            cudaStream_t s) {
   if (n > 0) sgd_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, param, grad, buf, n);
   return cudaGetLastError();
 }

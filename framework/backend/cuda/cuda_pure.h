@@ -35,7 +35,9 @@ DPLAB_HD inline uint16_t half_nan_from_float_bits(uint32_t float_bits) {
 DPLAB_HD inline bool float_bits_are_nan(uint32_t float_bits) {
   return (float_bits & 0x7fffffffu) > 0x7f800000u;
 }
-DPLAB_HD inline bool half_is_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+DPLAB_HD inline bool half_is_nan(uint16_t h) {
+  return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0;
+}
 // A half NaN widened as the CPU does (half_to_float): sign, all-ones exponent, the 10
 // payload bits moved up by 13.
 DPLAB_HD inline uint32_t float_bits_from_half_nan(uint16_t h) {

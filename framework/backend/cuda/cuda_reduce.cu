@@ -89,9 +89,9 @@ __global__ void reduce_rows_kernel(KReduce op, const float* x, void* out, int64_
       ArgBest best{row[0], 0};  // r >= 1 is checked on the host
       for (int64_t k = lane; k < r; k += 32) best = arg_combine(best, ArgBest{row[k], k});
       for (int off = 16; off > 0; off /= 2) {
-        ArgBest other{__shfl_down_sync(kFullMask, best.v, off),
-                      static_cast<int64_t>(__shfl_down_sync(kFullMask,
-                                                            static_cast<long long>(best.k), off))};
+        ArgBest other{
+            __shfl_down_sync(kFullMask, best.v, off),
+            static_cast<int64_t>(__shfl_down_sync(kFullMask, static_cast<long long>(best.k), off))};
         best = arg_combine(best, other);
       }
       if (lane == 0) static_cast<int64_t*>(out)[o] = best.k;
@@ -106,15 +106,14 @@ __global__ void reduce_rows_kernel(KReduce op, const float* x, void* out, int64_
   }
 }
 
-
 __device__ inline float identity(KReduce op) {
   return op == KReduce::Sum ? 0.0f : op == KReduce::Max ? -INFINITY : INFINITY;
 }
 
 // Pass 1 for rows: block (b, o) reduces x[o, b*len .. (b+1)*len) into part[o * P + b]
 // (and its index, for argmax, into part_k).
-__global__ void row_slices_kernel(KReduce op, const float* x, int64_t r, int64_t len,
-                                  float* part, int64_t* part_k) {
+__global__ void row_slices_kernel(KReduce op, const float* x, int64_t r, int64_t len, float* part,
+                                  int64_t* part_k) {
   __shared__ float s_v[kWarps];
   __shared__ int64_t s_k[kWarps];
   const int64_t o = blockIdx.y, b = blockIdx.x;
@@ -144,7 +143,8 @@ __global__ void row_slices_kernel(KReduce op, const float* x, int64_t r, int64_t
   }
   float acc = identity(op);
   for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) acc = combine(op, acc, row[k]);
-  for (int off = 16; off > 0; off /= 2) acc = combine(op, acc, __shfl_down_sync(kFullMask, acc, off));
+  for (int off = 16; off > 0; off /= 2)
+    acc = combine(op, acc, __shfl_down_sync(kFullMask, acc, off));
   if (lane == 0) s_v[warp] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -173,7 +173,8 @@ __global__ void row_partials_kernel(KReduce op, const float* part, const int64_t
   }
   float acc = identity(op);
   for (int64_t c = lane; c < slices; c += 32) acc = combine(op, acc, p[c]);
-  for (int off = 16; off > 0; off /= 2) acc = combine(op, acc, __shfl_down_sync(kFullMask, acc, off));
+  for (int off = 16; off > 0; off /= 2)
+    acc = combine(op, acc, __shfl_down_sync(kFullMask, acc, off));
   if (lane == 0) static_cast<float*>(out)[warp] = acc;
 }
 
@@ -255,19 +256,18 @@ cudaError_t launch_reduce(KReduce op, const float* x, void* out, int64_t outer, 
     // partials first (floats), then their indices (int64, 8-byte aligned: n_part*4 rounded)
     const int64_t n_part = outer * p.slices * inner;
     auto* part = static_cast<float*>(scratch);
-    int64_t* part_k = op == KReduce::ArgMax
-                          ? reinterpret_cast<int64_t*>(static_cast<char*>(scratch) +
-                                                       ((n_part * 4 + 7) / 8) * 8)
-                          : nullptr;
+    int64_t* part_k =
+        op == KReduce::ArgMax
+            ? reinterpret_cast<int64_t*>(static_cast<char*>(scratch) + ((n_part * 4 + 7) / 8) * 8)
+            : nullptr;
     if (inner == 1) {
       row_slices_kernel<<<dim3(static_cast<unsigned>(p.slices), static_cast<unsigned>(outer)),
                           kThreads, 0, s>>>(op, x, r, p.slice_len, part, part_k);
       row_partials_kernel<<<blocks_for(outer * 32), kThreads, 0, s>>>(op, part, part_k, p.slices,
                                                                       out, outer);
     } else {
-      column_slices_kernel<<<blocks_for(n_part), kThreads, 0, s>>>(op, x, outer, r, inner,
-                                                                   p.slices, p.slice_len, part,
-                                                                   part_k);
+      column_slices_kernel<<<blocks_for(n_part), kThreads, 0, s>>>(op, x, outer, r, inner, p.slices,
+                                                                   p.slice_len, part, part_k);
       column_partials_kernel<<<blocks_for(n_out * 32), kThreads, 0, s>>>(op, part, part_k, out,
                                                                          outer, p.slices, inner);
     }
@@ -277,11 +277,11 @@ cudaError_t launch_reduce(KReduce op, const float* x, void* out, int64_t outer, 
     // 32 threads per output row
     reduce_rows_kernel<<<blocks_for(outer * 32), kThreads, 0, s>>>(op, x, out, outer, r);
   } else if (op == KReduce::ArgMax) {
-    argmax_columns_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(
-        x, static_cast<int64_t*>(out), outer, r, inner);
+    argmax_columns_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(x, static_cast<int64_t*>(out),
+                                                                 outer, r, inner);
   } else {
-    reduce_columns_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(
-        op, x, static_cast<float*>(out), outer, r, inner);
+    reduce_columns_kernel<<<blocks_for(n_out), kThreads, 0, s>>>(op, x, static_cast<float*>(out),
+                                                                 outer, r, inner);
   }
   return cudaGetLastError();
 }

@@ -35,10 +35,11 @@ std::vector<GpuInfo> gpu_infos() {
     g.cc_minor = prop.minor;
     g.multiprocessors = prop.multiProcessorCount;
     int mode = cudaComputeModeDefault;  // (CUDA 13's cudaDeviceProp no longer carries it)
-    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, d) != cudaSuccess) mode = cudaComputeModeDefault;
+    if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, d) != cudaSuccess)
+      mode = cudaComputeModeDefault;
     g.compute_mode = mode == cudaComputeModeExclusiveProcess ? "exclusive-process"
-                     : mode == cudaComputeModeProhibited      ? "prohibited"
-                                                              : "default";
+                     : mode == cudaComputeModeProhibited     ? "prohibited"
+                                                             : "default";
     size_t free_b = 0, total_b = 0;
     if (cudaSetDevice(d) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
       g.free_bytes = static_cast<int64_t>(free_b);

@@ -11,13 +11,13 @@
 namespace dplab {
 
 struct GpuInfo {
-  int index = 0;                 // physical GPU
-  std::string name;              // "NVIDIA H100 80GB HBM3"
+  int index = 0;     // physical GPU
+  std::string name;  // "NVIDIA H100 80GB HBM3"
   int cc_major = 0, cc_minor = 0;
   int multiprocessors = 0;
   int64_t total_bytes = 0, free_bytes = 0;
-  std::string compute_mode;      // "default", "exclusive-process", "prohibited"
-  std::vector<int> peers;        // the other GPUs it can read and write directly
+  std::string compute_mode;  // "default", "exclusive-process", "prohibited"
+  std::vector<int> peers;    // the other GPUs it can read and write directly
 };
 
 struct CudaVersions {

@@ -23,8 +23,7 @@ std::string hint(int err) {
     case kDevicesUnavailable:
       return "; every GPU is busy or in exclusive-process mode (nvidia-smi -q | grep "
              "'Compute Mode'), another process holds it";
-    default:
-      return "";
+    default: return "";
   }
 }
 
@@ -35,14 +34,15 @@ GpuProbe classify_gpu_probe(int err, int count, const std::string& name, const s
   if (err == 0) return {count < 0 ? 0 : count, ""};
   if (err == kNoDevice) return {0, ""};
   if (err == kInsufficientDriver && !driver_library) return {0, ""};
-  return {0, fmt::format("cudaGetDeviceCount failed: {} ({}, error {}){}", name, text, err,
-                         hint(err))};
+  return {
+      0, fmt::format("cudaGetDeviceCount failed: {} ({}, error {}){}", name, text, err, hint(err))};
 }
 
 bool cuda_mps_running() {
   const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string control = std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
-  struct stat st{};
+  const std::string control =
+      std::string(dir != nullptr && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st {};
   return stat(control.c_str(), &st) == 0;
 }
 

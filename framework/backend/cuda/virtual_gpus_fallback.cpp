@@ -2,8 +2,8 @@
 // only when have_cuda is false; with CUDA, cuda_devices.cpp and cuda_allocator.cpp define
 // these). Code that sets up logical GPUs then still links and simply finds none.
 // Read next: virtual_gpus.h.
-#include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/backend/cuda/gpu_probe.h"
+#include "framework/backend/cuda/virtual_gpus.h"
 
 #include "framework/error.h"
 #include "framework/tensor/device.h"

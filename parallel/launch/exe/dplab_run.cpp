@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "framework/error.h"
+#include "parallel/launch/supervisor.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
-#include "parallel/launch/supervisor.h"
 
 namespace {
 
-constexpr int kUsageError = 2;    // bad arguments, like argparse and torchrun
+constexpr int kUsageError = 2;  // bad arguments, like argparse and torchrun
 constexpr int kRankFailed = 1;
 // Each rank is a process with its own memory and threads: more than this per node is far
 // more likely a typo (2000 for 2) than a plan. --nproc-limit raises it.
@@ -32,7 +32,8 @@ constexpr int kDefaultNprocLimit = 256;
 constexpr double kMaxGraceSeconds = 3600;
 
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "dplab-run: error: %s\nRun with --help for more information.\n", msg.c_str());
+  std::fprintf(stderr, "dplab-run: error: %s\nRun with --help for more information.\n",
+               msg.c_str());
   return kUsageError;
 }
 
@@ -50,12 +51,15 @@ int main(int argc, char** argv) {
       ->default_val(1);
   app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for")
       ->default_val(kDefaultNprocLimit);
-  app.add_option("--nnodes", nnodes, "nodes in the job: one dplab-run per node (ring and star "
-                 "run on one node; across nodes use the mpi or nccl backend)")->default_val(1);
-  app.add_option("--node-rank,--node_rank", node_rank, "this node's index in [0, nnodes)")->default_val(0);
+  app.add_option("--nnodes", nnodes,
+                 "nodes in the job: one dplab-run per node (ring and star "
+                 "run on one node; across nodes use the mpi or nccl engine)")
+      ->default_val(1);
+  app.add_option("--node-rank,--node_rank", node_rank, "this node's index in [0, nnodes)")
+      ->default_val(0);
   auto* addr_opt = app.add_option("--master-addr,--master_addr", master_addr,
                                   "address of rank 0's store (node 0; required with --nnodes > 1)")
-      ->default_val("127.0.0.1");
+                       ->default_val("127.0.0.1");
   app.add_option("--master-port,--master_port", master_port,
                  "port of rank 0's store (default: a free port)")
       ->check(CLI::Validator(
@@ -67,8 +71,10 @@ int main(int argc, char** argv) {
           },
           "PORT"));
   app.add_flag("--tee", tee, "prefix each output line with \"[rank r] \"");
-  app.add_option("--grace-period", grace, "seconds between SIGTERM and SIGKILL when stopping ranks "
-                 "(> 0, at most 3600)")->default_val(5.0);
+  app.add_option("--grace-period", grace,
+                 "seconds between SIGTERM and SIGKILL when stopping ranks "
+                 "(> 0, at most 3600)")
+      ->default_val(5.0);
   // Everything from PROGRAM on belongs to the program, options included.
   app.prefix_command();
   app.footer("\nPROGRAM [ARGS...] follow the options: everything from PROGRAM on is passed to it.\n"
@@ -83,21 +89,26 @@ int main(int argc, char** argv) {
   std::vector<std::string> program = app.remaining();
   const bool separated = !program.empty() && program.front() == "--";
   if (separated) program.erase(program.begin());
-  if (program.empty()) return usage_error("missing PROGRAM to run (dplab-run [options] PROGRAM ARGS...)");
+  if (program.empty())
+    return usage_error("missing PROGRAM to run (dplab-run [options] PROGRAM ARGS...)");
   // prefix_command() hands an unknown option over as the program: a typo, not a program.
   if (!separated && program.front().starts_with("-")) {
-    return usage_error("unknown option '" + program.front() + "' (options come before PROGRAM; "
+    return usage_error("unknown option '" + program.front() +
+                       "' (options come before PROGRAM; "
                        "put -- before a program whose name starts with '-')");
   }
   if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
   if (nproc > nproc_limit) {
     return usage_error("--nproc-per-node " + std::to_string(nproc) + " is over the limit of " +
-                       std::to_string(nproc_limit) + " ranks per node (each rank is a process of "
-                       "its own); if you mean it, add --nproc-limit " + std::to_string(nproc));
+                       std::to_string(nproc_limit) +
+                       " ranks per node (each rank is a process of "
+                       "its own); if you mean it, add --nproc-limit " +
+                       std::to_string(nproc));
   }
   if (!std::isfinite(grace) || grace <= 0 || grace > kMaxGraceSeconds) {
     return usage_error(fmt::format("--grace-period must be a number of seconds in (0, {:.0f}], got "
-                                   "{}", kMaxGraceSeconds, grace));
+                                   "{}",
+                                   kMaxGraceSeconds, grace));
   }
   if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
   if (node_rank < 0 || node_rank >= nnodes) {
@@ -105,11 +116,13 @@ int main(int argc, char** argv) {
                        std::to_string(nnodes) + ", got " + std::to_string(node_rank));
   }
   if (nnodes > 1 && addr_opt->count() == 0) {
-    return usage_error("--nnodes " + std::to_string(nnodes) + " needs --master-addr: the address "
+    return usage_error("--nnodes " + std::to_string(nnodes) +
+                       " needs --master-addr: the address "
                        "of node 0, where rank 0 hosts the store (the same on every node)");
   }
   if (nnodes > 1 && master_port == 0) {
-    return usage_error("--nnodes " + std::to_string(nnodes) + " needs --master-port (not 0): every "
+    return usage_error("--nnodes " + std::to_string(nnodes) +
+                       " needs --master-port (not 0): every "
                        "node must name the same port, so it cannot be picked per node");
   }
 
@@ -120,19 +133,19 @@ int main(int argc, char** argv) {
       return usage_error(fmt::format("--nnodes {} needs {} set to the same value on every node "
                                      "(rank 0's store admits only the job's ranks); e.g. `export "
                                      "{}=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')` on "
-                                     "node 0, and the same value on the others", nnodes,
-                                     par::kJobTokenVariable, par::kJobTokenVariable));
+                                     "node 0, and the same value on the others",
+                                     nnodes, par::kJobTokenVariable, par::kJobTokenVariable));
     }
     const std::string token = par::job_token_for_launch();
-    const par::NodePlacement where{.nnodes = nnodes, .node_rank = node_rank, .nproc_per_node = nproc};
+    const par::NodePlacement where{
+        .nnodes = nnodes, .node_rank = node_rank, .nproc_per_node = nproc};
     std::vector<par::RankProcess> procs(static_cast<size_t>(nproc));
     for (int r = 0; r < nproc; ++r) {
       procs[r].argv = program;
       procs[r].env = par::rank_env(r, where, master_addr, master_port);
       procs[r].env[par::kJobTokenVariable] = token;
     }
-    par::SuperviseResult res =
-        par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});
+    par::SuperviseResult res = par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});
     if (res.failed_rank >= 0) {
       int stopped = 0;
       for (const auto& r : res.ranks) stopped += r.stopped_by_us ? 1 : 0;
@@ -142,8 +155,10 @@ int main(int argc, char** argv) {
     }
     if (res.interrupted_by != 0) {
       if (res.started < nproc) {
-        std::fprintf(stderr, "dplab-run: interrupted by signal %d during the start-up: started %d "
-                     "of %d ranks, forwarded it to those\n", res.interrupted_by, res.started, nproc);
+        std::fprintf(stderr,
+                     "dplab-run: interrupted by signal %d during the start-up: started %d "
+                     "of %d ranks, forwarded it to those\n",
+                     res.interrupted_by, res.started, nproc);
       } else {
         std::fprintf(stderr, "dplab-run: interrupted by signal %d; forwarded it to every rank\n",
                      res.interrupted_by);

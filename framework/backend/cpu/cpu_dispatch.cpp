@@ -1,0 +1,216 @@
+// cpu_dispatch.cpp: the CPU's features, detected once, and the kernel settings (cpu_dispatch.h),
+// each read from its DPLAB_* variable at its first use, so that a malformed value fails
+// where that kernel first runs, naming the variable and what it accepts.
+// Read next: cpu_gemm.cpp.
+#include "framework/backend/cpu/cpu_dispatch.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "framework/backend/cpu/cpu_threads.h"
+#include "framework/error.h"
+
+namespace dplab {
+namespace {
+
+// ---- what the CPU (and this build) can run, asked once ----
+struct Features {
+  bool avx512 = false;   // x86-64-v4's set (F, BW, DQ, VL), and this build has its kernels
+  bool avx512f = false;  // enough for the float16 conversions
+  bool f16c = false;     // F16C (with AVX): 8 float16 conversions at a time
+};
+
+Features detect() {
+  Features f;
+#if defined(__x86_64__)
+  // libgcc also checks that the OS saves the AVX-512 registers (XCR0).
+  __builtin_cpu_init();
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  f.avx512 = f.avx512f && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+#endif
+  return f;
+}
+
+const Features& features() {
+  static const Features f = detect();
+  return f;
+}
+
+const char* why_no_avx512() {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  return "this CPU has no AVX-512 (or the OS does not enable it); use baseline";
+#else
+  return "this dplab was built without the AVX-512 kernels (not an x86-64 build); use baseline";
+#endif
+}
+
+// A DPLAB_* variable's value, or nullopt when it is unset or empty.
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+// ---- the settings: each read once, then changed only by its setter ----
+
+GemmIsa& isa_setting() {
+  static GemmIsa isa = [] {
+    const GemmIsa best = features().avx512 ? GemmIsa::Avx512 : GemmIsa::Baseline;
+    const auto v = env("DPLAB_GEMM_ISA");
+    if (!v) return best;
+    const GemmIsa asked = parse_gemm_isa(*v);
+    DPLAB_CHECK(gemm_isa_available(asked), "DPLAB_GEMM_ISA={}: {}", *v, why_no_avx512());
+    return asked;
+  }();
+  return isa;
+}
+
+GemmAlgorithm& gemm_setting() {
+  static GemmAlgorithm a = [] {
+    const auto v = env("DPLAB_GEMM");
+    return v ? parse_gemm_algorithm(*v) : GemmAlgorithm::Auto;
+  }();
+  return a;
+}
+
+ConvAlgorithm& conv_setting() {
+  static ConvAlgorithm a = [] {
+    const auto v = env("DPLAB_CONV");
+    return v ? parse_conv_algorithm(*v) : ConvAlgorithm::Direct;
+  }();
+  return a;
+}
+
+bool& fuse_setting() {
+  static bool on = [] {
+    const auto v = env("DPLAB_FUSE");
+    if (!v) return true;
+    DPLAB_CHECK(*v == "0" || *v == "1",
+                "DPLAB_FUSE: expected 0 (unfused ops) or 1 (fused), got '{}'", *v);
+    return *v == "1";
+  }();
+  return on;
+}
+
+// Set only by set_half_path; otherwise the path follows the GEMM's instruction set.
+std::optional<HalfPath>& half_override() {
+  static std::optional<HalfPath> p;
+  return p;
+}
+
+}  // namespace
+
+// ---- GEMM instruction set ----
+
+bool gemm_isa_available(GemmIsa isa) { return isa == GemmIsa::Baseline || features().avx512; }
+GemmIsa gemm_isa() { return isa_setting(); }
+void set_gemm_isa(GemmIsa isa) {
+  DPLAB_CHECK(gemm_isa_available(isa), "set_gemm_isa({}): {}", gemm_isa_name(isa), why_no_avx512());
+  isa_setting() = isa;
+}
+const char* gemm_isa_name(GemmIsa isa) { return isa == GemmIsa::Avx512 ? "avx512" : "baseline"; }
+GemmIsa parse_gemm_isa(const std::string& name) {
+  if (name == "baseline") return GemmIsa::Baseline;
+  if (name == "avx512") return GemmIsa::Avx512;
+  DPLAB_FAIL("GEMM instruction set: expected 'baseline' or 'avx512', got '{}'", name);
+}
+
+// ---- GEMM kernel ----
+
+GemmAlgorithm gemm_algorithm() { return gemm_setting(); }
+void set_gemm_algorithm(GemmAlgorithm a) { gemm_setting() = a; }
+const char* gemm_algorithm_name(GemmAlgorithm a) {
+  return a == GemmAlgorithm::Direct ? "direct" : a == GemmAlgorithm::Auto ? "auto" : "eigen";
+}
+GemmAlgorithm parse_gemm_algorithm(const std::string& name) {
+  if (name == "direct") return GemmAlgorithm::Direct;
+  if (name == "eigen") return GemmAlgorithm::Eigen;
+  if (name == "auto") return GemmAlgorithm::Auto;
+  DPLAB_FAIL("GEMM algorithm: expected 'eigen', 'direct' or 'auto', got '{}'", name);
+}
+bool gemm_direct_chosen() {
+  const GemmAlgorithm a = gemm_algorithm();
+  return a == GemmAlgorithm::Direct || (a == GemmAlgorithm::Auto && gemm_isa() == GemmIsa::Avx512);
+}
+const char* gemm_kernel_in_use() { return gemm_direct_chosen() ? "direct" : "eigen"; }
+
+// ---- convolution ----
+
+ConvAlgorithm conv_algorithm() { return conv_setting(); }
+void set_conv_algorithm(ConvAlgorithm a) { conv_setting() = a; }
+const char* conv_algorithm_name(ConvAlgorithm a) {
+  return a == ConvAlgorithm::Direct ? "direct" : "im2col";
+}
+ConvAlgorithm parse_conv_algorithm(const std::string& name) {
+  if (name == "direct") return ConvAlgorithm::Direct;
+  if (name == "im2col") return ConvAlgorithm::Im2col;
+  DPLAB_FAIL("convolution algorithm (DPLAB_CONV): expected 'direct' or 'im2col', got '{}'", name);
+}
+
+bool fused_conv() { return fuse_setting(); }
+void set_fused_conv(bool on) { fuse_setting() = on; }
+
+// ---- float16 conversions ----
+
+HalfPath half_path() {
+  if (half_override()) return *half_override();
+  if (gemm_isa() == GemmIsa::Avx512 && features().avx512f) return HalfPath::Avx512;
+  return features().f16c ? HalfPath::F16c : HalfPath::Scalar;
+}
+bool half_path_available(HalfPath p) {
+  switch (p) {
+    case HalfPath::Scalar: return true;
+    case HalfPath::F16c: return features().f16c || features().avx512f;
+    case HalfPath::Avx512: return features().avx512f;
+  }
+  return false;
+}
+void set_half_path(HalfPath p) {
+  DPLAB_CHECK(half_path_available(p), "set_half_path: {} is not supported by this CPU (best: {})",
+              half_path_name(p),
+              half_path_name(features().avx512f ? HalfPath::Avx512
+                             : features().f16c  ? HalfPath::F16c
+                                                : HalfPath::Scalar));
+  half_override() = p;
+}
+const char* half_path_name(HalfPath p) {
+  return p == HalfPath::Avx512 ? "avx512" : p == HalfPath::F16c ? "f16c" : "scalar";
+}
+
+// ---- threads ----
+
+int threads_from_env() {
+  const auto v = env("DPLAB_NUM_THREADS");
+  if (!v) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(v->c_str(), &end, 10);
+  DPLAB_CHECK(end != v->c_str() && *end == '\0' && n >= 1 && n <= 1024,
+              "DPLAB_NUM_THREADS: expected an integer in [1, 1024], got '{}'", *v);
+  return static_cast<int>(n);
+}
+
+// ---- the one line ----
+
+std::string kernels_summary() {
+  const bool direct_conv = conv_algorithm() == ConvAlgorithm::Direct;
+  std::string s = fmt::format(
+      "GEMM {} on {}, convolution {}{}, float16 {}, {} thread{}",
+      gemm_direct_chosen() ? "fast direct" : "reference eigen", gemm_isa_name(gemm_isa()),
+      direct_conv ? "fast direct" : "reference im2col",
+      direct_conv && fused_conv() ? " + fused ReLU/max-pool" : "", half_path_name(half_path()),
+      get_num_threads(), get_num_threads() == 1 ? "" : "s");
+  std::string chosen;
+  for (const char* name : {"DPLAB_GEMM_ISA", "DPLAB_GEMM", "DPLAB_CONV", "DPLAB_FUSE"})
+    if (const auto v = env(name))
+      chosen += fmt::format("{}{}={}", chosen.empty() ? "" : " ", name, *v);
+  if (!chosen.empty()) s += fmt::format(" (set by {})", chosen);
+  return s;
+}
+
+}  // namespace dplab

@@ -1,0 +1,237 @@
+// cost.cpp: the per-rank byte formulas of cost.h, derived step by step below; then the
+// alpha-beta time of each all-reduce, and the choice `auto` makes with it.
+// Read next: ring.cpp (the algorithm these count), recursive_doubling.cpp.
+#include "parallel/algorithms/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "framework/error.h"
+#include "parallel/algorithms/collectives.h"
+
+namespace dplab::parallel {
+
+namespace {
+int mod(int a, int n) { return ((a % n) + n) % n; }
+int log2_of(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+}  // namespace
+
+Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int size) {
+  const int n = size, r = rank;
+  if (n == 1 || bytes == 0) return {};
+  // rank r sends every chunk but r+1 (reduce-scatter) and r+2 (all-gather), and receives
+  // every chunk but r and r+1: 2S - |c(r+1)| - |c(r+2)| out, 2S - |c(r)| - |c(r+1)| in
+  const int64_t elems = bytes / elem_size;
+  auto c = [&](int i) { return chunk_elems(elems, n, mod(i, n)) * elem_size; };
+  return {2 * bytes - c(r + 1) - c(r + 2), 2 * bytes - c(r) - c(r + 1)};
+}
+
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size) {
+  if (size == 1 || bytes == 0) return {};
+  const int p = power_of_two_below(size), steps = log2_of(p);
+  const int v = folded_rank(rank, size);
+  if (v < 0) return {bytes, bytes};           // fold: out to the pair; unfold: the result back in
+  const bool paired = rank < 2 * (size - p);  // receives the fold, sends the unfold
+  const int64_t moved = steps * bytes + (paired ? bytes : 0);
+  return {moved, moved};
+}
+
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size) {
+  if (size == 1 || bytes == 0) return {};
+  const int p = power_of_two_below(size), v = folded_rank(rank, size);
+  if (v < 0) return {bytes, bytes};  // as in recursive doubling
+  const int64_t elems = bytes / elem_size;
+  auto range = [&](int lo, int hi) {  // bytes of chunks [lo, hi) of P
+    return (chunk_offset(elems, p, hi) - chunk_offset(elems, p, lo)) * elem_size;
+  };
+  Traffic t;
+  // halving, d = P/2 .. 1: send the half of our shared 2d chunks I give away, receive the
+  // partner's copy of the half I keep
+  for (int d = p / 2; d >= 1; d /= 2) {
+    const int lo = v & ~(2 * d - 1), mid = lo + d;
+    const bool keep_lower = (v & d) == 0;
+    t.sent += keep_lower ? range(mid, lo + 2 * d) : range(lo, mid);
+    t.received += keep_lower ? range(lo, mid) : range(mid, lo + 2 * d);
+  }
+  // doubling, d = 1 .. P/2: my d chunks out, the partner's d chunks in
+  for (int d = 1; d < p; d *= 2) {
+    const int mine = v & ~(d - 1), theirs = (v ^ d) & ~(d - 1);
+    t.sent += range(mine, mine + d);
+    t.received += range(theirs, theirs + d);
+  }
+  if (rank < 2 * (size - p)) t.sent += bytes, t.received += bytes;  // fold in, unfold out
+  return t;
+}
+
+Traffic one_shot_cost(int64_t bytes, int size) {
+  // my S to each of the others, and theirs to me
+  return {(size - 1) * bytes, (size - 1) * bytes};
+}
+
+Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size) {
+  switch (algo) {
+    case Algorithm::Ring: return ring_all_reduce_cost(bytes, elem_size, rank, size);
+    case Algorithm::Star: return star_all_reduce_cost(bytes, rank, size);
+    case Algorithm::RecursiveDoubling: return recursive_doubling_cost(bytes, rank, size);
+    case Algorithm::HalvingDoubling: return halving_doubling_cost(bytes, elem_size, rank, size);
+    case Algorithm::OneShot: return one_shot_cost(bytes, size);
+    case Algorithm::Auto: break;
+  }
+  DPLAB_FAIL("all_reduce_cost: expected a concrete algorithm, got {} (resolve auto with "
+             "choose_all_reduce first)",
+             algorithm_name(algo));
+}
+
+Traffic ring_all_gather_cost(int64_t block_bytes, int size) {
+  // N-1 steps, one block out and one in per step
+  return {(size - 1) * block_bytes, (size - 1) * block_bytes};
+}
+
+Traffic chain_broadcast_cost(int64_t bytes, int rank, int size, int root) {
+  const int pos = mod(rank - root, size);  // place in the chain
+  return {pos < size - 1 ? bytes : 0, pos > 0 ? bytes : 0};
+}
+
+Traffic star_all_reduce_cost(int64_t bytes, int rank, int size) {
+  if (size == 1) return {};
+  const int64_t hub = (size - 1) * bytes;  // rank 0: one copy in and one out per leaf
+  return rank == 0 ? Traffic{hub, hub} : Traffic{bytes, bytes};
+}
+
+Traffic star_reduce_cost(int64_t bytes, int rank, int size, int root) {
+  return rank == root ? Traffic{0, (size - 1) * bytes} : Traffic{bytes, 0};
+}
+
+Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root) {
+  return rank == root ? Traffic{(size - 1) * bytes, 0} : Traffic{0, bytes};
+}
+
+Traffic send_cost(int64_t bytes) { return {bytes, 0}; }
+Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
+
+// ---- time ----
+
+LinkCost shm_link_cost(int cores) {
+  return {.alpha = 1.2e-6, .beta = 1.0 / 30e9, .gamma = 1.0 / 30e9, .cores = cores, .wake = 30e-6};
+}
+
+namespace {
+
+// One rank's part of an all-reduce: its steps, the bytes of the larger direction of each (a
+// step that sends m and receives m costs alpha + m·beta: both directions at once), and the
+// bytes it adds into its buffer.
+struct RankWork {
+  double steps = 0, bytes = 0, reduced = 0;
+  double seconds(const LinkCost& l) const {
+    return steps * l.alpha + bytes * l.beta + reduced * l.gamma;
+  }
+};
+
+// Every rank's work, from the step structure of each algorithm (the files say the same).
+std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
+  std::vector<RankWork> w(n);
+  const int p = power_of_two_below(n), k = log2_of(p);
+  for (int r = 0; r < n; ++r) {
+    switch (algo) {
+      case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N; N-1 of them reduce
+        w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s};
+        break;
+      case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
+        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s}
+                      : RankWork{2, 2 * s, 0};
+        break;
+      case Algorithm::RecursiveDoubling:
+      case Algorithm::HalvingDoubling: {
+        const bool rd = algo == Algorithm::RecursiveDoubling;
+        // the core on P ranks: log2 P whole buffers, or 2 log2 P halving/doubling steps
+        RankWork core = rd ? RankWork{double(k), k * s, k * s}
+                           : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
+        const int v = folded_rank(r, n);
+        if (v < 0) w[r] = {2, 2 * s, 0};  // folded away: S out, the result S in
+        else if (r < 2 * (n - p))
+          w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
+        else w[r] = core;
+        break;
+      }
+      case Algorithm::OneShot:  // one step, but N-1 waits: S to each peer, N-1 buffers added
+        w[r] = {double(n - 1), (n - 1) * s, (n - 1) * s};
+        break;
+      case Algorithm::Auto: DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+    }
+  }
+  return w;
+}
+
+// A stretch of an algorithm's critical path: `handoffs` segment hand-offs one after another,
+// in each of which `ranks` ranks must run.
+struct Phase {
+  double handoffs;
+  int ranks;
+};
+
+// The phases of each algorithm, from the step structure of its file.
+std::vector<Phase> phases_of(Algorithm algo, int n, double s, double segment) {
+  auto segs = [&](double bytes) { return std::max(1.0, std::ceil(bytes / segment)); };
+  const int p = power_of_two_below(n), k = log2_of(p), pairs = 2 * (n - p);
+  switch (algo) {
+    case Algorithm::Ring: return {{2.0 * (n - 1) * segs(s / n), n}};  // 2(N-1) steps of S/N
+    case Algorithm::Star: return {{2 * segs(s), n}};           // the leaves in, then out again
+    case Algorithm::OneShot: return {{(n - 1) * segs(s), n}};  // a wait on each peer per slot
+    case Algorithm::RecursiveDoubling:
+    case Algorithm::HalvingDoubling: {
+      double core = k * segs(s);                 // log2 P swaps of S
+      if (algo == Algorithm::HalvingDoubling) {  // halves S/2, S/4, ..., S/P, there and back
+        core = 0;
+        for (int j = 1; j <= k; ++j) core += 2 * segs(s / (1 << j));
+      }
+      std::vector<Phase> ph{{core, p}};
+      if (pairs > 0) ph.push_back({2 * segs(s), pairs});  // the fold and the unfold
+      return ph;
+    }
+    case Algorithm::Auto: break;
+  }
+  DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+}
+
+// Wake-ups on the critical path: every hand-off of a phase that needs more ranks than cores;
+// and with more ranks than cores, at least one per call.
+double wakeups(Algorithm algo, int n, double bytes, const LinkCost& link) {
+  if (n <= link.cores) return 0;
+  double count = 0;
+  for (const Phase& ph : phases_of(algo, n, bytes, link.segment))
+    if (ph.ranks > link.cores) count += ph.handoffs;
+  return std::max(1.0, count);
+}
+
+}  // namespace
+
+double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  double busiest = 0, all = 0;
+  for (const RankWork& w : work_of(algo, n, bytes)) {
+    busiest = std::max(busiest, w.seconds(link));
+    all += w.seconds(link);
+  }
+  // with more ranks than cores, the cores must do everyone's work: at best all / cores; and
+  // each crowded hand-off waits for the scheduler
+  return std::max(busiest, all / std::max(1, link.cores)) +
+         wakeups(algo, n, bytes, link) * link.wake;
+}
+
+Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link) {
+  Algorithm best = Algorithm::Ring;
+  double best_s = all_reduce_seconds(best, n, bytes, link);
+  for (Algorithm a :
+       {Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::OneShot}) {
+    const double t = all_reduce_seconds(a, n, bytes, link);
+    if (t < best_s) best = a, best_s = t;
+  }
+  return best;
+}
+
+}  // namespace dplab::parallel

@@ -1,0 +1,89 @@
+// cost.h: what each collective moves per rank, as formulas: the one place they are written.
+// ring.cpp, star.cpp and p2p.cpp count the same bytes as they move them (Exchange::traffic), and
+// tests/parallel/test_collectives_threads.cpp checks that every count equals its formula
+// here, for N = 1..4 and sizes N does not divide. Engines that cannot see their wire (MPI,
+// NCCL) report these formulas as their traffic (engines/mpi_engine.cpp, nccl_engine.cpp).
+// S is the tensor's bytes (for all_gather / reduce_scatter: one rank's block).
+// Read next: cost.cpp, then ring.cpp.
+#pragma once
+#include <cstdint>
+
+#include "parallel/algorithms/collective_types.h"
+#include "parallel/transport/transport.h"  // kSegmentBytes
+
+namespace dplab::parallel {
+
+// Ring reduce-scatter + all-gather over N chunks: 2(N-1)/N * S per rank when N divides S.
+Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int size);
+// Recursive doubling over P = 2^floor(log2 N) ranks: log2(P)·S each way per rank; with
+// E = N - P extra ranks folded in, ranks 2i < 2E move S each way and ranks 2i+1 < 2E
+// (log2(P) + 1)·S (recursive_doubling.cpp).
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size);
+// Rabenseifner: 2(P-1)/P·S each way per rank when P divides S (the exact sum of the halves
+// it sends, for any S); the fold adds S each way for the 2E paired ranks, as above.
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size);
+// One-shot: every rank sends S to each of the N-1 others and receives theirs: (N-1)·S each way.
+Traffic one_shot_cost(int64_t bytes, int size);
+// What `algo` moves (Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot; not Auto).
+Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int rank, int size);
+// Ring all-gather or reduce-scatter of N blocks of S bytes: N-1 blocks out and N-1 in.
+Traffic ring_all_gather_cost(int64_t block_bytes, int size);
+// Chain root -> root+1 -> ...: all but the last send S, all but the root receive S.
+Traffic chain_broadcast_cost(int64_t bytes, int rank, int size, int root);
+// Star: a leaf sends S and receives S; rank 0 receives (N-1)S and sends (N-1)S.
+Traffic star_all_reduce_cost(int64_t bytes, int rank, int size);
+// Star into root (reduce, gather): each leaf sends S, the root receives (N-1)S.
+Traffic star_reduce_cost(int64_t bytes, int rank, int size, int root);
+// Star out of root (scatter): the root sends (N-1)S, each leaf receives S.
+Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root);
+// One message of S bytes.
+Traffic send_cost(int64_t bytes);
+Traffic recv_cost(int64_t bytes);
+
+// ---- time: the alpha-beta(-gamma) model, and the choice `auto` makes with it ----
+// A step in which a rank sends m bytes to a peer and takes m in costs alpha + m·beta: alpha
+// the latency of one hand-off (the flag, the wake-up), beta the seconds per byte of moving
+// it (the copy into a slot and out of it); adding r received bytes into the buffer costs
+// r·gamma more (Thakur, Rabenseifner and Gropp's gamma: the reduction's arithmetic and
+// memory traffic). `cores` is how many ranks can run at once; with more ranks than cores
+// they take turns (below), and a hand-off then often waits for the scheduler: `wake`.
+struct LinkCost {
+  double alpha = 0;  // seconds per step
+  double beta = 0;   // seconds per byte sent
+  double gamma = 0;  // seconds per byte reduced
+  int cores = 1;     // CPUs the ranks share (transport/mailbox_transport.h's cpu_cores())
+  double wake = 0;   // seconds a hand-off takes when the rank it waits for has no core
+  double segment = kSegmentBytes;  // bytes per hand-off: the transport's slot
+};
+// dplab's shm transport on the 2-core machines of this project (cost.cpp has the values):
+// bench_allreduce fits alpha and beta + gamma from its recursive-doubling rows at N = 2, and
+// estimates wake, the time for a rank to be woken and get a core back, from the one-shot rows
+// where ranks outnumber cores (its fits: docs/performance.md). Only their ratios decide the
+// choice, and only near the crossover sizes.
+LinkCost shm_link_cost(int cores);
+
+// Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto): the larger of
+// two bounds, plus the wake-ups:
+//   the critical path: the busiest rank's steps·alpha + bytes·beta + reduced·gamma, as if
+//     every rank had a core of its own (ring 2(N-1)·alpha + 2(N-1)/N·S·beta + (N-1)/N·S·gamma;
+//     recursive doubling log2(P)·(alpha + S·beta + S·gamma); halving-doubling
+//     2·log2(P)·alpha + 2(P-1)/P·S·beta + (P-1)/P·S·gamma; the fold adds 2·alpha + 2·S·beta
+//     + S·gamma; star 2(N-1)·(alpha + S·beta) + (N-1)·S·gamma through rank 0; one-shot
+//     (N-1)·alpha + (N-1)·S·(beta + gamma): one step, but a wait on each of N-1 peers);
+//   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
+//     time-share, so an algorithm in which every rank is busy every step (the ring) slows
+//     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
+//     leaves its cores to the others;
+//   the wake-ups: a hand-off (one segment of a step) in which more ranks must run than
+//     there are cores waits, in the measured cases, for the scheduler to bring back a rank
+//     that has no core: `wake` each. The ring at N = 3 on 2 cores pays it 4 times per
+//     segment of S/3, recursive doubling's fold keeps its core steps to P = 2 ranks and pays
+//     nothing there, the one-shot pays N-1 per segment (a wait on each peer); and whenever
+//     N > C every rank must get a core at least once per call: one wake-up at least.
+double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link);
+// The fastest of ring, recursive doubling, halving-doubling and one-shot by
+// all_reduce_seconds (ties: the first in that order). The star is never chosen: it is the
+// parameter-server example.
+Algorithm choose_all_reduce(int n, double bytes, const LinkCost& link);
+
+}  // namespace dplab::parallel
