@@ -43,10 +43,11 @@ class RecordingEngine final : public CollectiveEngine {
  public:
   RecordingEngine(std::shared_ptr<ProcessGroup> inner, std::shared_ptr<Recorder> rec)
       : inner_(std::move(inner)), rec_(std::move(rec)) {}
-  const std::string& name() const override { return inner_->backend(); }
+  const std::string& name() const override { return inner_->engine(); }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  void all_reduce(Tensor& t, ReduceOp op, std::optional<Algorithm> algo) override {
+  // The inner group counts the bytes it moves; this one reports none of its own.
+  void all_reduce(CollectiveCall&, Tensor& t, ReduceOp op, std::optional<Algorithm> algo) override {
     {
       std::unique_lock<std::mutex> lock(rec_->mu);
       rec_->launched.push_back(t.to_vector<float>());
@@ -56,17 +57,23 @@ class RecordingEngine final : public CollectiveEngine {
     }
     inner_->all_reduce(t, op, algo);
   }
-  void broadcast(Tensor& t, int root) override { inner_->broadcast(t, root); }
-  void reduce(Tensor& t, int root, ReduceOp op) override { inner_->reduce(t, root, op); }
-  void all_gather(std::vector<Tensor>& out, const Tensor& in) override { inner_->all_gather(out, in); }
-  void reduce_scatter(Tensor& out, const std::vector<Tensor>& in, ReduceOp op) override {
+  void broadcast(CollectiveCall&, Tensor& t, int root) override { inner_->broadcast(t, root); }
+  void reduce(CollectiveCall&, Tensor& t, int root, ReduceOp op) override { inner_->reduce(t, root, op); }
+  void all_gather(CollectiveCall&, std::vector<Tensor>& out, const Tensor& in) override {
+    inner_->all_gather(out, in);
+  }
+  void reduce_scatter(CollectiveCall&, Tensor& out, const std::vector<Tensor>& in, ReduceOp op) override {
     inner_->reduce_scatter(out, in, op);
   }
-  void gather(std::vector<Tensor>& out, const Tensor& in, int root) override { inner_->gather(out, in, root); }
-  void scatter(Tensor& out, const std::vector<Tensor>& in, int root) override { inner_->scatter(out, in, root); }
-  void barrier() override { inner_->barrier(); }
-  void send(const Tensor& t, int dst) override { inner_->send(t, dst); }
-  void recv(Tensor& t, int src) override { inner_->recv(t, src); }
+  void gather(CollectiveCall&, std::vector<Tensor>& out, const Tensor& in, int root) override {
+    inner_->gather(out, in, root);
+  }
+  void scatter(CollectiveCall&, Tensor& out, const std::vector<Tensor>& in, int root) override {
+    inner_->scatter(out, in, root);
+  }
+  void barrier(CollectiveCall&) override { inner_->barrier(); }
+  void send(CollectiveCall&, const Tensor& t, int dst) override { inner_->send(t, dst); }
+  void recv(CollectiveCall&, Tensor& t, int src) override { inner_->recv(t, src); }
   void abort(const std::string&) override {}
 
  private:
