@@ -94,7 +94,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args, cons
     ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
     // the fit as a calibration file, which dplab-project --calibration reads
     const double link = link_gbps(cfg, "ring", 2);
-    project::write_calibration((std::filesystem::path(cfg.out) / "calibration.csv").string(),
+    projection::write_calibration((std::filesystem::path(cfg.out) / "calibration.csv").string(),
                                {{.level = link > 0 ? "inter" : "intra", .alpha_us = 1e6 * ab->alpha,
                                  .gbps = 8e-9 / ab->beta, .source = link > 0 ? fmt::format("dplab-compare ping-pong "
                                  "over a {:g} Gbit/s emulated link", link) : "dplab-compare ping-pong over shm"}});

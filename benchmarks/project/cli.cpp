@@ -22,7 +22,7 @@
 #include "framework/error.h"
 
 using namespace dplab;
-using namespace dplab::project;
+using namespace dplab::projection;
 using parallel::ClusterAlgorithm;
 
 namespace {
@@ -66,7 +66,7 @@ std::vector<int> default_ns(int m, int g) {
 // Everything but the timeline: links, gradient, compute, profile, each with its origin.
 ProjectionInputs build_inputs(const Options& o, std::vector<Input>& said) {
   ProjectionInputs in{.devices_per_node = o.per_node, .nics_per_node = o.nics};
-  DPLAB_CHECK(o.alpha_us.size() <= 2, "--alpha-us: expected INTRA or INTRA,INTER (microseconds), got {} values",
+  DPLAB_CHECK(o.alpha_us.size() <= 2, "--alpha-us: expected A (both levels) or INTRA,INTER (microseconds), got {} values",
               o.alpha_us.size());
   said.push_back({"cluster", fmt::format("{} node(s) x {} device(s), {} NIC(s) per node", o.nodes, o.per_node, o.nics),
                   "given"});
@@ -150,6 +150,10 @@ ProjectionInputs build_inputs(const Options& o, std::vector<Input>& said) {
     said.push_back({"readiness", fmt::format("trace run '{}', rank 0, {} steps, {} buckets ({})", tp->run, tp->steps,
                                              tp->buckets, tp->ready_events ? "ready events" : "all-reduce starts: late by "
                                              "any wait for the previous bucket"), "measured: " + o.trace});
+    std::string points;  // "bytes ready by then @ fraction of backward"
+    for (size_t i = 0; i < tp->profile.bytes.size(); ++i)
+      points += fmt::format("{}{:.0f}%@{:.0f}%", i ? " " : "", 100 * tp->profile.bytes[i], 100 * tp->profile.time[i]);
+    said.push_back({"  profile", "bytes ready @ backward: " + points, "measured: " + o.trace});
   } else {
     said.push_back({"readiness", "gradient bytes ready at a constant rate over backward", "default (no --trace)"});
   }
@@ -258,6 +262,7 @@ int main(int argc, char** argv) {
     write_timeline_csv((out / "timeline.csv").string(), rows);
     std::string note = "plot not asked for (--no-plot)";
     if (o.plot) {
+      std::cout.flush();  // the script prints too
       const bench::PlotRun pr = bench::run_plot_script(
           o.plot_script.empty() ? DPLAB_PROJECT_PLOT_SCRIPT : o.plot_script,
           {(out / "projection.csv").string(), (out / "timeline.csv").string(), (out / "projection.png").string()});

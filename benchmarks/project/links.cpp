@@ -10,7 +10,7 @@
 
 #include "framework/error.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 const std::vector<LinkPreset>& link_presets() {
   static const std::vector<LinkPreset> presets = {
@@ -114,4 +114,4 @@ void write_calibration(const std::string& path, const std::vector<CalibrationRow
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

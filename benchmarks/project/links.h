@@ -16,7 +16,7 @@
 
 #include "parallel/algorithms/cost_topology.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 struct LinkPreset {
   std::string name, level;  // level: "intra" or "inter"
@@ -45,4 +45,4 @@ struct CalibrationRow {
 std::vector<CalibrationRow> read_calibration(const std::string& path);
 void write_calibration(const std::string& path, const std::vector<CalibrationRow>& rows);
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

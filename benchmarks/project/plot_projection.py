@@ -19,7 +19,7 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 STAGE_COLOUR = {"forward": "tab:green", "backward": "tab:olive", "optimizer": "tab:gray"}
-COMM_COLOURS = ["tab:blue", "tab:orange", "tab:purple", "tab:red", "tab:cyan"]
+COMM_COLOURS = ["tab:blue", "tab:orange", "tab:purple", "tab:red", "tab:cyan", "tab:brown", "tab:pink", "navy"]
 
 
 def read_csv(path):

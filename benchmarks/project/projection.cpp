@@ -10,7 +10,7 @@
 
 #include "framework/error.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 using parallel::ClusterAlgorithm;
 
@@ -105,4 +105,4 @@ void write_timeline_csv(const std::string& path, const std::vector<ProjectionRow
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

@@ -12,7 +12,7 @@
 #include "benchmarks/project/timeline.h"
 #include "parallel/algorithms/cost_topology.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 struct ProjectionInputs {
   int devices_per_node = 1;  // G
@@ -50,4 +50,4 @@ void write_projection_csv(const std::string& path, const std::vector<ProjectionR
 // Compute and every stage of every bucket, for the rows of the largest N.
 void write_timeline_csv(const std::string& path, const std::vector<ProjectionRow>& rows);
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

@@ -12,7 +12,7 @@
 
 #include "framework/error.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 void ReadinessProfile::check() const {
   DPLAB_CHECK(!bytes.empty() && bytes.size() == time.size(),
@@ -101,4 +101,4 @@ StepTimeline simulate_step(const Compute& compute, const ReadinessProfile& profi
   return tl;
 }
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

@@ -14,7 +14,7 @@
 
 #include "parallel/algorithms/cost_topology.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 struct Compute {
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
@@ -64,4 +64,4 @@ using StagesOf = std::function<std::vector<parallel::Stage>(double bytes)>;
 StepTimeline simulate_step(const Compute& compute, const ReadinessProfile& profile, const std::vector<double>& buckets,
                            const StagesOf& stages_of, bool barrier = false);
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

@@ -17,7 +17,7 @@
 
 #include "framework/error.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 namespace {
 
@@ -187,4 +187,4 @@ TraceProfile read_trace_profile(const std::string& path, const std::string& run)
   return out;
 }
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

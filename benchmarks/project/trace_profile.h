@@ -11,7 +11,7 @@
 
 #include "benchmarks/project/timeline.h"
 
-namespace dplab::project {
+namespace dplab::projection {
 
 struct TraceProfile {
   std::string run;         // the trace's run, "ring N=2"
@@ -27,4 +27,4 @@ struct TraceProfile {
 // the run has no step with bucket events.
 TraceProfile read_trace_profile(const std::string& path, const std::string& run = "");
 
-}  // namespace dplab::project
+}  // namespace dplab::projection

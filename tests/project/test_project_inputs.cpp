@@ -15,7 +15,7 @@
 #include "benchmarks/project/trace_profile.h"
 #include "framework/error.h"
 
-using namespace dplab::project;
+using namespace dplab::projection;
 namespace fs = std::filesystem;
 
 namespace {

@@ -7,7 +7,7 @@
 #include "benchmarks/project/timeline.h"
 #include "framework/error.h"
 
-using namespace dplab::project;
+using namespace dplab::projection;
 using dplab::parallel::Channel;
 using dplab::parallel::Stage;
 
