@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
                "cluster you describe, from a timeline of its gradient buckets (tutorials/23_will_it_scale.md)"};
   Options o;
   std::vector<std::string> algorithms;
-  app.add_option("--nodes", o.nodes, "machines (M)")->check(at_least(1, "nodes >= 1"));
+  app.add_option("--nodes", o.nodes, "machines (M): the default --ns goes up to M x G")->check(at_least(1, "nodes >= 1"));
   app.add_option("--devices-per-node", o.per_node, "GPUs per machine (G)")->check(at_least(1, "devices per node >= 1"));
   app.add_option("--nics-per-node", o.nics, "NICs per machine, shared by its G devices (K)")
       ->check(at_least(1, "NICs per node >= 1"));
