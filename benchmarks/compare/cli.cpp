@@ -21,6 +21,7 @@
 #include "benchmarks/compare/report.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
+#include "benchmarks/project/links.h"
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
@@ -95,6 +96,12 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   if (cfg.projection && !runs.empty()) {
     std::cout << "ping-pong between 2 processes for the alpha-beta model...\n";
     ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
+    // the fit as a calibration file, which dplab-project --calibration reads
+    const double link = link_gbps(cfg, "ring", 2);
+    projection::write_calibration((std::filesystem::path(cfg.out) / "calibration.csv").string(),
+                               {{.level = link > 0 ? "inter" : "intra", .alpha_us = 1e6 * ab->alpha,
+                                 .gbps = 8e-9 / ab->beta, .source = link > 0 ? fmt::format("dplab-compare ping-pong "
+                                 "over a {:g} Gbit/s emulated link", link) : "dplab-compare ping-pong over shm"}});
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     add_predictions(runs, *ab, cfg, cores);
     const RunResult& first = runs.front();

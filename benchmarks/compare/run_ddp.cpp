@@ -74,6 +74,8 @@ class CommThread {
     return [this](ProcessGroup&, Tensor& bucket) -> WorkPtr {
       auto done = std::make_shared<std::promise<void>>();
       auto work = std::make_shared<TimedWork>(this, done->get_future(), bucket_index_++);
+      const double ready = now_us();  // its last gradient is in: dplab-project's readiness profile
+      trace_.add(fmt::format("ready bucket {} ({} bytes)", work->index, bucket.nbytes()), pg_.rank(), ready, ready);
       {
         std::lock_guard lock(mu_);
         queue_.push_back({bucket, done, work->index});

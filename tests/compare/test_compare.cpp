@@ -215,6 +215,11 @@ TEST_CASE("report, trace and plots are written") {
   CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
   CHECK(text.find("allreduce bucket") != std::string::npos);
   CHECK(text.find("wait bucket") != std::string::npos);
+  CHECK(text.find("ready bucket") != std::string::npos);  // dplab-project --trace reads these
+  // the ping-pong as a calibration file for dplab-project --calibration
+  std::ifstream cal(r.out / "calibration.csv");
+  std::string cal_text((std::istreambuf_iterator<char>(cal)), std::istreambuf_iterator<char>());
+  CHECK(cal_text.find("\nlevel,alpha_us,gbps,source\ninter,") != std::string::npos);
   if (r.output.find("plots skipped") != std::string::npos) {
     MESSAGE("plot check skipped: " << r.output.substr(r.output.find("plots skipped"), 80));
     return;
