@@ -54,7 +54,9 @@ done
 bad=0
 for rc in "${rcs[@]}"; do [[ $rc -eq 0 ]] || bad=1; done
 if ((bad)); then
-  if [[ -n $SKIP_RE ]] && line=$(grep -hE -m1 "$SKIP_RE" "$LOGS"/node*.log); then
+  line=""
+  [[ -n $SKIP_RE ]] && line=$(grep -hE "$SKIP_RE" "$LOGS"/node*.log | head -1)
+  if [[ -n $line ]]; then
     echo "SKIP: the job was refused: $line"
     exit 77
   fi
