@@ -2,7 +2,8 @@
 # bed_test.sh: the namespace bed itself (scripts/netns_cluster.sh). Two nodes at 100 Mbit/s:
 # node 0 pings node 1; neither reaches the host's own address nor the outside (no route);
 # a TCP transfer runs at the shaped rate +-25 % in each direction; `down` leaves no
-# namespace behind; a bed whose `run` gets SIGINT or SIGTERM takes itself down; a non-root
+# namespace behind; a bed whose `run` gets SIGINT or SIGTERM takes itself down; --delay
+# works (netem) or is refused with exit 6 leaving nothing; a non-root
 # user is told and gets exit code 3. Exit 77 (skip) where the bed cannot be built here.
 #   bed_test.sh NETNS_CLUSTER_SH NETTOOL_PY
 # Read next: run_job.sh.
@@ -76,6 +77,19 @@ for sig in INT TERM; do
   echo "SIG$sig: run exited $rc, bed gone, command stopped"
 done
 set +m
+
+# --delay: netem where the kernel has it; elsewhere exit 6 and nothing left half-built
+"$S" --name $Q up 2 --rate 100mbit --delay 1ms 2>/dev/null
+rc=$?
+if [[ $rc -eq 0 ]]; then
+  tc -n $Q-n0 qdisc show dev eth0 | grep -q "netem.*delay 1ms" || fail "no netem delay on node 0"
+  "$S" --name $Q down
+elif [[ $rc -eq 6 ]]; then
+  [[ -z $(ours $Q) ]] || fail "a refused --delay left: $(ours $Q)"
+  echo "--delay: this kernel has no netem (exit 6, nothing left behind)"
+else
+  fail "up --delay exited $rc, expected 0 or 6"
+fi
 
 # not root: said, and a distinct exit code
 if command -v setpriv >/dev/null; then
