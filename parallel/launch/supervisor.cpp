@@ -235,7 +235,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
   // A signal during the start-up stops it at once: the ranks not started yet never start,
   // and the watch loop below forwards the signal to those that did.
   size_t started = 0;
-  for (size_t r = 0; r < procs.size(); ++r) kids[r].rank = static_cast<int>(r);
+  for (size_t r = 0; r < procs.size(); ++r) kids[r].rank = opts.first_rank + static_cast<int>(r);
   for (; started < procs.size() && g_pending_signal == 0; ++started) {
     try {
       res.ranks[started].pid = start_one(procs[started], kids[started], opts.tee);
@@ -311,7 +311,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
     }
     if (cause >= 0) {
       res.failed_rank = cause;
-      res.failure = fmt::format("rank {} (pid {}) {}", cause, kids[cause].pid,
+      res.failure = fmt::format("rank {} (pid {}) {}", kids[cause].rank, kids[cause].pid,
                                 describe_wait_status(res.ranks[cause].wait_status));
       // A rank that was stopped (kill -STOP, a debugger) makes its peers time out: the
       // first to time out is only the messenger, so name the stopped one too.
@@ -320,7 +320,14 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
           res.failure += fmt::format("; rank {} (pid {}) is stopped (SIGSTOP or a debugger): "
                                      "it stopped making progress",
                                      c.rank, c.pid);
+      if (opts.on_failure) opts.on_failure(res.failure);
       stop_all(SIGTERM);
+    }
+    if (!stopping && alive > 0 && opts.remote_failure) {
+      if (auto f = opts.remote_failure()) {
+        res.remote_failure = *f;
+        stop_all(SIGTERM);
+      }
     }
     if (stopping && alive > 0 && Clock::now() >= kill_at) {
       for (auto& c : kids)

@@ -10,7 +10,9 @@
 #pragma once
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,14 @@ struct SuperviseOptions {
   bool tee = false;    // prefix each line of stdout/stderr with "[rank r] "
   Seconds grace{5.0};  // between SIGTERM and SIGKILL when stopping the other ranks
   bool forward_signals = true;
+  // The job's rank of the first process (node_rank * nproc_per_node): failures and tee'd
+  // lines name job ranks, so a launcher on node 1 says "rank 2", not "rank 0".
+  int first_rank = 0;
+  // Across nodes (node_watch.h): polled every pass; a failure on another node stops this
+  // node's ranks and ends in SuperviseResult::remote_failure.
+  std::function<std::optional<std::string>()> remote_failure = nullptr;
+  // Called with SuperviseResult::failure when a rank here fails, before the others stop.
+  std::function<void(const std::string&)> on_failure = nullptr;
 };
 
 struct RankOutcome {
@@ -37,11 +47,12 @@ struct RankOutcome {
 
 struct SuperviseResult {
   std::vector<RankOutcome> ranks;
-  int failed_rank = -1;    // the first rank that failed on its own, -1 if none
+  int failed_rank = -1;    // index (in procs) of the first rank that failed on its own, -1 if none
   std::string failure;     // "rank 1 (pid 123) exited with status 3"; empty if all ok
   int interrupted_by = 0;  // a forwarded SIGINT/SIGTERM, 0 if none
   int started = 0;         // ranks started: fewer than asked when a signal cut the start-up short
-  bool ok() const { return failed_rank < 0 && interrupted_by == 0; }
+  std::string remote_failure;  // another node's failure that stopped ours; empty if none
+  bool ok() const { return failed_rank < 0 && interrupted_by == 0 && remote_failure.empty(); }
 };
 
 // Starts every process, waits for all of them, returns how each ended. Throws Error only if

@@ -6,6 +6,9 @@
 // stops the others and exits 1 naming it. With --nnodes M, one dplab-run runs on each node;
 // rank 0 (node 0) hosts the store at A:P, so every node must be given the same A and P, and
 // the same DPLAB_JOB_TOKEN (on one node dplab-run draws a random one when it is unset).
+// Across nodes the launchers watch each other through that store (node_watch.h): a rank
+// that fails on one node, or a node whose dplab-run dies, stops every node's ranks, and each
+// launcher exits 1 naming the node and the rank.
 // Ctrl-C/SIGTERM during the start-up ends it at once and stops the ranks already started.
 // Bad arguments exit 2. The process handling lives in supervisor.cpp; this file only parses
 // arguments (CLI11 is slow to compile: keep it to this one file).
@@ -14,10 +17,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "framework/error.h"
+#include "parallel/launch/node_watch.h"
 #include "parallel/launch/supervisor.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
@@ -46,7 +51,7 @@ int main(int argc, char** argv) {
   int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0, nproc_limit = kDefaultNprocLimit;
   std::string master_addr = "127.0.0.1";
   bool tee = false;
-  double grace = 5.0;
+  double grace = 5.0, node_timeout = 15.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "ranks to start on this node")
       ->default_val(1);
   app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for")
@@ -75,6 +80,10 @@ int main(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when stopping ranks "
                  "(> 0, at most 3600)")
       ->default_val(5.0);
+  app.add_option("--node-timeout", node_timeout,
+                 "with --nnodes > 1: seconds without a heartbeat from another node's dplab-run "
+                 "before this node stops its ranks and names that node (> 0, at most 3600)")
+      ->default_val(15.0);
   // Everything from PROGRAM on belongs to the program, options included.
   app.prefix_command();
   app.footer("\nPROGRAM [ARGS...] follow the options: everything from PROGRAM on is passed to it.\n"
@@ -109,6 +118,11 @@ int main(int argc, char** argv) {
     return usage_error(fmt::format("--grace-period must be a number of seconds in (0, {:.0f}], got "
                                    "{}",
                                    kMaxGraceSeconds, grace));
+  }
+  if (!std::isfinite(node_timeout) || node_timeout <= 0 || node_timeout > kMaxGraceSeconds) {
+    return usage_error(fmt::format("--node-timeout must be a number of seconds in (0, {:.0f}], "
+                                   "got {}",
+                                   kMaxGraceSeconds, node_timeout));
   }
   if (nnodes <= 0) return usage_error("--nnodes must be >= 1, got " + std::to_string(nnodes));
   if (node_rank < 0 || node_rank >= nnodes) {
@@ -145,15 +159,34 @@ int main(int argc, char** argv) {
       procs[r].env = par::rank_env(r, where, master_addr, master_port);
       procs[r].env[par::kJobTokenVariable] = token;
     }
-    par::SuperviseResult res = par::supervise(procs, {.tee = tee, .grace = par::Seconds(grace)});
+    par::SuperviseOptions sopts{.tee = tee,
+                                .grace = par::Seconds(grace),
+                                .first_rank = node_rank * nproc};
+    std::unique_ptr<par::NodeWatch> watch;
+    if (nnodes > 1) {
+      watch = std::make_unique<par::NodeWatch>(master_addr, master_port, token, nnodes, node_rank,
+                                               par::Seconds(node_timeout));
+      sopts.remote_failure = [&] { return watch->remote_failure(); };
+      sopts.on_failure = [&](const std::string& what) { watch->report_failure(what); };
+    }
+    par::SuperviseResult res = par::supervise(procs, sopts);
+    int stopped = 0;
+    for (const auto& r : res.ranks) stopped += r.stopped_by_us ? 1 : 0;
     if (res.failed_rank >= 0) {
-      int stopped = 0;
-      for (const auto& r : res.ranks) stopped += r.stopped_by_us ? 1 : 0;
-      std::fprintf(stderr, "dplab-run: %s; stopped the other %d running rank(s)\n",
+      std::fprintf(stderr, "dplab-run: %s%s; stopped the other %d running rank(s)\n",
+                   nnodes > 1 ? fmt::format("node {}: ", node_rank).c_str() : "",
                    res.failure.c_str(), stopped);
       return kRankFailed;
     }
+    if (!res.remote_failure.empty()) {
+      std::fprintf(stderr, "dplab-run: %s; stopped this node's %d running rank(s)\n",
+                   res.remote_failure.c_str(), stopped);
+      return kRankFailed;
+    }
     if (res.interrupted_by != 0) {
+      if (watch)
+        watch->report_failure(fmt::format("its dplab-run was interrupted by signal {}",
+                                          res.interrupted_by));
       if (res.started < nproc) {
         std::fprintf(stderr,
                      "dplab-run: interrupted by signal %d during the start-up: started %d "
@@ -165,6 +198,7 @@ int main(int argc, char** argv) {
       }
       return 128 + res.interrupted_by;  // the shell convention for "killed by signal"
     }
+    if (watch) watch->report_done();
     return 0;
   } catch (const dplab::Error& e) {
     std::fprintf(stderr, "dplab-run: %s\n", e.what());

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# bed_test.sh: the namespace bed itself (scripts/netns_cluster.sh). Two nodes at 100 Mbit/s:
+# node 0 pings node 1; neither reaches the host's own address nor the outside (no route);
+# a TCP transfer runs at the shaped rate +-25 % in each direction; `down` leaves no
+# namespace behind; a bed whose `run` gets SIGINT or SIGTERM takes itself down; --delay
+# works (netem) or is refused with exit 6 leaving nothing; a non-root
+# user is told and gets exit code 3. Exit 77 (skip) where the bed cannot be built here.
+#   bed_test.sh NETNS_CLUSTER_SH NETTOOL_PY
+# Read next: run_job.sh.
+set -u
+S=$1 T=$2
+P=bed$$ Q=bedi$$
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ours() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($1)-" || true; }
+trap '"$S" --name $P down 2>/dev/null; "$S" --name $Q down 2>/dev/null' EXIT
+
+"$S" --name $P up 2 --rate 100mbit
+rc=$?
+if [[ $rc -ge 3 && $rc -le 5 ]]; then echo "SKIP: the namespace bed cannot be built here (exit $rc)"; exit 77; fi
+[[ $rc -eq 0 ]] || fail "up 2 exited $rc"
+[[ $(ours $P | wc -l) -eq 3 ]] || fail "expected 3 namespaces (2 nodes, 1 bridge), got: $(ours $P)"
+A0=$("$S" --name $P addr 0) A1=$("$S" --name $P addr 1)
+[[ $A0 == 198.18.0.1 && $A1 == 198.18.0.2 ]] || fail "addresses: expected 198.18.0.1/2, got $A0 $A1"
+"$S" --name $P exec 1 ip -4 -o addr show dev eth0 | grep -q "inet $A1/24" || fail "node 1's eth0 lacks $A1/24"
+
+# reachability: the other node yes; the host and the world no (and no default route)
+"$S" --name $P exec 0 python3 "$T" ping "$A1" || fail "node 0 cannot ping node 1"
+"$S" --name $P exec 1 python3 "$T" ping "$A0" || fail "node 1 cannot ping node 0"
+for ns in 0 1; do
+  [[ -z $("$S" --name $P exec $ns ip route show default) ]] || fail "node $ns has a default route"
+done
+host_addr=$(ip -4 -o addr show scope global | awk '{split($4, a, "/"); print a[1]; exit}')
+for target in ${host_addr:-} 8.8.8.8 198.18.1.1; do
+  "$S" --name $P exec 0 python3 "$T" unreachable "$target" 9 || fail "node 0 reached $target"
+done
+
+# shaping: 8 MiB each way at 100 Mbit/s (tbf on both ends of each node's link)
+measure() {  # measure FROM TO: prints the Mbit/s the sink saw
+  local out
+  out=$(mktemp)
+  "$S" --name $P exec "$2" timeout 20 python3 "$T" sink 5201 >"$out" &
+  local sink=$!
+  "$S" --name $P exec "$1" timeout 20 python3 "$T" send "$("$S" --name $P addr "$2")" 5201 8 || fail "send $1 -> $2"
+  wait $sink
+  cat "$out" >&2
+  awk '{print $(NF-1)}' "$out"
+  rm -f "$out"
+}
+for dir in "0 1" "1 0"; do
+  rate=$(measure $dir)
+  awk -v r="$rate" 'BEGIN { exit !(r >= 75 && r <= 125) }' ||
+    fail "node ${dir% *} -> ${dir#* }: $rate Mbit/s, expected 100 +-25 %"
+done
+tc -n $P-br qdisc show dev v0 | grep -q "tbf.*rate 100Mbit" || fail "no tbf on the bridge side"
+
+"$S" --name $P down || fail "down exited $?"
+[[ -z $(ours $P) ]] || fail "down left: $(ours $P)"
+
+# interrupted: `run` tears the bed down on SIGINT and SIGTERM, and stops its command
+set -m  # a background job's SIGINT is not ignored under job control
+for sig in INT TERM; do
+  marker=$(mktemp)
+  "$S" --name $Q run 2 -- bash -c "echo \$\$ > $marker; exec sleep 30" &
+  pid=$!
+  for _ in $(seq 100); do [[ -s $marker && $(ours $Q | wc -l) -eq 3 ]] && break; sleep 0.05; done
+  [[ $(ours $Q | wc -l) -eq 3 ]] || fail "run 2 did not bring up 3 namespaces"
+  child=$(cat "$marker")
+  kill -$sig $pid
+  for _ in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+  kill -0 $pid 2>/dev/null && fail "run still alive 5 s after SIG$sig"
+  wait $pid
+  rc=$?
+  [[ $rc -eq 130 || $rc -eq 143 ]] || fail "run after SIG$sig exited $rc, expected 130/143"
+  [[ -z $(ours $Q) ]] || fail "SIG$sig left: $(ours $Q)"
+  kill -0 "$child" 2>/dev/null && fail "run's command (pid $child) survived SIG$sig"
+  rm -f "$marker"
+  echo "SIG$sig: run exited $rc, bed gone, command stopped"
+done
+set +m
+
+# --delay: netem where the kernel has it; elsewhere exit 6 and nothing left half-built
+"$S" --name $Q up 2 --rate 100mbit --delay 1ms 2>/dev/null
+rc=$?
+if [[ $rc -eq 0 ]]; then
+  tc -n $Q-n0 qdisc show dev eth0 | grep -q "netem.*delay 1ms" || fail "no netem delay on node 0"
+  "$S" --name $Q down
+elif [[ $rc -eq 6 ]]; then
+  [[ -z $(ours $Q) ]] || fail "a refused --delay left: $(ours $Q)"
+  echo "--delay: this kernel has no netem (exit 6, nothing left behind)"
+else
+  fail "up --delay exited $rc, expected 0 or 6"
+fi
+
+# not root: said, and a distinct exit code
+if command -v setpriv >/dev/null; then
+  msg=$(setpriv --reuid 65534 --regid 65534 --clear-groups "$S" --name $Q up 2 2>&1)
+  rc=$?
+  [[ $rc -eq 3 && $msg == *"needs root"* ]] || fail "as nobody: exit $rc '$msg', expected 3 'needs root'"
+fi
+echo "bed: ping, no route out, 100 Mbit/s shaping both ways, clean down and interrupt: ok"
