@@ -1,0 +1,43 @@
+// gloo_store.cpp: the adapter's four calls. dplab's errors (CommError naming the missing
+// keys after the timeout) pass through gloo unchanged, so a rank that never came is named
+// the way the rest of dplab names it.
+// Read next: transport/gloo_transport.cpp.
+#include "parallel/rendezvous/gloo_store.h"
+
+#include "framework/error.h"
+
+namespace dplab::parallel {
+
+GlooStore::GlooStore(std::shared_ptr<parallel::Store> store) : store_(std::move(store)) {
+  DPLAB_CHECK(store_ != nullptr, "GlooStore: the dplab store is null");
+}
+
+void GlooStore::set(const std::string& key, const std::vector<char>& data) {
+  store_->set(key, std::string(data.begin(), data.end()));
+}
+
+std::vector<char> GlooStore::get(const std::string& key) {
+  const std::string v = store_->get(key);
+  return std::vector<char>(v.begin(), v.end());
+}
+
+void GlooStore::wait(const std::vector<std::string>& keys) { store_->wait(keys); }
+
+void GlooStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
+  if (timeout.count() <= 0) {  // gloo's "unset": the store's own timeout
+    store_->wait(keys);
+    return;
+  }
+  const Seconds before = store_->timeout();
+  store_->set_timeout(std::chrono::duration_cast<Seconds>(timeout));
+  try {
+    store_->wait(keys);
+  } catch (...) {
+    store_->set_timeout(before);
+    throw;
+  }
+  store_->set_timeout(before);
+}
+
+}  // namespace dplab::parallel
