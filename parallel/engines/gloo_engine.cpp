@@ -7,8 +7,9 @@
 // multi-node job with no mpirun; the interface is chosen as transport/gloo_transport.h says.
 // gloo cannot say what it sent: comm_stats() shows algorithms/cost.h's textbook traffic.
 // Timeouts: a collective running past the group's timeout wakes the watchdog
-// (collective_watchdog.h), which names the late rank and then closes this rank's
-// connections, so gloo's wait ends at once in a CommError carrying that diagnosis.
+// (collective_watchdog.h), which names the late rank within its grace period; gloo's own
+// deadline is set a second past that, and its error becomes a CommError carrying the
+// diagnosis. A peer whose process died ends gloo's wait at once (its connection closes).
 // Read next: transport/gloo_transport.h; tests/gloo/.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -85,7 +86,7 @@ class GlooEngine final : public CollectiveEngine {
              bool multi_node, CollectiveWatchdog::Connect watchdog_store)
       : timeout_(timeout) {
     // gloo's own deadline is the backstop: the watchdog, at `timeout`, diagnoses first
-    const Seconds backstop = timeout + CollectiveWatchdog::grace(timeout) + Seconds(2);
+    const Seconds backstop = timeout + CollectiveWatchdog::grace(timeout) + Seconds(1);
     gloo_timeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(backstop);
     context_ = make_gloo_context(store, rank, world_size, backstop, multi_node);
     status_ = std::move(store);
@@ -95,7 +96,6 @@ class GlooEngine final : public CollectiveEngine {
             std::lock_guard<std::mutex> lock(mu_);
             hang_ = why;
           }
-          close_all();  // gloo's wait ends now, and run() reports `why`
         });
   }
   ~GlooEngine() override { watchdog_.reset(); }

@@ -6,7 +6,8 @@
 // posted receive: buffer k % kGlooDepth.
 // A wait that fails (timeout, or the peer's connection gone) becomes a CommError; the reason
 // a failed peer filed in the store ("failed/<rank>") is added when it is there. mark_failed
-// files the reason, then closes this rank's connections, so peers stop waiting at once.
+// files the reason and asks for a hard close (gloo's Pair::close sets SO_LINGER 0): peers
+// stop waiting when this process exits and its connections reset, or at their timeout.
 // Read next: node_transport.cpp.
 #include "parallel/transport/gloo_transport.h"
 

@@ -98,10 +98,10 @@ void check_collectives(ProcessGroup& pg, const std::string& engine) {
     pg.all_reduce(hd, ReduceOp::Sum, Algorithm::HalvingDoubling);
     for (int64_t i : {0, 500, 1000}) {
       float sum = 0;
-      for (int k = 0; k < n; ++k) sum += float(k * 1000 + i);
+      for (int k = 0; k < n; ++k) sum += float(k * 1000 + i % 997);
       EXPECT(std::abs(values(a)[i] - sum / n) < 1e-3, "avg [{}]: {} vs {}", i, values(a)[i], sum / n);
-      EXPECT(values(mx)[i] == float((n - 1) * 1000 + i), "max [{}]", i);
-      EXPECT(values(mn)[i] == float(i), "min [{}]", i);
+      EXPECT(values(mx)[i] == float((n - 1) * 1000 + i % 997), "max [{}]", i);
+      EXPECT(values(mn)[i] == float(i % 997), "min [{}]", i);
       EXPECT(values(hd)[i] == sum, "all_reduce({}) [{}]", pg.all_reduce_algorithm(4004, Algorithm::HalvingDoubling), i);
     }
   }
@@ -245,10 +245,14 @@ int main(int argc, char** argv) {
       EXPECT(!what.empty(), "all_reduce with a {} peer did not throw", mode);
       EXPECT(contains(what, fmt::format("rank {}", g_rank)) && contains(what, "all_reduce"),
              "the error names neither this rank nor the collective: {}", what);
-      if (mode == "hang") {
+      if (mode == "hang" && engine == "gloo") {  // the watchdog's diagnosis, then gloo's error
         EXPECT(contains(what, "rank 1 stopped making progress"), "rank 1 not named: {}", what);
-        EXPECT(took < timeout + CollectiveWatchdog::grace(Seconds(timeout)).count() + 2,
+        EXPECT(took < timeout + CollectiveWatchdog::grace(Seconds(timeout)).count() + 1.5,
                "took {:.2f} s", took);
+      } else if (mode == "hang") {  // dplab's transport names the peer it waited on in vain
+        EXPECT(contains(what, "rank 1") && contains(what, "no progress within the timeout"),
+               "rank 1 not named: {}", what);
+        EXPECT(took < timeout + 1, "took {:.2f} s", took);
       } else {
         EXPECT(took < timeout, "a dead peer took {:.2f} s to notice (timeout {})", took, timeout);
         if (engine != "gloo") EXPECT(contains(what, "rank 1"), "peer not named: {}", what);
