@@ -263,7 +263,9 @@ int main(int argc, char** argv) {
     }
     destroy_process_group();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", g_rank, e.what());
+    const char* env_rank = std::getenv("RANK");
+    std::fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env_rank ? std::atoi(env_rank) : -1,
+                 e.what());
     return 1;
   }
   std::printf("PASS %s %s rank %d\n", mode.c_str(), engine.c_str(), g_rank);

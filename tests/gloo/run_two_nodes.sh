@@ -4,6 +4,7 @@
 #   run_two_nodes.sh NPROC_PER_NODE EXPECT RANK_PROGRAM ARGS...
 # EXPECT: "pass" (both launchers exit 0 and every rank prints PASS), or "rank0-pass" (node 0's
 # rank 0 prints PASS; node 1's launcher reports its dead or hung rank and may fail).
+# "fail:TEXT": both launchers fail and their output holds TEXT.
 # Also: "refuse-no-token" checks that dplab-run refuses --nnodes 2 without DPLAB_JOB_TOKEN.
 # Exits 77 (skip) when dplab was built without gloo (GLOO_BUILT=0).
 # Read next: gloo_rank.cpp, docs/gloo.md.
@@ -41,5 +42,9 @@ case $EXPECT in
     [ "$n" -eq $((2 * NPROC)) ] || { echo "FAIL: $n of $((2 * NPROC)) ranks passed"; exit 1; } ;;
   rank0-pass)
     grep -q '^PASS' "$out/node0" || { echo "FAIL: rank 0 did not pass"; exit 1; } ;;
+  fail:*)
+    [ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] || { echo "FAIL: a launcher succeeded"; exit 1; }
+    grep -qF "${EXPECT#fail:}" "$out/node0" "$out/node1" ||
+      { echo "FAIL: no '${EXPECT#fail:}' in the output"; exit 1; } ;;
 esac
 echo "PASS"
