@@ -83,8 +83,9 @@ CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store,
 }
 
 // Across nodes: shm (threads) among this node's ranks, gloo's TCP wire to the others, one
-// segment size for both. Each half has its own view: "<group>/node<k>" (one shm block per
-// node) and "<group>/gloo_transport" (gloo's addresses, and the reasons failed ranks file).
+// segment size for both. Each part has its own view: "<group>/node<k>" (one shm block per
+// node), "<group>/gloo_transport" (gloo's addresses, and the reasons failed ranks file) and
+// "<group>/hang" (the hang reports across nodes).
 std::unique_ptr<Transport> node_transport(const std::shared_ptr<PrefixStore>& group_store, int rank,
                                           int world_size, bool threads,
                                           const ProcessGroupOptions& opts) {
@@ -102,7 +103,8 @@ std::unique_ptr<Transport> node_transport(const std::shared_ptr<PrefixStore>& gr
     if (r / per_node != node) others.push_back(r);
   auto remote = make_gloo_transport(std::move(context), gloo_store, std::move(others),
                                     opts.timeout, slot);
-  return make_node_transport(std::move(local), std::move(remote), rank, world_size, per_node);
+  return make_node_transport(std::move(local), std::move(remote), rank, world_size, per_node,
+                             std::make_shared<PrefixStore>("hang", group_store), opts.timeout);
 }
 
 }  // namespace
