@@ -23,21 +23,8 @@ std::vector<char> GlooStore::get(const std::string& key) {
 
 void GlooStore::wait(const std::vector<std::string>& keys) { store_->wait(keys); }
 
-void GlooStore::wait(const std::vector<std::string>& keys,
-                     const std::chrono::milliseconds& timeout) {
-  if (timeout.count() <= 0) {  // gloo's "unset": the store's own timeout
-    store_->wait(keys);
-    return;
-  }
-  const Seconds before = store_->timeout();
-  store_->set_timeout(std::chrono::duration_cast<Seconds>(timeout));
-  try {
-    store_->wait(keys);
-  } catch (...) {
-    store_->set_timeout(before);
-    throw;
-  }
-  store_->set_timeout(before);
+void GlooStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) {
+  store_->wait(keys);
 }
 
 }  // namespace dplab::parallel

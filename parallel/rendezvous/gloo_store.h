@@ -23,7 +23,8 @@ class GlooStore final : public gloo::rendezvous::Store {
   // Waits (up to the dplab store's timeout) for the key, as gloo expects.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  // gloo's timeout, when it passes one, bounds this wait instead of the store's.
+  // gloo passes its context's timeout; the dplab store's own bounds the wait instead (the
+  // group's, set by create_process_group), so a view's timeout is never changed behind it.
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 

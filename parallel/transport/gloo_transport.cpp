@@ -123,6 +123,7 @@ class GlooTransport final : public Transport {
         l.send[k] = context_->createUnboundBuffer(l.send_mem[k].data(), l.send_mem[k].size());
         l.recv[k] = context_->createUnboundBuffer(l.recv_mem[k].data(), l.recv_mem[k].size());
         l.recv[k]->recv(p, kSlot);  // posted ahead: the peer's first segments land at once
+        l.recv_posted[k] = true;
       }
     }
   }
@@ -148,11 +149,14 @@ class GlooTransport final : public Transport {
                 segment_, len);
     Link& l = link(peer);
     const int k = static_cast<int>(l.sent++ % kGlooDepth);
-    if (l.send_pending[k]) wait(peer, "send to", [&] { l.send[k]->waitSend(ms()); });
+    if (l.send_pending[k]) {
+      wait(peer, "send to", [&] { l.send[k]->waitSend(ms()); });
+      l.send_pending[k] = false;
+    }
     const uint64_t n = len;
     std::memcpy(l.send_mem[k].data(), &n, 8);
     if (len) std::memcpy(l.send_mem[k].data() + 8, src, len);
-    l.send[k]->send(peer, kSlot, 0, 8 + len);
+    wait(peer, "send to", [&] { l.send[k]->send(peer, kSlot, 0, 8 + len); });
     l.send_pending[k] = true;
   }
 
@@ -160,6 +164,10 @@ class GlooTransport final : public Transport {
                     const std::function<void(const void* data, std::size_t len)>& use) override {
     Link& l = link(peer);
     const int k = static_cast<int>(l.received++ % kGlooDepth);
+    if (!l.recv_posted[k])
+      throw CommError(fmt::format("rank {}: gloo transport: receive from rank {} in {} failed: "
+                                  "its connection was closed ({})",
+                                  rank(), peer, collective_, l.post_error));
     wait(peer, "receive from", [&] { l.recv[k]->waitRecv(ms()); });
     uint64_t n = 0;
     std::memcpy(&n, l.recv_mem[k].data(), 8);
@@ -168,7 +176,15 @@ class GlooTransport final : public Transport {
                                   "more than the {} this group's segments hold",
                                   rank(), peer, n, segment_));
     use(l.recv_mem[k].data() + 8, n);
-    l.recv[k]->recv(peer, kSlot);  // the buffer is free again: post it for a later segment
+    // The buffer is free again: post it for a later segment. A peer that has finished and
+    // closed its connection refuses the post; that matters only if we wait on it again.
+    try {
+      l.recv[k]->recv(peer, kSlot);
+      l.recv_posted[k] = true;
+    } catch (const gloo::Exception& e) {
+      l.recv_posted[k] = false;
+      l.post_error = e.what();
+    }
   }
 
   void mark_failed(const std::string& why) override {
@@ -187,6 +203,8 @@ class GlooTransport final : public Transport {
     std::vector<char> send_mem[kGlooDepth], recv_mem[kGlooDepth];
     std::unique_ptr<gloo::transport::UnboundBuffer> send[kGlooDepth], recv[kGlooDepth];
     bool send_pending[kGlooDepth] = {};
+    bool recv_posted[kGlooDepth] = {};
+    std::string post_error;  // why a receive could not be posted again
     uint64_t sent = 0, received = 0;
   };
 
