@@ -230,7 +230,9 @@ int main(int argc, char** argv) {
       const double timeout = std::atof(std::getenv("DPLAB_TIMEOUT"));
       if (g_rank == 1) {
         if (mode == "dead") std::_Exit(3);  // gone, without a word
-        std::this_thread::sleep_for(std::chrono::duration<double>(timeout * 2 + 3));
+        // silent past the slowest report (timeout + two grace periods, below), then gone
+        std::this_thread::sleep_for(std::chrono::duration<double>(
+            timeout + 2 * CollectiveWatchdog::grace(Seconds(timeout)).count() + 1.5));
         std::_Exit(0);
       }
       Tensor t = ramp(100000, g_rank);
