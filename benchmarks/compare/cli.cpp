@@ -183,12 +183,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
   app.add_option("--modes,--backend", cfg.modes,
-                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl (zero1/zero2: "
+                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl,gloo (zero1/zero2: "
                  "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started "
-                 "by mpirun; "
+                 "by mpirun; gloo: DDP on the gloo engine (gloo's ring over TCP on loopback); "
                  "nccl: with --device cuda, one GPU per rank)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl"}));
+      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl", "gloo"}));
   app.add_option("--optimizer", cfg.optimizer, "sgd (with --momentum) or adam (lr = --lr)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(at_least(1, "steps >= 1"));
