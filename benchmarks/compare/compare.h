@@ -44,6 +44,11 @@ struct Config {
   // bytes and activations take half the memory; the optimizer updates float32 master
   // copies (their bytes count as optimizer state); fp16 adds a GradScaler.
   std::string precision = "fp32";
+  // emulated | netns | netns:RATE (netns_links.h): the DDP modes also run with every rank in
+  // a network namespace behind a real tc-shaped link. netns_bed: set in the workers only
+  // (--worker-netns), the bed whose node `rank` each rank enters.
+  std::string links = "emulated";
+  std::string netns_bed = "";
 };
 
 // One device (single, dp) or one rank (star, ring).
@@ -70,11 +75,17 @@ struct RunResult {
   int64_t param_count = 0;
   double predicted_step_s = -1;  // alpha-beta prediction (DDP rows), -1: none
   double link_gbps = 0;          // the emulated link this run crossed (0: none)
+  std::string link = "none";     // none | emulated | netns (real shaped links, netns_links.h)
   double samples_per_s() const {
     return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0;
   }
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };
+
+// A run's name in file names and tables: its mode, "_netns" added for the real-link twin.
+inline std::string run_label(const RunResult& r) {
+  return r.link == "netns" ? r.mode + "_netns" : r.mode;
+}
 
 // The emulated link a run of `mode` on n devices crosses, in Gbit/s: cfg.link_gbps (or its
 // default for the device kind) for dp, star and ring with n > 1; 0 for a lone device and
