@@ -56,8 +56,7 @@ void on_signal(int sig) {
     g_bed_up = 0;
     run_down_from_handler();
   }
-  ::sigaction(SIGINT, &g_old_int, nullptr);
-  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::signal(sig, SIG_DFL);
   ::raise(sig);  // the usual death (the workers follow: die_with_parent)
 }
 
@@ -137,7 +136,9 @@ NetnsBed::NetnsBed(const std::string& script, int nodes, const std::string& rate
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &g_old_int);
+  // A SIGINT ignored at start (a background job of a script) stays ignored.
+  ::sigaction(SIGINT, nullptr, &g_old_int);
+  if (g_old_int.sa_handler != SIG_IGN) ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, &g_old_term);
   g_bed_up = 1;  // from here a signal takes down whatever `up` made (up also cleans up itself)
   const int rc =

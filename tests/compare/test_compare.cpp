@@ -74,6 +74,10 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
         Bad{"--ns -1 --modes dp", "device counts >= 1, got '-1'"},
         Bad{"--ns 1,0,2", "device counts >= 1, got '0'"}, Bad{"--steps 0", "steps >= 1, got '0'"},
         Bad{"--link-gbps -1", "a link speed >= 0 Gbit/s"},
+        Bad{"--links fast", "--links expects emulated, netns or netns:RATE (e.g. netns:1gbit), got 'fast'"},
+        Bad{"--links netns:1gb", "expects a rate as tc writes it (e.g. 1gbit, 500mbit), got '1gb'"},
+        Bad{"--links netns --link-gbps 0", "--links netns takes its rate from --link-gbps, which is 0"},
+        Bad{"--links netns:1gbit --link-gbps 10", "--links netns:1gbit and --link-gbps 10 disagree"},
         Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"}}) {
     CAPTURE(bad.args);
     const ProgramRun run =
@@ -138,7 +142,9 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
                                           "params",
                                           "predicted_step_ms",
                                           "prediction_error_pct",
-                                          "link_gbps"};
+                                          "link_gbps",
+                                          "link",
+                                          "emulated_vs_real_pct"};
   CHECK(header == expected);
   CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
   for (const auto& row : rows) {
@@ -161,6 +167,8 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
     }
     // cpu's default: every device with company sits behind a 10 Gbit/s link; alone, none
     CHECK(std::stod(row.at("link_gbps")) == (std::stoi(row.at("N")) > 1 ? 10.0 : 0.0));
+    CHECK(row.at("link") == (std::stoi(row.at("N")) > 1 ? "emulated" : "none"));
+    CHECK(row.at("emulated_vs_real_pct") == "nan");  // no --links netns: no real twin
   }
 }
 
