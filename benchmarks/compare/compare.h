@@ -76,6 +76,9 @@ struct RunResult {
   double predicted_step_s = -1;  // alpha-beta prediction (DDP rows), -1: none
   double link_gbps = 0;          // the emulated link this run crossed (0: none)
   std::string link = "none";     // none | emulated | netns (real shaped links, netns_links.h)
+  // netns rows: bytes each rank's link carried out / in over the timed steps, as the kernel
+  // counts them (TCP/IP headers and acknowledgements included)
+  std::vector<int64_t> wire_sent{}, wire_received{};
   double samples_per_s() const {
     return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0;
   }

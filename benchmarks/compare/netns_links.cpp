@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <sstream>
 
 #include "framework/error.h"
 #include "parallel/transport/gloo_transport.h"
@@ -183,6 +184,28 @@ void enter_node(const std::string& bed, int node) {
   ::setenv("LOCAL_RANK", "0", 1);
 }
 
+LinkBytes node_link_bytes() {
+  std::ifstream f("/proc/self/net/dev");
+  DPLAB_CHECK(f.good(), "cannot read /proc/self/net/dev");
+  for (std::string line; std::getline(f, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos || line.substr(0, colon).find("eth0") == std::string::npos)
+      continue;
+    std::istringstream in(line.substr(colon + 1));
+    int64_t v[16] = {};
+    for (int64_t& x : v) in >> x;
+    DPLAB_CHECK(!in.fail(), "/proc/self/net/dev: malformed line for eth0: '{}'", line);
+    return {.sent = v[8], .received = v[0]};  // receive: bytes first; transmit: 9th field
+  }
+  DPLAB_FAIL("/proc/self/net/dev has no eth0: this rank is not inside a node of the bed");
+}
+
+void write_link_bytes(const std::string& path, LinkBytes begin, LinkBytes end) {
+  std::ofstream f(path);
+  f << (end.sent - begin.sent) << ' ' << (end.received - begin.received) << '\n';
+  DPLAB_CHECK(f.good(), "could not write {}", path);
+}
+
 std::string netns_init_method(const Config& cfg, const std::string& label, int n) {
   return "file://" + std::filesystem::absolute(run_file(cfg, label, n, -1, "store")).string();
 }
@@ -191,7 +214,8 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
                         const std::string& bed, const std::string& self_exe,
                         const std::vector<std::string>& worker_args) {
   const std::string label = mode + "_netns";
-  for (int r = 0; r < n; ++r) std::filesystem::remove(run_file(cfg, label, n, r, "txt"));
+  for (int r = 0; r < n; ++r)
+    for (const char* ext : {"txt", "link"}) std::filesystem::remove(run_file(cfg, label, n, r, ext));
   std::filesystem::remove(run_file(cfg, label, n, -1, "store"));
   std::vector<std::string> args = worker_args;
   for (const std::string& a :
@@ -201,8 +225,16 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
   run_worker_process(self_exe, args, fmt::format("{} N={} on netns links", mode, n));
   RunResult r{.mode = mode, .n = n, .global_batch = cfg.global_batch};
   r.devices.resize(static_cast<size_t>(n));
-  for (int rank = 0; rank < n; ++rank)
+  for (int rank = 0; rank < n; ++rank) {
     read_rank_file(run_file(cfg, label, n, rank, "txt"), r, rank);
+    std::ifstream f(run_file(cfg, label, n, rank, "link"));
+    int64_t sent = -1, received = -1;
+    f >> sent >> received;
+    DPLAB_CHECK(!f.fail(), "rank {} of the {} N={} run on netns links left no link counters",
+                rank, mode, n);
+    r.wire_sent.push_back(sent);
+    r.wire_received.push_back(received);
+  }
   r.link = "netns";
   r.link_gbps = links.gbps;
   return r;
@@ -266,11 +298,13 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
       "link (a shared-memory copy, then a sleep for the wire's time, parallel/transport/"
       "link_model.h). Error = (emulated - real) / real; the issue's target is within 15%. "
       "Traffic: MiB a rank sends per step (dev0 is the star's master), with the textbook "
-      "formula for S gradient bytes: ring 2(N-1)/N S, star master (N-1) S.\n\n",
+      "formula for S gradient bytes: ring 2(N-1)/N S, star master (N-1) S; the wire column is "
+      "what the kernel counted on dev0's link (headers and acknowledgements included).\n\n",
       links.rate, links.rate);
   f << "| mode | N | emulated step ms | real step ms | emulated error | alpha-beta (real fit) ms "
-       "| its error | dev0 sent MiB (real) | formula | busiest other (real) | formula |\n";
-  f << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "| its error | dev0 sent MiB (real) | formula | busiest other (real) | formula | dev0 "
+       "link out/in MiB (wire) |\n";
+  f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const RunResult& r : runs) {
     if (r.link != "netns") continue;
     const RunResult* emu = nullptr;
@@ -287,12 +321,16 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
     const double pred_err = r.predicted_step_s > 0
                                 ? 100.0 * (r.predicted_step_s - r.step_s()) / r.step_s()
                                 : NAN;
-    f << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} |\n", r.mode,
+    const std::string wire =
+        r.wire_sent.empty() ? "-"
+                            : fmt::format("{:.3f} / {:.3f}", double(r.wire_sent[0]) / steps / mib,
+                                          double(r.wire_received[0]) / steps / mib);
+    f << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", r.mode,
                      r.n, emu ? fmt_ms(emu->step_s()) : "-", fmt_ms(r.step_s()),
                      emu ? fmt_pct(emulated_error_pct(*emu, runs)) : "-",
                      fmt_ms(r.predicted_step_s), fmt_pct(pred_err), dev0,
                      std::isfinite(f0) ? fmt::format("{:.3f}", f0) : "-", other,
-                     std::isfinite(f1) ? fmt::format("{:.3f}", f1) : "-");
+                     std::isfinite(f1) ? fmt::format("{:.3f}", f1) : "-", wire);
   }
   if (real)
     f << fmt::format(

@@ -51,6 +51,15 @@ class NetnsBed {
 // starts later: gloo's) into node `node` of bed `bed`, and says so to the group: one rank
 // per node (LOCAL_WORLD_SIZE=1), gloo on the node's interface (GLOO_SOCKET_IFNAME=eth0).
 void enter_node(const std::string& bed, int node);
+// The bytes this process's node has sent and received on its link (eth0 in
+// /proc/self/net/dev, which shows the namespace of the process's main thread).
+struct LinkBytes {
+  int64_t sent = 0, received = 0;
+};
+LinkBytes node_link_bytes();
+// A rank's link bytes over the timed steps, to runs/<label>_n<N>_rank<r>.link.
+void write_link_bytes(const std::string& path, LinkBytes begin, LinkBytes end);
+
 // The init_method of a run in the bed: a FileStore under <out>/runs, which the parent
 // removes before the run (an old file's keys would look valid).
 std::string netns_init_method(const Config& cfg, const std::string& label, int n);

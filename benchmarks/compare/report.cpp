@@ -75,6 +75,11 @@ Derived derive(const RunResult& r, const std::vector<RunResult>& runs) {
   return d;
 }
 
+// netns rows: MiB per step rank 0's link carried (the kernel's count); NAN elsewhere
+double wire_mib(const std::vector<int64_t>& bytes, const RunResult& r) {
+  return bytes.empty() ? NAN : mib(double(bytes[0])) / std::max<double>(1, double(r.timed_steps));
+}
+
 double prediction_error_pct(const RunResult& r) {
   return r.predicted_step_s > 0 && r.step_s() > 0
              ? 100.0 * (r.predicted_step_s - r.step_s()) / r.step_s()
@@ -114,7 +119,9 @@ const std::vector<std::string>& csv_columns() {
                                                  "prediction_error_pct",
                                                  "link_gbps",
                                                  "link",
-                                                 "emulated_vs_real_pct"};
+                                                 "emulated_vs_real_pct",
+                                                 "master_wire_sent_mib",
+                                                 "master_wire_recv_mib"};
   return kColumns;
 }
 
@@ -244,11 +251,12 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
         d.efficiency, 1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s,
         d.mem_max, d.mem_min, d.imbalance);
     f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:."
-                     "4f},{:.2f},{:g},{},{:.2f}\n",
+                     "4f},{:.2f},{:g},{},{:.2f},{:.6f},{:.6f}\n",
                      d.master_sent, d.master_recv, d.other_sent, d.other_recv, d.master_weight_sent,
                      d.master_weight_recv, d.other_weight_sent, d.other_weight_recv,
                      r.test_accuracy, r.test_loss, r.param_count, pred_ms, prediction_error_pct(r),
-                     r.link_gbps, r.link, emulated_error_pct(r, runs));
+                     r.link_gbps, r.link, emulated_error_pct(r, runs), wire_mib(r.wire_sent, r),
+                     wire_mib(r.wire_received, r));
   }
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }

@@ -226,8 +226,10 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   std::vector<double> step_times;
   amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   RunResult r{.mode = algo_name, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
+  LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
+      if (netns) link_at_start = node_link_bytes();
       pg->reset_comm_stats();
       comm.reset_times();
       reset_peak_memory_stats(dev);
@@ -258,6 +260,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     bar.update(1, {{"loss", double(loss_value)}});
   }
   bar.close();
+  if (netns)
+    write_link_bytes(run_file(cfg, label, n, rank, "link"), link_at_start, node_link_bytes());
   r.seconds = median(step_times) * double(r.timed_steps);
   // communication: time the buckets' all-reduces ran (overlapped with backward, so it is
   // not a slice of the step); waiting: time backward's end sat waiting for them; compute:

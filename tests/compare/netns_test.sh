@@ -49,6 +49,13 @@ for r in rows:
         got = float(r[col]) * mib
         if abs(got - f) > 0.01 * f: fail(f"{what}: {col} {got:.0f} bytes/step, formula {f:.0f}")
     if not float(r["predicted_step_ms"]) > 0: fail(f"{what}: no prediction")
+    # the kernel's count on rank 0's link: the payload plus TCP/IP's headers (a few %), plus
+    # gloo's few control messages; none on an emulated link
+    wire = float(r["master_wire_sent_mib"]) * mib
+    if r["link"] == "emulated":
+        if r["master_wire_sent_mib"] != "nan": fail(f"{what}: wire bytes on an emulated link")
+    elif not dev0 <= wire <= 1.15 * dev0 + 64 * 1024:
+        fail(f"{what}: rank 0's link carried {wire:.0f} bytes/step, payload {dev0:.0f}")
     if not float(r["step_ms"]) > 0: fail(f"{what}: no step time")
 for mode in ("ring", "star"):
     emu = next(r for r in rows if r["mode"] == mode and r["link"] == "emulated")

@@ -144,7 +144,9 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
                                           "prediction_error_pct",
                                           "link_gbps",
                                           "link",
-                                          "emulated_vs_real_pct"};
+                                          "emulated_vs_real_pct",
+                                          "master_wire_sent_mib",
+                                          "master_wire_recv_mib"};
   CHECK(header == expected);
   CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
   for (const auto& row : rows) {
@@ -169,6 +171,7 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
     CHECK(std::stod(row.at("link_gbps")) == (std::stoi(row.at("N")) > 1 ? 10.0 : 0.0));
     CHECK(row.at("link") == (std::stoi(row.at("N")) > 1 ? "emulated" : "none"));
     CHECK(row.at("emulated_vs_real_pct") == "nan");  // no --links netns: no real twin
+    CHECK(row.at("master_wire_sent_mib") == "nan");  // nor a real link to count bytes on
   }
 }
 
