@@ -72,6 +72,12 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
 std::vector<PingPongSample> run_pingpong_netns(const Config& cfg, const std::string& bed,
                                                const std::string& self_exe,
                                                const std::vector<std::string>& worker_args);
+// The real links' alpha-beta: alpha from the fit (the small messages), beta from the largest
+// message alone. tbf lets a burst (10 ms of the rate per shaper, netns_cluster.sh) through at
+// line speed and refills it between round trips, so messages of up to a few MiB see up to
+// twice the rate; the largest (16 MiB) sees the rate a training step that moves more than
+// the burst sees.
+AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples);
 // The real-link rows' predictions from the real links' alpha-beta fit (the emulated rows
 // keep theirs, from the emulated ping-pong).
 void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& real,
