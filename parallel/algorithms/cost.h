@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/transport/transport.h"  // kSegmentBytes
 
 namespace dplab::parallel {
@@ -36,6 +37,12 @@ Traffic star_all_reduce_cost(int64_t bytes, int rank, int size);
 Traffic star_reduce_cost(int64_t bytes, int rank, int size, int root);
 // Star out of root (scatter): the root sends (N-1)S, each leaf receives S.
 Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root);
+// Sharded parameter server (ps.cpp), shard s of b_s bytes on rank v_s, W workers. Push: a
+// worker sends every shard it does not serve itself; server s receives b_s from every worker
+// but itself. Pull: the same bytes the other way (sent and received swap).
+// Co-located S = N: (N-1)/N·P each way per half, the ring's bytes over both; S = 1: the star.
+Traffic ps_push_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size);
+Traffic ps_pull_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size);
 // One message of S bytes.
 Traffic send_cost(int64_t bytes);
 Traffic recv_cost(int64_t bytes);
