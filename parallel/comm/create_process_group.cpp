@@ -99,6 +99,11 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
               "create_process_group: segment_bytes must be a multiple of 8 up to 64 MiB (0: the "
               "transport's default), got {}",
               opts.segment_bytes);
+  DPLAB_CHECK(opts.ranks_per_node == 0 ||
+                  (opts.ranks_per_node > 0 && world_size % opts.ranks_per_node == 0),
+              "create_process_group: ranks_per_node must be 0 (one node) or divide world_size "
+              "{} (every node runs as many ranks), got {}",
+              world_size, opts.ranks_per_node);
   DPLAB_CHECK(opts.link_gbps == 0 || !is_external_engine(opts.engine),
               "create_process_group: an emulated link (link_gbps = {}) needs one of dplab's "
               "engines (ring, star, ...); the {} engine moves its bytes itself",

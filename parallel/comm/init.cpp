@@ -110,7 +110,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
               "destroy_process_group() first",
               g.pg->rank(), g.pg->size());
   const Seconds timeout = resolve_timeout(opts.timeout);
-  int rank = opts.rank, world_size = opts.world_size;
+  int rank = opts.rank, world_size = opts.world_size, ranks_per_node = 0;
   std::shared_ptr<Store> store;
   if (opts.engine == "mpi") {
     // MPI knows the world: mpirun (or srun --mpi=pmix) started it
@@ -129,6 +129,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
       if (opts.engine != "nccl") check_single_node(opts.engine, info);
       if (rank < 0) rank = info.rank;
       if (world_size < 0) world_size = info.world_size;
+      if (info.local_world_size < info.world_size) ranks_per_node = info.local_world_size;
     }
     DPLAB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
                 "init_process_group: rank {} is not in [0, world_size {})", rank, world_size);
@@ -137,7 +138,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   rendezvous(*store, rank, world_size, timeout);
   g.pg = create_process_group(
       store, rank, world_size,
-      ProcessGroupOptions{.engine = opts.engine, .timeout = timeout, .link_gbps = opts.link_gbps});
+      ProcessGroupOptions{.engine = opts.engine,
+                          .timeout = timeout,
+                          .link_gbps = opts.link_gbps,
+                          .ranks_per_node = ranks_per_node});
   g.store = store;
   g.timeout = timeout;
   return g.pg;

@@ -34,6 +34,10 @@ struct ProcessGroupOptions {
   // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
   // transport's default (shm: shm_segment_bytes(N), threads: kSegmentBytes, 128 KiB).
   std::size_t segment_bytes = 0;
+  // How the ranks sit on machines, torchrun's way: node k holds ranks [k * ranks_per_node,
+  // (k + 1) * ranks_per_node). 0: every rank on one node. init_process_group fills it from
+  // LOCAL_WORLD_SIZE; tests set it to pretend a one-machine job has several nodes.
+  int ranks_per_node = 0;
 };
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
