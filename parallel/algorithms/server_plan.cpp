@@ -37,6 +37,11 @@ ServerPlan make_server_plan(int64_t elems, int world, int servers, bool colocate
               "parameter server: expected 1 to {} {} servers for {} ranks, got {}{}",
               colocated ? world : world - 1, colocated ? "co-located" : "separate", world, servers,
               colocated ? "" : " (separate servers do not train: at least one rank must work)");
+  // an empty shard would make a server that only relays zeros: refuse it by name
+  DPLAB_CHECK(servers <= elems,
+              "parameter server: expected at most {} servers for {} parameters (each server "
+              "holds a shard of at least one), got {}",
+              elems, elems, servers);
   ServerPlan plan{.elems = elems, .colocated = colocated};
   for (int s = 0; s < servers; ++s)
     plan.servers.push_back(colocated ? static_cast<int>(int64_t(s) * world / servers)

@@ -35,7 +35,8 @@ struct ServerPlan {
 // The default placement for S servers among N ranks: co-located servers spread evenly
 // (server s on rank s*N/S, so with ranks numbered node by node they land on different nodes);
 // separate servers are ranks N-S .. N-1 (the workers keep ranks 0 .. W-1). Throws Error unless
-// 1 <= S <= N (co-located) or 1 <= S < N (separate: at least one worker must remain).
+// 1 <= S <= N (co-located) or 1 <= S < N (separate: at least one worker must remain), and
+// S <= P (no empty shard).
 ServerPlan make_server_plan(int64_t elems, int world, int servers, bool colocated);
 // Throws Error naming the fault: a server rank outside [0, world), a rank serving twice, no
 // server, no worker, or a negative size.

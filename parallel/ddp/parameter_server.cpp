@@ -31,6 +31,24 @@
 
 namespace dplab::parallel {
 
+namespace {
+
+// Every rank must pass the same parameters: a rank with another count or total would cut
+// other shards and wait on messages that never come. One all-reduce (max of x and of -x)
+// finds a mismatch on every rank before any shard moves.
+void check_same_parameters(ProcessGroup& pg, int64_t count, int64_t elems) {
+  Tensor t = from_vector(std::vector<int64_t>{count, elems, -count, -elems}, {4});
+  pg.all_reduce(t, ReduceOp::Max);
+  const auto v = t.to_vector<int64_t>();
+  DPLAB_CHECK(v[0] == -v[2] && v[1] == -v[3],
+              "ParameterServer: every rank must pass the same parameters; rank {} has {} "
+              "tensors of {} elements, but the ranks range over {}..{} tensors and {}..{} "
+              "elements",
+              pg.rank(), count, elems, -v[2], v[0], -v[3], v[1]);
+}
+
+}  // namespace
+
 ParameterServer::ParameterServer(std::vector<Tensor> params, InnerOptions inner, PsOptions opts)
     : Optimizer(std::move(params)) {
   pg_ = opts.process_group ? opts.process_group : default_process_group_handle();
@@ -46,6 +64,7 @@ ParameterServer::ParameterServer(std::vector<Tensor> params, InnerOptions inner,
     total += p.numel();
   }
   const int n = pg_->size(), r = pg_->rank();
+  if (n > 1) check_same_parameters(*pg_, static_cast<int64_t>(params_.size()), total);
   plan_ = make_server_plan(total, n, opts.servers, opts.colocated);
   const TensorOptions where{.device = params_.empty() ? Device(DeviceKind::CPU) : params_[0].device()};
   NoGradGuard no_grad;

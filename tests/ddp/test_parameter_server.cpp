@@ -13,6 +13,7 @@
 #include "models/toy.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/ddp/parameter_server.h"
+#include "parallel/engines/collective_engine.h"
 #include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
@@ -99,9 +100,12 @@ TEST_CASE("PS: N = 1..4, every S co-located and separate, equals one process (SG
 }
 
 TEST_CASE("PS with Adam: the servers' moments give one process's Adam") {
-  for (auto [n, s, colocated] : {std::tuple{3, 2, true}, std::tuple{4, 1, false}}) {
+  for (auto [n, s, colocated] : {std::tuple{2, 1, true}, std::tuple{3, 2, true},
+                                 std::tuple{4, 4, true}, std::tuple{4, 1, false},
+                                 std::tuple{4, 2, false}}) {
     CAPTURE(n);
     CAPTURE(s);
+    CAPTURE(colocated);
     const Params expected = adam_reference(colocated ? n : n - s);
     run_threads(n, [&](ProcessGroup& pg) {
       const Params got =
@@ -185,6 +189,32 @@ TEST_CASE("PS: bad plans and buffers are refused with what was expected") {
   CHECK(message([] { make_server_plan(10, 4, 4, false); }).find("at least one rank must work") != std::string::npos);
   CHECK(message([] { check_server_plan({.elems = 10, .servers = {1, 1}}, 4); }).find("rank 1 holds two shards") != std::string::npos);
   CHECK(message([] { check_server_plan({.elems = 10, .servers = {4}}, 4); }).find("server 0 is rank 4, not in [0, 4)") != std::string::npos);
+  CHECK(message([] { make_server_plan(3, 4, 4, true); }).find("expected at most 3 servers for 3 parameters") != std::string::npos);
+  // through the optimizer: every rank gets the same message, none waits on another
+  run_threads(2, [&](ProcessGroup& pg) {
+    auto model = std::make_shared<models::ToyModel>();
+    const std::string m = message([&] {
+      ParameterServer(model->parameters(), kSgd, {.servers = 3, .process_group = borrow(pg)});
+    });
+    CHECK(m.find("expected 1 to 2 co-located servers for 2 ranks, got 3") != std::string::npos);
+    const std::string sep = message([&] {
+      ParameterServer(model->parameters(), kSgd,
+                      {.servers = 2, .colocated = false, .process_group = borrow(pg)});
+    });
+    CHECK(sep.find("expected 1 to 1 separate servers for 2 ranks, got 2") != std::string::npos);
+  });
+  // ranks that pass different parameters: named on every rank before a shard moves
+  run_threads(3, [&](ProcessGroup& pg) {
+    auto model = std::make_shared<models::ToyModel>();
+    std::vector<Tensor> params = model->parameters();
+    if (pg.rank() == 1) params.pop_back();  // rank 1 leaves out the last bias (5 elements)
+    const std::string m = message([&] {
+      ParameterServer(params, kSgd, {.servers = 2, .process_group = borrow(pg)});
+    });
+    CAPTURE(m);
+    CHECK(m.find("every rank must pass the same parameters") != std::string::npos);
+    CHECK(m.find("range over 3..4 tensors and 160..165 elements") != std::string::npos);
+  });
   run_threads(2, [&](ProcessGroup& pg) {
     const ServerPlan plan = make_server_plan(10, 2, 1, false);  // rank 1 serves all 10
     Tensor wrong = zeros({pg.rank() == 0 ? 9 : 4});  // both wrong: neither waits for the other
@@ -192,4 +222,47 @@ TEST_CASE("PS: bad plans and buffers are refused with what was expected") {
     if (pg.rank() == 0) CHECK(m.find("ps_push: rank 0 must pass 10 elements (all of 10") != std::string::npos);
     if (pg.rank() == 1) CHECK(m.find("ps_push: rank 1 must pass 10 elements (its shard of 10") != std::string::npos);
   });
+}
+
+namespace {
+
+// An engine with only the collectives every engine has and no parameter-server exchange,
+// named like the nccl engine, which is in that position (nccl_engine.cpp overrides neither
+// ps_push nor ps_pull: NCCL's collectives have no schedule of ps.cpp's shape). One rank, so
+// the check runs on machines without a GPU.
+struct NoExchangeEngine final : CollectiveEngine {
+  std::string name_ = "nccl";
+  const std::string& name() const override { return name_; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  [[noreturn]] static void unused() { throw Error("not used by this test"); }
+  void all_reduce(CollectiveCall&, Tensor&, ReduceOp, std::optional<Algorithm>) override { unused(); }
+  void broadcast(CollectiveCall&, Tensor&, int) override { unused(); }
+  void reduce(CollectiveCall&, Tensor&, int, ReduceOp) override { unused(); }
+  void all_gather(CollectiveCall&, std::vector<Tensor>&, const Tensor&) override { unused(); }
+  void reduce_scatter(CollectiveCall&, Tensor&, const std::vector<Tensor>&, ReduceOp) override { unused(); }
+  void gather(CollectiveCall&, std::vector<Tensor>&, const Tensor&, int) override { unused(); }
+  void scatter(CollectiveCall&, Tensor&, const std::vector<Tensor>&, int) override { unused(); }
+  void barrier(CollectiveCall&) override { unused(); }
+  void send(CollectiveCall&, const Tensor&, int) override { unused(); }
+  void recv(CollectiveCall&, Tensor&, int) override { unused(); }
+  void abort(const std::string&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("PS on an engine without the exchange (nccl's position) says so and names the engine") {
+  auto pg = std::make_shared<ProcessGroup>(std::make_unique<NoExchangeEngine>());
+  Tensor t = zeros({10});
+  CHECK_THROWS_WITH_AS(pg->ps_push(t, make_server_plan(10, 1, 1, true)),
+                       doctest::Contains("ps_push(1 shards): the nccl engine has no "
+                                         "parameter-server exchange; use dplab's engine"),
+                       Error);
+  // the optimizer reaches the same message at its first step
+  auto pg2 = std::make_shared<ProcessGroup>(std::make_unique<NoExchangeEngine>());
+  auto model = std::make_shared<models::ToyModel>();
+  ParameterServer ps(model->parameters(), kSgd, {.process_group = pg2});
+  mse_loss(model->forward(batch_x(0, 1)), batch_y(0, 1)).backward();
+  CHECK_THROWS_WITH_AS(ps.step(), doctest::Contains("the nccl engine has no parameter-server exchange"),
+                       Error);
 }
