@@ -104,6 +104,9 @@ ParameterServer::ParameterServer(std::vector<Tensor> params, InnerOptions inner,
   } else {
     lr_ = std::visit([](const auto& o) { return o.lr; }, inner);
   }
+  // a separate server needed the parameters for their shapes only: let them go, so that it
+  // holds just its shard (the caller may drop its model)
+  if (!is_worker()) params_.clear();
 }
 
 int ParameterServer::worker_index() const {

@@ -37,8 +37,10 @@ struct PsOptions {
 class ParameterServer : public optim::Optimizer {
  public:
   // Collective. Every rank passes the same parameters (shapes, order; float32, one device);
-  // a separate server's are only read for their shapes. The first worker's values become
-  // everyone's (one broadcast), as DDP's construction does.
+  // a separate server's are only read for their shapes (it keeps no reference to them).
+  // The first worker's values become everyone's (one broadcast), as DDP's construction does.
+  // Throws Error on every rank when the ranks' parameters differ in count or size, S is out
+  // of range (server_plan.h) or S exceeds the parameters' elements.
   ParameterServer(std::vector<Tensor> params, InnerOptions inner, PsOptions opts = {});
 
   // Collective: every rank calls it once per step, servers included. On a worker every
