@@ -69,8 +69,11 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
                    cfg.global_batch, n);
       if (mode == "ps") {  // one run per server count and placement (run_ps.cpp)
         for (const std::string& place : cfg.ps_placements)
-          for (const std::string& spec : cfg.servers) {
-            const int s = resolve_servers(spec, n);
+          for (size_t i = 0; i < cfg.servers.size(); ++i) {
+            const int s = resolve_servers(cfg.servers[i], n);
+            bool seen = false;  // --servers 1,N at N = 1: one run, not two
+            for (size_t j = 0; j < i; ++j) seen = seen || resolve_servers(cfg.servers[j], n) == s;
+            if (seen) continue;
             runs.push_back(run_ps(cfg, n, s, place == "separate", exe, worker_args));
             runs.back().link_gbps = link_gbps(cfg, runs.back().mode, n);
             TraceRun tr{.label = fmt::format("{} N={}", runs.back().mode, n)};

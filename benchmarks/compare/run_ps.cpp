@@ -6,10 +6,10 @@
 // A rank's step: forward and backward on its G/N rows (workers), then ParameterServer::step:
 // push, the servers' optimizer step on their shards, pull. The push waits for the whole
 // backward (no buckets overlap it, unlike DDP), so the table's comm and wait are the step's
-// push + pull time, as for ZeRO. Per-device figures: the push and pull bytes as weight
-// traffic; memory: a worker's model and gradients, a server's shard (its float32 master
-// weights and their optimizer state, as optimizer state) and, separate, the shard's sum buffer
-// as gradients.
+// push + pull time (medians, as the step's), as for ZeRO. Per-device figures: the push and
+// pull bytes as weight traffic; memory: a worker's model and gradients, a server's shard (its
+// float32 master weights and their optimizer state, as optimizer state) and, separate, the
+// shard's sum buffer as gradients.
 // Read next: ps_report.cpp (where the sharded PS matches the ring and where it loses).
 #include <fmt/core.h>
 
@@ -74,7 +74,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   if (rank != 0) bar_opts.mode = ProgressMode::Off;
   ProgressBar bar(bar_opts);
   std::vector<double> step_times;
-  double exchange_s = 0;  // push + server step + pull, summed over the timed steps
+  std::vector<double> exchange_times;  // push + server step + pull, per timed step
   RunResult r{.mode = label, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
@@ -102,15 +102,15 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
     if (step >= timed_from) {
       r.timed_steps += 1;
       step_times.push_back(seconds_between(t0, t2));
-      exchange_s += seconds_between(t1, t2);
+      exchange_times.push_back(seconds_between(t1, t2));
     }
     bar.update(1, {{"loss", double(loss_value)}});
   }
   bar.close();
   r.seconds = median(step_times) * double(r.timed_steps);
-  const double steps = double(r.timed_steps);
-  r.comm_s = r.wait_s = exchange_s / steps;  // the step waits for all of it
-  r.compute_s = std::max(0.0, r.seconds / steps - r.wait_s);
+  // medians, as the step's: the step waits for all of the exchange
+  r.comm_s = r.wait_s = median(exchange_times);
+  r.compute_s = std::max(0.0, r.step_s() - r.wait_s);
   const parallel::CommStats stats = pg->comm_stats();
   r.devices.assign(static_cast<size_t>(world), {});
   DeviceFigures& mine = r.devices[static_cast<size_t>(rank)];

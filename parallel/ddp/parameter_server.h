@@ -16,7 +16,7 @@
 //   ParameterServer opt(model->parameters(), optim::SGDOptions{.lr = 0.05}, {.servers = 2});
 //   if (opt.is_worker()) { opt.zero_grad(); loss_of(opt.worker_index()).backward(); }
 //   opt.step();                                       // every rank, servers included
-// Read next: parameter_server.cpp, algorithms/ps.cpp (the exchanges), tutorials/22_two_machines.md.
+// Read next: parameter_server.cpp, algorithms/ps.cpp (the exchanges), docs/parameter_server.md.
 #pragma once
 #include <cstdint>
 #include <memory>
