@@ -6,7 +6,9 @@
 //   balance  max/min bytes over the ranks: 1 for the ring; the servers' links carry more
 //            whenever S < N (or the S separate servers serve more workers than they are);
 //   time     the step against the ring's at the same N: the push waits for the whole
-//            backward, where DDP's ring buckets run under it.
+//            backward, where DDP's ring buckets run under it; and unless S = N co-located,
+//            a link carries its bytes one way at a time (push in, pull out, or the reverse),
+//            where the ring sends and receives at once.
 // Read next: report.cpp, docs/parameter_server.md.
 #include <fmt/core.h>
 
@@ -75,11 +77,17 @@ std::vector<std::string> ps_findings(const std::vector<RunResult>& runs) {
                      mib(double(state_max)), mib(double(state_sum)));
     if (const RunResult* ring = ring_at(runs, r.n); ring && ring->step_s() > 0) {
       const double pct = 100.0 * (r.step_s() / ring->step_s() - 1);
+      std::string why;  // the reasons that apply to this placement, biggest first
+      if (ratio > 1.02) why += fmt::format("the busiest link carries {:.2f}x the bytes; ", ratio);
+      // a worker sends only during the push and receives only during the pull, a server the
+      // other way round, unless every rank is both (S = N co-located): then one direction of
+      // a link idles while the other works, where the ring keeps both busy
+      if (r.separate_servers || r.servers < r.n)
+        why += "links carry their bytes one way at a time (in during the push, out during the "
+               "pull); ";
+      why += "the push waits for the whole backward (the ring's buckets run under it)";
       l += fmt::format("; step {:.1f} ms against the ring's {:.1f} ms ({:+.0f}%{})",
-                       1e3 * r.step_s(), 1e3 * ring->step_s(), pct,
-                       pct > 5 ? ": the push waits for the whole backward, the ring's buckets "
-                                 "run under it"
-                               : "");
+                       1e3 * r.step_s(), 1e3 * ring->step_s(), pct, pct > 5 ? ": " + why : "");
     }
     lines.push_back(l);
   }
