@@ -51,13 +51,12 @@ std::vector<std::string> ps_findings(const std::vector<RunResult>& runs) {
     const double ring_each_way = 2.0 * (r.n - 1) / r.n * mib(4.0 * double(r.param_count));
     const double ratio = std::max(max_out, max_in) / ring_each_way;
     const double balance = min_total > 0 ? max_total / min_total : 0;
-    const bool balanced = balance < 1.02, bytes_match = ratio > 0.98 && ratio < 1.02;
+    const bool balanced = balance<1.02, bytes_match = ratio> 0.98 && ratio < 1.02;
     std::string l = fmt::format(
         "{} N={}: the busiest link (rank {}) moves {:.2f} out / {:.2f} in MiB per step, {:.2f}x "
         "a ring rank's {:.2f} each way; max/min over the {} ranks {:.2f}",
         r.mode, r.n, busiest, max_out, max_in, ratio, ring_each_way, r.devices.size(), balance);
-    if (bytes_match && balanced)
-      l += ": matches the ring (every link carries the ring's bytes)";
+    if (bytes_match && balanced) l += ": matches the ring (every link carries the ring's bytes)";
     else if (ratio > 1.02)
       l += fmt::format(": loses on the server's link ({:.2f}x the ring's bytes through one link)",
                        ratio);
@@ -65,8 +64,7 @@ std::vector<std::string> ps_findings(const std::vector<RunResult>& runs) {
       l += fmt::format(": every link carries less than a ring rank's, with {} more processes "
                        "(links) than the ring",
                        r.devices.size() - static_cast<size_t>(r.n));
-    else
-      l += ": no link carries more than a ring rank's, but the bytes are unbalanced";
+    else l += ": no link carries more than a ring rank's, but the bytes are unbalanced";
     // the optimizer state: on the servers only, as ZeRO's is on its shards' owners
     int64_t state_max = 0, state_sum = 0;
     for (const DeviceFigures& d : r.devices) {

@@ -58,8 +58,9 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   model->to(dev);
   parallel::InnerOptions inner = optim::SGDOptions{.lr = cfg.lr, .momentum = cfg.momentum};
   if (cfg.optimizer == "adam") inner = optim::AdamOptions{.lr = cfg.lr};
-  parallel::ParameterServer ps(model->parameters(), inner,
-                               {.servers = l.servers, .colocated = !l.separate, .process_group = pg});
+  parallel::ParameterServer ps(
+      model->parameters(), inner,
+      {.servers = l.servers, .colocated = !l.separate, .process_group = pg});
   const bool worker = ps.is_worker();
   const int64_t param_count = [&] {
     int64_t c = 0;
@@ -70,7 +71,8 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   ActivationMeter activations({dev});
   TraceRecorder trace(cfg.trace);
   const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
-  ProgressOptions bar_opts{.total = cfg.steps, .desc = fmt::format("{} N={}", label, n), .unit = "steps"};
+  ProgressOptions bar_opts{
+      .total = cfg.steps, .desc = fmt::format("{} N={}", label, n), .unit = "steps"};
   if (rank != 0) bar_opts.mode = ProgressMode::Off;
   ProgressBar bar(bar_opts);
   std::vector<double> step_times;

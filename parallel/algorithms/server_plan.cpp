@@ -56,8 +56,8 @@ void check_server_plan(const ServerPlan& plan, int world) {
   std::set<int> seen;
   for (int s = 0; s < plan.count(); ++s) {
     const int r = plan.servers[s];
-    DPLAB_CHECK(r >= 0 && r < world, "parameter server: server {} is rank {}, not in [0, {})", s,
-                r, world);
+    DPLAB_CHECK(r >= 0 && r < world, "parameter server: server {} is rank {}, not in [0, {})", s, r,
+                world);
     DPLAB_CHECK(seen.insert(r).second,
                 "parameter server: rank {} holds two shards; each server holds one", r);
   }

@@ -66,7 +66,8 @@ ParameterServer::ParameterServer(std::vector<Tensor> params, InnerOptions inner,
   const int n = pg_->size(), r = pg_->rank();
   if (n > 1) check_same_parameters(*pg_, static_cast<int64_t>(params_.size()), total);
   plan_ = make_server_plan(total, n, opts.servers, opts.colocated);
-  const TensorOptions where{.device = params_.empty() ? Device(DeviceKind::CPU) : params_[0].device()};
+  const TensorOptions where{.device =
+                                params_.empty() ? Device(DeviceKind::CPU) : params_[0].device()};
   NoGradGuard no_grad;
   // Everyone starts from the first worker's weights (rank 0: separate servers are the last
   // ranks). A separate server takes the whole buffer once, keeps its shard and lets go.

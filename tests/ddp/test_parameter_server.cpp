@@ -100,9 +100,9 @@ TEST_CASE("PS: N = 1..4, every S co-located and separate, equals one process (SG
 }
 
 TEST_CASE("PS with Adam: the servers' moments give one process's Adam") {
-  for (auto [n, s, colocated] : {std::tuple{2, 1, true}, std::tuple{3, 2, true},
-                                 std::tuple{4, 4, true}, std::tuple{4, 1, false},
-                                 std::tuple{4, 2, false}}) {
+  for (auto [n, s, colocated] :
+       {std::tuple{2, 1, true}, std::tuple{3, 2, true}, std::tuple{4, 4, true},
+        std::tuple{4, 1, false}, std::tuple{4, 2, false}}) {
     CAPTURE(n);
     CAPTURE(s);
     CAPTURE(colocated);
@@ -138,7 +138,8 @@ TEST_CASE("PS traffic: every rank's push and pull equal the formulas; S = N is t
           CHECK(stats.at("ps_pull").bytes_received == pull.received);
           // the formulas in words: a worker sends what it does not serve, server s takes b_s
           // from every other worker
-          const int64_t p = 4 * kToyParams, mine = ps->is_server() ? 4 * plan.shard_elems(plan.shard_of(r)) : 0;
+          const int64_t p = 4 * kToyParams,
+                        mine = ps->is_server() ? 4 * plan.shard_elems(plan.shard_of(r)) : 0;
           const int others = ps->workers() - (ps->is_worker() ? 1 : 0);
           CHECK(push.sent == (ps->is_worker() ? p - mine : 0));
           CHECK(push.received == others * mine);
@@ -153,8 +154,10 @@ TEST_CASE("PS traffic: every rank's push and pull equal the formulas; S = N is t
     for (int r = 0; r < n; ++r) {
       CAPTURE(n);
       CAPTURE(r);
-      const ServerPlan sharded = make_server_plan(p, n, n, true), one = make_server_plan(p, n, 1, true);
-      const Traffic ring = ring_all_reduce_cost(4 * p, 4, r, n), star = star_all_reduce_cost(4 * p, r, n);
+      const ServerPlan sharded = make_server_plan(p, n, n, true),
+                       one = make_server_plan(p, n, 1, true);
+      const Traffic ring = ring_all_reduce_cost(4 * p, 4, r, n),
+                    star = star_all_reduce_cost(4 * p, r, n);
       const Traffic a = ps_push_cost(sharded, 4, r, n), b = ps_pull_cost(sharded, 4, r, n);
       CHECK(a.sent + b.sent == ring.sent);  // 2(N-1)/N * P
       CHECK(a.received + b.received == ring.received);
@@ -164,7 +167,8 @@ TEST_CASE("PS traffic: every rank's push and pull equal the formulas; S = N is t
     }
 }
 
-TEST_CASE("PS over forked processes (shm): co-located and separate servers train like one process") {
+TEST_CASE(
+    "PS over forked processes (shm): co-located and separate servers train like one process") {
   for (auto [n, s, colocated] : {std::tuple{3, 2, true}, std::tuple{3, 1, false}}) {
     CAPTURE(s);
     const Params expected = single_process_from(init(), colocated ? n : n - s);
@@ -185,11 +189,20 @@ TEST_CASE("PS: bad plans and buffers are refused with what was expected") {
     }
     return std::string("no error");
   };
-  CHECK(message([] { make_server_plan(10, 4, 0, true); }).find("expected 1 to 4 co-located servers for 4 ranks, got 0") != std::string::npos);
-  CHECK(message([] { make_server_plan(10, 4, 4, false); }).find("at least one rank must work") != std::string::npos);
-  CHECK(message([] { check_server_plan({.elems = 10, .servers = {1, 1}}, 4); }).find("rank 1 holds two shards") != std::string::npos);
-  CHECK(message([] { check_server_plan({.elems = 10, .servers = {4}}, 4); }).find("server 0 is rank 4, not in [0, 4)") != std::string::npos);
-  CHECK(message([] { make_server_plan(3, 4, 4, true); }).find("expected at most 3 servers for 3 parameters") != std::string::npos);
+  CHECK(message([] {
+          make_server_plan(10, 4, 0, true);
+        }).find("expected 1 to 4 co-located servers for 4 ranks, got 0") != std::string::npos);
+  CHECK(message([] { make_server_plan(10, 4, 4, false); }).find("at least one rank must work") !=
+        std::string::npos);
+  CHECK(message([] {
+          check_server_plan({.elems = 10, .servers = {1, 1}}, 4);
+        }).find("rank 1 holds two shards") != std::string::npos);
+  CHECK(message([] {
+          check_server_plan({.elems = 10, .servers = {4}}, 4);
+        }).find("server 0 is rank 4, not in [0, 4)") != std::string::npos);
+  CHECK(message([] {
+          make_server_plan(3, 4, 4, true);
+        }).find("expected at most 3 servers for 3 parameters") != std::string::npos);
   // through the optimizer: every rank gets the same message, none waits on another
   run_threads(2, [&](ProcessGroup& pg) {
     auto model = std::make_shared<models::ToyModel>();
@@ -208,9 +221,8 @@ TEST_CASE("PS: bad plans and buffers are refused with what was expected") {
     auto model = std::make_shared<models::ToyModel>();
     std::vector<Tensor> params = model->parameters();
     if (pg.rank() == 1) params.pop_back();  // rank 1 leaves out the last bias (5 elements)
-    const std::string m = message([&] {
-      ParameterServer(params, kSgd, {.servers = 2, .process_group = borrow(pg)});
-    });
+    const std::string m = message(
+        [&] { ParameterServer(params, kSgd, {.servers = 2, .process_group = borrow(pg)}); });
     CAPTURE(m);
     CHECK(m.find("every rank must pass the same parameters") != std::string::npos);
     CHECK(m.find("range over 3..4 tensors and 160..165 elements") != std::string::npos);
@@ -219,8 +231,10 @@ TEST_CASE("PS: bad plans and buffers are refused with what was expected") {
     const ServerPlan plan = make_server_plan(10, 2, 1, false);  // rank 1 serves all 10
     Tensor wrong = zeros({pg.rank() == 0 ? 9 : 4});  // both wrong: neither waits for the other
     const std::string m = message([&] { pg.ps_push(wrong, plan); });
-    if (pg.rank() == 0) CHECK(m.find("ps_push: rank 0 must pass 10 elements (all of 10") != std::string::npos);
-    if (pg.rank() == 1) CHECK(m.find("ps_push: rank 1 must pass 10 elements (its shard of 10") != std::string::npos);
+    if (pg.rank() == 0)
+      CHECK(m.find("ps_push: rank 0 must pass 10 elements (all of 10") != std::string::npos);
+    if (pg.rank() == 1)
+      CHECK(m.find("ps_push: rank 1 must pass 10 elements (its shard of 10") != std::string::npos);
   });
 }
 
@@ -236,11 +250,15 @@ struct NoExchangeEngine final : CollectiveEngine {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   [[noreturn]] static void unused() { throw Error("not used by this test"); }
-  void all_reduce(CollectiveCall&, Tensor&, ReduceOp, std::optional<Algorithm>) override { unused(); }
+  void all_reduce(CollectiveCall&, Tensor&, ReduceOp, std::optional<Algorithm>) override {
+    unused();
+  }
   void broadcast(CollectiveCall&, Tensor&, int) override { unused(); }
   void reduce(CollectiveCall&, Tensor&, int, ReduceOp) override { unused(); }
   void all_gather(CollectiveCall&, std::vector<Tensor>&, const Tensor&) override { unused(); }
-  void reduce_scatter(CollectiveCall&, Tensor&, const std::vector<Tensor>&, ReduceOp) override { unused(); }
+  void reduce_scatter(CollectiveCall&, Tensor&, const std::vector<Tensor>&, ReduceOp) override {
+    unused();
+  }
   void gather(CollectiveCall&, std::vector<Tensor>&, const Tensor&, int) override { unused(); }
   void scatter(CollectiveCall&, Tensor&, const std::vector<Tensor>&, int) override { unused(); }
   void barrier(CollectiveCall&) override { unused(); }
@@ -263,6 +281,6 @@ TEST_CASE("PS on an engine without the exchange (nccl's position) says so and na
   auto model = std::make_shared<models::ToyModel>();
   ParameterServer ps(model->parameters(), kSgd, {.process_group = pg2});
   mse_loss(model->forward(batch_x(0, 1)), batch_y(0, 1)).backward();
-  CHECK_THROWS_WITH_AS(ps.step(), doctest::Contains("the nccl engine has no parameter-server exchange"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      ps.step(), doctest::Contains("the nccl engine has no parameter-server exchange"), Error);
 }
