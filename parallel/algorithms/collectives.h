@@ -12,6 +12,8 @@
 // halving_doubling.cpp: Rabenseifner's all-reduce, recursive halving + doubling (medium).
 // one_shot.cpp: all-reduce in one step, every rank to every rank (small messages).
 // star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier.
+// ps.cpp: the sharded parameter server's push (gradients to their shard's server) and pull
+//           (updated shards back to every worker).
 // What each moves per rank: cost.h.
 // Read next: ring.cpp.
 #pragma once
@@ -23,6 +25,7 @@
 #include "framework/backend/backend.h"
 #include "framework/tensor/dtype.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/transport/transport.h"
 
 namespace dplab::parallel {
@@ -104,5 +107,12 @@ void star_reduce(Exchange& ex, Block buffer, int root);
 void star_gather(Exchange& ex, std::vector<Block>& outputs, int root);  // outputs[root] filled
 void star_scatter(Exchange& ex, std::vector<Block>& inputs, Block output, int root);
 void star_barrier(Exchange& ex);
+
+// ---- ps.cpp: buffer holds plan.buffer_elems(rank) elements (all P on a worker) ----
+// Each server's shard becomes the sum of the workers' copies of it (the others' buffers are
+// only read).
+void ps_push(Exchange& ex, Block buffer, const ServerPlan& plan);
+// Every worker's copy of each shard becomes its server's (the servers' buffers are only read).
+void ps_pull(Exchange& ex, Block buffer, const ServerPlan& plan);
 
 }  // namespace dplab::parallel

@@ -111,6 +111,23 @@ Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root) {
   return rank == root ? Traffic{(size - 1) * bytes, 0} : Traffic{0, bytes};
 }
 
+Traffic ps_push_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size) {
+  Traffic t;
+  const int mine = plan.shard_of(rank);
+  for (int s = 0; s < plan.count() && plan.is_worker(rank); ++s)
+    if (s != mine) t.sent += plan.shard_elems(s) * elem_size;  // my copy of shard s, to its server
+  if (mine >= 0) {
+    const int others = plan.workers(size) - (plan.is_worker(rank) ? 1 : 0);
+    t.received = others * plan.shard_elems(mine) * elem_size;  // every other worker's copy
+  }
+  return t;
+}
+
+Traffic ps_pull_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size) {
+  const Traffic push = ps_push_cost(plan, elem_size, rank, size);
+  return {push.received, push.sent};
+}
+
 Traffic send_cost(int64_t bytes) { return {bytes, 0}; }
 Traffic recv_cost(int64_t bytes) { return {0, bytes}; }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/transport/transport.h"  // kSegmentBytes
 
 namespace dplab::parallel {
@@ -36,6 +37,19 @@ Traffic star_all_reduce_cost(int64_t bytes, int rank, int size);
 Traffic star_reduce_cost(int64_t bytes, int rank, int size, int root);
 // Star out of root (scatter): the root sends (N-1)S, each leaf receives S.
 Traffic star_scatter_cost(int64_t bytes, int rank, int size, int root);
+// Sharded parameter server (ps.cpp): P bytes cut into S shards, shard s of b_s bytes on
+// server rank v_s, W workers (N co-located, N - S separate). Derivation, push: a worker
+// holds a copy of every shard and must deliver each to its server, except the one it serves
+// itself: it sends P - b_mine (P on a worker that serves nothing). Server s must gather b_s
+// from every worker, its own copy aside: it receives (W - 1)·b_s co-located, W·b_s separate.
+// Pull is push backwards (every server sends its shard to every other worker): sent and
+// received swap. Per rank per step, push + pull:
+//   co-located S = N, b_s = P/N: sends and receives 2(N-1)/N·P, the ring all-reduce's bytes;
+//   co-located S = 1: the server sends and receives (N-1)·P, a worker P: the star's;
+//   separate: a worker moves P each way, server s 2·W·b_s = 2·W·P/S in all (its link is the
+//   bottleneck unless S is about W).
+Traffic ps_push_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size);
+Traffic ps_pull_cost(const ServerPlan& plan, int64_t elem_size, int rank, int size);
 // One message of S bytes.
 Traffic send_cost(int64_t bytes);
 Traffic recv_cost(int64_t bytes);

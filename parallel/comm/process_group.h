@@ -16,6 +16,7 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
@@ -106,6 +107,12 @@ class ProcessGroup {
   void barrier();
   void send(const Tensor& t, int dst);
   void recv(Tensor& t, int src);
+  // The sharded parameter server's halves (algorithms/server_plan.h, ps.cpp); t holds
+  // plan.buffer_elems(rank()) elements: all P on a worker, its shard on a separate server.
+  // ps_push: each server's shard of t becomes the sum of the workers' copies of it.
+  // ps_pull: each worker's copy of every shard becomes its server's. dplab's engines and mpi.
+  void ps_push(Tensor& t, const ServerPlan& plan);
+  void ps_pull(Tensor& t, const ServerPlan& plan);
 
   // Async forms: queued on one worker thread per group, run in call order. The tensors
   // must stay alive and untouched until wait() returns.

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
+#include "framework/error.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/store.h"
 
@@ -76,6 +78,19 @@ class CollectiveEngine {
   virtual void barrier(CollectiveCall& call) = 0;
   virtual void send(CollectiveCall& call, const Tensor& t, int dst) = 0;
   virtual void recv(CollectiveCall& call, Tensor& t, int src) = 0;
+  // The sharded parameter server's halves (algorithms/ps.cpp; t holds plan.buffer_elems(rank)
+  // elements): dplab's engine runs ps.cpp's schedule on its transport, mpi the same schedule
+  // with MPI_Isend/Irecv. An engine without them says so.
+  virtual void ps_push(CollectiveCall& call, Tensor& /*t*/, const ServerPlan& /*plan*/) {
+    DPLAB_FAIL("{}: the {} engine has no parameter-server exchange; use dplab's engine (ring, "
+               "star, ...) or mpi",
+               call.name, name());
+  }
+  virtual void ps_pull(CollectiveCall& call, Tensor& /*t*/, const ServerPlan& /*plan*/) {
+    DPLAB_FAIL("{}: the {} engine has no parameter-server exchange; use dplab's engine (ring, "
+               "star, ...) or mpi",
+               call.name, name());
+  }
 
   // A collective on this rank threw: tell the peers, if the engine can (dplab marks its
   // transports failed, so peers stop waiting and name this rank). `why` names the

@@ -4,9 +4,9 @@
 // when there is no cuda_ipc), turns tensors into Blocks, and runs an algorithm of
 // algorithms/ over them: ring.cpp's, star.cpp's, recursive_doubling.cpp's,
 // halving_doubling.cpp's or one_shot.cpp's (auto: the one cost.h's model picks for the
-// tensor's size). The algorithms count the bytes they move into the call's traffic
-// (comm_stats() shows these, measured). An all-reduce on one rank does nothing at all (not
-// even Avg's scale by 1/1).
+// tensor's size); the sharded parameter server's push and pull are ps.cpp's. The algorithms
+// count the bytes they move into the call's traffic (comm_stats() shows these, measured).
+// An all-reduce on one rank does nothing at all (not even Avg's scale by 1/1).
 // A collective that throws marks the transports failed, so peers stop waiting and name
 // this rank; so does a group destroyed while an exception unwinds the stack.
 // Read next: algorithms/ring.cpp, algorithms/star.cpp; transport/transport.h.
@@ -227,6 +227,20 @@ class DplabEngine final : public CollectiveEngine {
     Tensor buf = to_transport(t);
     run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
         [&](Exchange& ex) { recv_copy(ex, src, block_of(buf)); });
+    write_back(t, buf);
+  }
+
+  void ps_push(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { parallel::ps_push(ex, block_of(buf), plan); });
+    write_back(t, buf);
+  }
+
+  void ps_pull(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { parallel::ps_pull(ex, block_of(buf), plan); });
     write_back(t, buf);
   }
 
