@@ -88,8 +88,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   auto group_store = std::make_shared<PrefixStore>(prefix, store);
   DPLAB_CHECK(is_known_engine(opts.engine),
               "create_process_group: engine must be \"ring\", "
-              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
-              "\"mpi\" or \"nccl\", got \"{}\"",
+              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", "
+              "\"hierarchical\", \"auto\", \"mpi\" or \"nccl\", got \"{}\"",
               opts.engine);
   DPLAB_CHECK(opts.link_gbps >= 0,
               "create_process_group: link_gbps must be >= 0 (0: no "
@@ -140,7 +140,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   return std::make_shared<ProcessGroup>(make_dplab_engine(
       std::move(transport), algorithm_from_name(opts.engine),
-      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), link));
+      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), link,
+      opts.ranks_per_node));
 }
 
 }  // namespace dplab::parallel

@@ -24,8 +24,10 @@ struct ProcessGroupOptions {
   // The engine that runs the collectives (torch.distributed's "backend"; dplab keeps that word
   // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
   // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
-  // "halving_doubling", "one_shot", or "auto" (per call, the fastest by algorithms/cost.h's
-  // model for the size; the other collectives are the same on all six); "mpi" or "nccl": an
+  // "halving_doubling", "one_shot", "hierarchical" (two levels: inside the nodes of
+  // ranks_per_node, then across them), or "auto" (per call, the fastest by
+  // algorithms/cost.h's model for the size and the nodes; the other collectives are the same
+  // on all seven); "mpi" or "nccl": an
   // existing library's engine, any number of nodes (it picks its own algorithms)
   std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
@@ -41,10 +43,15 @@ struct ProcessGroupOptions {
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
 // or consumed from a slot a peer filled (received); seconds are wall time inside calls.
+// The *_inter_node part of them went to or came from a rank on another node
+// (ranks_per_node): what crossed this machine's link. dplab's engine counts it per peer for
+// every collective; mpi and nccl, which report formulas, leave it 0.
 struct CollectiveStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  int64_t bytes_sent_inter_node = 0;
+  int64_t bytes_received_inter_node = 0;
   double seconds = 0.0;
 };
 struct CommStats {

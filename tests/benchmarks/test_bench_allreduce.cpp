@@ -83,7 +83,7 @@ TEST_CASE("bad arguments: exit status 2 and a message saying what was expected")
   };
   for (const Bad& bad : {Bad{"--ranks 0", "--ranks takes counts >= 1, got 0"},
                          Bad{"--trials 0", "--trials must be >= 1, got 0"},
-                         Bad{"--engine ring,tree", "one_shot or auto, got \"tree\""},
+                         Bad{"--engine ring,tree", "hierarchical or auto, got \"tree\""},
                          Bad{"--link-gbps -1", "--link-gbps must be >= 0"},
                          Bad{"--mpi-btl ib", "--mpi-btl takes vader or tcp, got 'ib'"},
                          Bad{"--frobnicate", "usage:"}}) {
