@@ -274,7 +274,7 @@ TEST_CASE("layouts that do not divide the ranks are refused, naming what was exp
   CHECK_THROWS_WITH_AS(hierarchical_all_reduce_cost(400, 4, 0, 6, 4),
                        doctest::Contains("ranks_per_node must be 0 (one node) or divide the world size 6"),
                        Error);
-  CHECK_THROWS_WITH_AS(choose_all_reduce(6, 1e6, NodeLinks{.ranks_per_node = 5}),
+  CHECK_THROWS_WITH_AS(choose_all_reduce(6, 1e6, NodeLinks{.ranks_per_node = 5, .intra = {}, .inter = {}}),
                        doctest::Contains("got 5"), Error);
   CHECK_THROWS_WITH_AS(algorithm_from_name("hierarchic"),
                        doctest::Contains("one_shot, hierarchical or auto"), Error);
