@@ -31,7 +31,9 @@ struct ProcessGroupOptions {
   // existing library's engine, any number of nodes (it picks its own algorithms)
   std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
-  double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
+  // > 0: emulate a link of this many Gbit/s per rank (link_model.h); with ranks_per_node,
+  // only between nodes (ranks of one node reach each other at memory speed)
+  double link_gbps = 0;
   // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
   // transport's default (shm: shm_segment_bytes(N), threads: kSegmentBytes, 128 KiB).
   std::size_t segment_bytes = 0;

@@ -9,6 +9,7 @@
 // Read next: parallel/algorithms/hierarchical.cpp, tests/ddp/test_ddp.cpp (DDP on it).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 
 #include "framework/tensor/tensor.h"
@@ -278,4 +279,29 @@ TEST_CASE("layouts that do not divide the ranks are refused, naming what was exp
                        doctest::Contains("got 5"), Error);
   CHECK_THROWS_WITH_AS(algorithm_from_name("hierarchic"),
                        doctest::Contains("one_shot, hierarchical or auto"), Error);
+}
+
+TEST_CASE("an emulated link with nodes slows only the hops between nodes") {
+  // 0.001 Gbit/s = 125 kB/s: 64 KiB take 0.52 s over the link, microseconds in shared memory
+  const int64_t elems = 16384;
+  std::vector<double> took(4, 0.0);
+  run_threads(
+      4,
+      [&](ProcessGroup& pg) {
+        Tensor t = make<float>(pg.rank(), elems);
+        const auto t0 = std::chrono::steady_clock::now();
+        if (pg.rank() == 0) pg.send(t, 1);  // same node
+        if (pg.rank() == 1) pg.recv(t, 0);
+        if (pg.rank() == 2) pg.send(t, 0);  // across: node 1 -> node 0
+        if (pg.rank() == 0) pg.recv(t, 2);
+        took[pg.rank()] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (pg.rank() == 0) {
+          const CollectiveStats s = pg.comm_stats().per_collective.at("recv");
+          CHECK(s.bytes_received_inter_node == elems * 4);
+        }
+      },
+      {.link_gbps = 0.001, .ranks_per_node = 2});
+  CHECK(took[1] < 0.25);   // rank 1 took rank 0's bytes at memory speed
+  CHECK(took[0] >= 0.45);  // rank 0's receive from node 1 waited for the link
 }
