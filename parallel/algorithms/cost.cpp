@@ -62,40 +62,66 @@ Traffic hierarchical_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank,
   return t;
 }
 
-Traffic recursive_doubling_cost(int64_t bytes, int rank, int size) {
-  if (size == 1 || bytes == 0) return {};
-  const int p = power_of_two_below(size), steps = log2_of(p);
-  const int v = folded_rank(rank, size);
-  if (v < 0) return {bytes, bytes};           // fold: out to the pair; unfold: the result back in
-  const bool paired = rank < 2 * (size - p);  // receives the fold, sends the unfold
-  const int64_t moved = steps * bytes + (paired ? bytes : 0);
-  return {moved, moved};
+namespace {
+// `out` bytes to `peer` and `in` bytes from it, also counted as inter-node when the peer sits
+// on another node than `rank`.
+void add_peer(Traffic& t, const NodeLayout& nodes, int rank, int peer, int64_t out, int64_t in) {
+  t.sent += out;
+  t.received += in;
+  if (nodes.node_of(peer) != nodes.node_of(rank)) {
+    t.sent_inter_node += out;
+    t.received_inter_node += in;
+  }
 }
+}  // namespace
 
-Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size) {
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size, int ranks_per_node) {
+  const NodeLayout nodes{size, ranks_per_node};
+  check_node_layout(nodes, "recursive_doubling_cost");
   if (size == 1 || bytes == 0) return {};
   const int p = power_of_two_below(size), v = folded_rank(rank, size);
-  if (v < 0) return {bytes, bytes};  // as in recursive doubling
+  Traffic t;
+  if (v < 0) {  // fold: out to the pair r+1; unfold: the result back in
+    add_peer(t, nodes, rank, rank + 1, bytes, bytes);
+    return t;
+  }
+  if (rank < 2 * (size - p)) add_peer(t, nodes, rank, rank - 1, bytes, bytes);  // fold in, unfold out
+  for (int d = 1; d < p; d *= 2)  // log2 P swaps of the whole buffer with virtual rank v^d
+    add_peer(t, nodes, rank, unfolded_rank(v ^ d, size), bytes, bytes);
+  return t;
+}
+
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size,
+                              int ranks_per_node) {
+  const NodeLayout nodes{size, ranks_per_node};
+  check_node_layout(nodes, "halving_doubling_cost");
+  if (size == 1 || bytes == 0) return {};
+  const int p = power_of_two_below(size), v = folded_rank(rank, size);
+  Traffic t;
+  if (v < 0) {  // as in recursive doubling
+    add_peer(t, nodes, rank, rank + 1, bytes, bytes);
+    return t;
+  }
   const int64_t elems = bytes / elem_size;
   auto range = [&](int lo, int hi) {  // bytes of chunks [lo, hi) of P
     return (chunk_offset(elems, p, hi) - chunk_offset(elems, p, lo)) * elem_size;
   };
-  Traffic t;
   // halving, d = P/2 .. 1: send the half of our shared 2d chunks I give away, receive the
   // partner's copy of the half I keep
   for (int d = p / 2; d >= 1; d /= 2) {
     const int lo = v & ~(2 * d - 1), mid = lo + d;
     const bool keep_lower = (v & d) == 0;
-    t.sent += keep_lower ? range(mid, lo + 2 * d) : range(lo, mid);
-    t.received += keep_lower ? range(lo, mid) : range(mid, lo + 2 * d);
+    add_peer(t, nodes, rank, unfolded_rank(v ^ d, size),
+             keep_lower ? range(mid, lo + 2 * d) : range(lo, mid),
+             keep_lower ? range(lo, mid) : range(mid, lo + 2 * d));
   }
   // doubling, d = 1 .. P/2: my d chunks out, the partner's d chunks in
   for (int d = 1; d < p; d *= 2) {
     const int mine = v & ~(d - 1), theirs = (v ^ d) & ~(d - 1);
-    t.sent += range(mine, mine + d);
-    t.received += range(theirs, theirs + d);
+    add_peer(t, nodes, rank, unfolded_rank(v ^ d, size), range(mine, mine + d),
+             range(theirs, theirs + d));
   }
-  if (rank < 2 * (size - p)) t.sent += bytes, t.received += bytes;  // fold in, unfold out
+  if (rank < 2 * (size - p)) add_peer(t, nodes, rank, rank - 1, bytes, bytes);  // fold, unfold
   return t;
 }
 
@@ -113,8 +139,9 @@ Traffic all_reduce_cost(Algorithm algo, int64_t bytes, int64_t elem_size, int ra
   switch (algo) {
     case Algorithm::Ring: return ring_all_reduce_cost(bytes, elem_size, rank, size, rpn);
     case Algorithm::Star: return star_all_reduce_cost(bytes, rank, size, rpn);
-    case Algorithm::RecursiveDoubling: return recursive_doubling_cost(bytes, rank, size);
-    case Algorithm::HalvingDoubling: return halving_doubling_cost(bytes, elem_size, rank, size);
+    case Algorithm::RecursiveDoubling: return recursive_doubling_cost(bytes, rank, size, rpn);
+    case Algorithm::HalvingDoubling:
+      return halving_doubling_cost(bytes, elem_size, rank, size, rpn);
     case Algorithm::OneShot: return one_shot_cost(bytes, size, rpn);
     case Algorithm::Hierarchical:
       return hierarchical_all_reduce_cost(bytes, elem_size, rank, size, rpn);

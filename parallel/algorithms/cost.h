@@ -5,9 +5,9 @@
 // NCCL) report these formulas as their traffic (engines/mpi_engine.cpp, nccl_engine.cpp).
 // S is the tensor's bytes (for all_gather / reduce_scatter: one rank's block).
 // With ranks on several nodes (NodeLayout: ranks_per_node L > 0), the all-reduce formulas
-// also give the part that crosses nodes (Traffic::sent_inter_node, received_inter_node) for
-// the ring, the star, the one-shot and hierarchical; recursive doubling's and
-// halving-doubling's are measured only (p2p.cpp counts every algorithm's split).
+// also give the part that crosses nodes (Traffic::sent_inter_node, received_inter_node):
+// the bytes exchanged with each peer, counted across when the peer's node is not ours, as
+// p2p.cpp counts them. The other collectives' formulas give totals only.
 // Read next: cost.cpp, then ring.cpp.
 #pragma once
 #include <cstdint>
@@ -25,10 +25,12 @@ Traffic ring_all_reduce_cost(int64_t bytes, int64_t elem_size, int rank, int siz
 // Recursive doubling over P = 2^floor(log2 N) ranks: log2(P)·S each way per rank; with
 // E = N - P extra ranks folded in, ranks 2i < 2E move S each way and ranks 2i+1 < 2E
 // (log2(P) + 1)·S (recursive_doubling.cpp).
-Traffic recursive_doubling_cost(int64_t bytes, int rank, int size);
+// Across nodes: each swap, fold and unfold whose partner sits on another node.
+Traffic recursive_doubling_cost(int64_t bytes, int rank, int size, int ranks_per_node = 0);
 // Rabenseifner: 2(P-1)/P·S each way per rank when P divides S (the exact sum of the halves
 // it sends, for any S); the fold adds S each way for the 2E paired ranks, as above.
-Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size);
+Traffic halving_doubling_cost(int64_t bytes, int64_t elem_size, int rank, int size,
+                              int ranks_per_node = 0);
 // One-shot: every rank sends S to each of the N-1 others and receives theirs: (N-1)·S each way,
 // (N-L)·S of it to and from other nodes.
 Traffic one_shot_cost(int64_t bytes, int size, int ranks_per_node = 0);

@@ -4,8 +4,11 @@
 // not divide, float32 / float16 / bfloat16, sum / avg / max; every rank's bytes inside and
 // across nodes equal cost.cpp's formulas and the textbook's (hierarchical: 2(L-1)/L·S inside,
 // 2(K-1)/K·S/L across; the ring: all of a boundary rank's bytes, none of the others');
-// the split holds for every algorithm (what leaves one node arrives at another); the
-// two-level model's times and auto's choice; and layouts that do not divide N are refused.
+// every algorithm's split (ring, star, one-shot, recursive doubling, halving-doubling with
+// its fold at N = 6) equals its per-peer formula, and what leaves the nodes arrives at the
+// nodes; broadcast's chain too; an emulated link with nodes paces only the hops between
+// them; the two-level model's times and auto's choice; and layouts that do not divide N are
+// refused.
 // Read next: parallel/algorithms/hierarchical.cpp, tests/ddp/test_ddp.cpp (DDP on it).
 #include <doctest/doctest.h>
 
@@ -141,8 +144,7 @@ TEST_CASE("counters: bytes inside and across nodes equal cost.cpp's formulas and
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         const Traffic h = got[r][Algorithm::Hierarchical], ring = got[r][Algorithm::Ring];
-        for (Algorithm a : {Algorithm::Hierarchical, Algorithm::Ring, Algorithm::Star,
-                            Algorithm::OneShot}) {
+        for (Algorithm a : algos) {
           CAPTURE(algorithm_name(a));
           CHECK(same(got[r][a], all_reduce_cost(a, S, 4, r, n, L)));
         }
@@ -158,6 +160,12 @@ TEST_CASE("counters: bytes inside and across nodes equal cost.cpp's formulas and
           const bool last = r % L == L - 1, first = r % L == 0;
           CHECK(ring.sent_inter_node == (K > 1 && last ? 2 * (n - 1) * S / n : 0));
           CHECK(ring.received_inter_node == (K > 1 && first ? 2 * (n - 1) * S / n : 0));
+        }
+        // recursive doubling at 2x2: the swap at distance 1 stays in the node, the one at
+        // distance 2 crosses: S each way
+        if (n == 4 && L == 2) {
+          CHECK(got[r][Algorithm::RecursiveDoubling].sent_inter_node == S);
+          CHECK(got[r][Algorithm::RecursiveDoubling].received_inter_node == S);
         }
         // broadcast (a chain from rank 1): across where the next in the chain is on another node
         const int next = (r + 1) % n;
