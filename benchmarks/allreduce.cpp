@@ -51,7 +51,7 @@ namespace {
 
 struct Row {
   int n;
-  std::string algo;  // ring, recursive_doubling, halving_doubling, one_shot, auto, star, mpi
+  std::string algo;  // ring, recursive_doubling, ..., hierarchical, auto, star, mpi
   int64_t bytes;
   double seconds;
   std::string ran;  // what ran: for auto, the algorithm it picked; else algo
@@ -416,7 +416,8 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N "
+  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot, hier = "
+              "hierarchical; busbw = 2(N-1)/N "
               "* bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
   const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine

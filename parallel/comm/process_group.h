@@ -86,8 +86,8 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& engine() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
   // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
-  // "recursive_doubling", "halving_doubling", "one_shot"; "auto:<the one picked>" for auto; the engine's
-  // name on mpi and nccl.
+  // "recursive_doubling", "halving_doubling", "one_shot", "hierarchical"; "auto:<the one
+  // picked>" for auto; the engine's name on mpi and nccl.
   std::string all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo = {}) const;
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
@@ -143,7 +143,8 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto":
+// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "hierarchical"
+// or "auto":
 // dplab's engine over the thread transport when store is a HashStore (ranks are threads of
 // one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
