@@ -81,9 +81,9 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
       int code = 0;
       try {
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
-        auto pg =
-            create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps,
-                                               .ranks_per_node = ranks_per_node});
+        auto pg = create_process_group(
+            store, r, n,
+            {.timeout = Seconds(60.0), .link_gbps = link_gbps, .ranks_per_node = ranks_per_node});
         std::string out;
         for (int64_t bytes : sizes) {
           Tensor t = Tensor::empty({bytes / 4});
@@ -297,7 +297,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,hierarchical,auto,"
-          "star,mpi] [--ranks 2,3,4] [--ranks-per-node L] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
+          "star,mpi] [--ranks 2,3,4] [--ranks-per-node L] [--max-bytes N] [--trials T] [--mpi-btl "
+          "vader|tcp] [--link-gbps G] "
           "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
           argv[0]);
       return 2;

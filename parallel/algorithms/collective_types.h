@@ -27,10 +27,13 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 //   Auto               per call, the one the alpha-beta model of cost.h says is fastest for
 //                      this size and N (choose_all_reduce), as MPI picks by message size and
 //                      NCCL picks tree or ring
-enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot, Hierarchical, Auto };
+// clang-format off
+enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot, Hierarchical,
+                       Auto };
 inline constexpr Algorithm kAlgorithms[] = {
-    Algorithm::Ring,    Algorithm::Star,         Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
+    Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
     Algorithm::OneShot, Algorithm::Hierarchical, Algorithm::Auto};
+// clang-format on
 
 std::string reduce_op_name(ReduceOp op);
 // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "hierarchical", "auto"

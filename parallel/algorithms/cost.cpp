@@ -85,7 +85,8 @@ Traffic recursive_doubling_cost(int64_t bytes, int rank, int size, int ranks_per
     add_peer(t, nodes, rank, rank + 1, bytes, bytes);
     return t;
   }
-  if (rank < 2 * (size - p)) add_peer(t, nodes, rank, rank - 1, bytes, bytes);  // fold in, unfold out
+  if (rank < 2 * (size - p))
+    add_peer(t, nodes, rank, rank - 1, bytes, bytes);  // fold in, unfold out
   for (int d = 1; d < p; d *= 2)  // log2 P swaps of the whole buffer with virtual rank v^d
     add_peer(t, nodes, rank, unfolded_rank(v ^ d, size), bytes, bytes);
   return t;
@@ -250,7 +251,7 @@ std::vector<Phase> phases_of(Algorithm algo, int n, double s, double segment) {
   auto segs = [&](double bytes) { return std::max(1.0, std::ceil(bytes / segment)); };
   const int p = power_of_two_below(n), k = log2_of(p), pairs = 2 * (n - p);
   switch (algo) {
-    case Algorithm::Hierarchical:  // on one level: the ring
+    case Algorithm::Hierarchical:                                     // on one level: the ring
     case Algorithm::Ring: return {{2.0 * (n - 1) * segs(s / n), n}};  // 2(N-1) steps of S/N
     case Algorithm::Star: return {{2 * segs(s), n}};           // the leaves in, then out again
     case Algorithm::OneShot: return {{(n - 1) * segs(s), n}};  // a wait on each peer per slot

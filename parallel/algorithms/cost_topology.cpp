@@ -148,8 +148,8 @@ std::vector<Stage> all_reduce_stages(ClusterAlgorithm a, const Cluster& c, const
       std::vector<Stage> out;
       if (g > 1) out.push_back({"reduce-scatter (node)", h.reduce_scatter, Channel::Both});
       if (m > 1)
-        out.push_back({ring ? "ring (nodes)" : "halving-doubling (nodes)", h.between_nodes,
-                       Channel::Both});
+        out.push_back(
+            {ring ? "ring (nodes)" : "halving-doubling (nodes)", h.between_nodes, Channel::Both});
       if (g > 1) out.push_back({"all-gather (node)", h.all_gather, Channel::Both});
       return out;
     }

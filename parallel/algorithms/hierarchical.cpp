@@ -53,8 +53,7 @@ class SubTransport final : public Transport {
   void send_segment(int peer, const void* src, std::size_t len) override {
     base_.send_segment(members_[peer], src, len);
   }
-  void recv_segment(int peer,
-                    const std::function<void(const void*, std::size_t)>& use) override {
+  void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
     base_.recv_segment(members_[peer], use);
   }
   void mark_failed(const std::string& why) override { base_.mark_failed(why); }
@@ -103,9 +102,9 @@ void hierarchical_all_reduce(Exchange& ex, Block buffer) {
   for (int i = 0; i < per_node; ++i)
     shards[i] = {buffer.data + chunk_offset(buffer.elems, per_node, i) * ex.elem(),
                  chunk_elems(buffer.elems, per_node, i)};
-  ring_reduce_scatter(node_ex, shards, -1);    // 1. local rank l holds shard l, node-reduced
-  ring_all_reduce(across_ex, shards[local]);   // 2. ... reduced over every node
-  ring_all_gather(node_ex, shards, -1);        // 3. every rank holds every reduced shard
+  ring_reduce_scatter(node_ex, shards, -1);   // 1. local rank l holds shard l, node-reduced
+  ring_all_reduce(across_ex, shards[local]);  // 2. ... reduced over every node
+  ring_all_gather(node_ex, shards, -1);       // 3. every rank holds every reduced shard
 }
 
 }  // namespace dplab::parallel

@@ -135,7 +135,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   // the emulated link is the machines' network: with nodes, only hops between them cross it
   const NodeLayout nodes{world_size, opts.ranks_per_node};
   std::function<bool(int)> across;
-  if (nodes.nodes() > 1) across = [nodes, rank](int peer) { return nodes.node_of(peer) != nodes.node_of(rank); };
+  if (nodes.nodes() > 1)
+    across = [nodes, rank](int peer) { return nodes.node_of(peer) != nodes.node_of(rank); };
   if (opts.link_gbps > 0)
     transport = make_paced_transport(std::move(transport), opts.link_gbps, across);
   // what auto weighs: the shm transport's hand-off and copy costs, or the emulated link's

@@ -333,8 +333,9 @@ std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> t
                                                     Algorithm algorithm,
                                                     CudaTransportFactory make_cuda,
                                                     const LinkCost& link, int ranks_per_node) {
-  return make_dplab_engine(std::move(transport), algorithm, std::move(make_cuda),
-                           NodeLinks{.ranks_per_node = ranks_per_node, .intra = link, .inter = link});
+  return make_dplab_engine(
+      std::move(transport), algorithm, std::move(make_cuda),
+      NodeLinks{.ranks_per_node = ranks_per_node, .intra = link, .inter = link});
 }
 
 }  // namespace dplab::parallel

@@ -94,11 +94,11 @@ TEST_CASE("DDP on hierarchical all-reduce over pretend nodes equals one process:
     run_threads(
         world,
         [&](ProcessGroup& pg) {
-          CHECK(pg.all_reduce_algorithm(1 << 20) == "hierarchical");
-          check_close(ddp_run(pg, {}), expected);
-          // the last step's gradient bucket crossed nodes only where there are several
-          const CollectiveStats s = pg.comm_stats().per_collective.at("all_reduce");
-          CHECK((s.bytes_sent_inter_node > 0) == (world / per_node > 1));
+      CHECK(pg.all_reduce_algorithm(1 << 20) == "hierarchical");
+      check_close(ddp_run(pg, {}), expected);
+      // the last step's gradient bucket crossed nodes only where there are several
+      const CollectiveStats s = pg.comm_stats().per_collective.at("all_reduce");
+      CHECK((s.bytes_sent_inter_node > 0) == (world / per_node > 1));
         },
         {.engine = "hierarchical", .ranks_per_node = per_node});
   }
@@ -107,14 +107,14 @@ TEST_CASE("DDP on hierarchical all-reduce over pretend nodes equals one process:
   auto outcomes = run_processes(
       4,
       [&](ProcessGroup& pg) {
-        const auto got = ddp_run(pg, {.algorithm = Algorithm::Hierarchical});
-        DPLAB_CHECK(got.size() == expected.size(), "rank {}: {} parameters, expected {}",
-                    pg.rank(), got.size(), expected.size());
-        for (size_t k = 0; k < got.size(); ++k)
-          for (size_t i = 0; i < got[k].size(); ++i)
-            DPLAB_CHECK(std::fabs(got[k][i] - expected[k][i]) <= 1e-5 * (1 + std::fabs(expected[k][i])),
-                        "rank {}: parameter {} [{}] is {}, one process gives {}", pg.rank(), k, i,
-                        got[k][i], expected[k][i]);
+    const auto got = ddp_run(pg, {.algorithm = Algorithm::Hierarchical});
+    DPLAB_CHECK(got.size() == expected.size(), "rank {}: {} parameters, expected {}", pg.rank(),
+                got.size(), expected.size());
+    for (size_t k = 0; k < got.size(); ++k)
+      for (size_t i = 0; i < got[k].size(); ++i)
+        DPLAB_CHECK(std::fabs(got[k][i] - expected[k][i]) <= 1e-5 * (1 + std::fabs(expected[k][i])),
+                    "rank {}: parameter {} [{}] is {}, one process gives {}", pg.rank(), k, i,
+                    got[k][i], expected[k][i]);
       },
       {.ranks_per_node = 2});
   for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);

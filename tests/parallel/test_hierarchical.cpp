@@ -75,13 +75,13 @@ TEST_CASE("hierarchical equals the reference: 2x2, 2x3, 3x2, 4x1, 1x4, three dty
       run_threads(
           n,
           [&](ProcessGroup& pg) {
-            CHECK(pg.all_reduce_algorithm(4096) == "hierarchical");
-            for (int64_t size : sizes)
-              for (ReduceOp op : ops) {
-                Tensor t = input(pg.rank(), size, d, int(size % 7));
-                pg.all_reduce(t, op);  // the group's algorithm: hierarchical
-                got[pg.rank()].push_back(values(t));
-              }
+        CHECK(pg.all_reduce_algorithm(4096) == "hierarchical");
+        for (int64_t size : sizes)
+          for (ReduceOp op : ops) {
+            Tensor t = input(pg.rank(), size, d, int(size % 7));
+            pg.all_reduce(t, op);  // the group's algorithm: hierarchical
+            got[pg.rank()].push_back(values(t));
+          }
           },
           {.engine = "hierarchical", .ranks_per_node = lay.per_node});
       size_t k = 0;
@@ -103,11 +103,11 @@ TEST_CASE("hierarchical on general floats: every rank ends with the same bits") 
   run_threads(
       lay.world(),
       [&](ProcessGroup& pg) {
-        Tensor t = Tensor::empty({40001});
-        float* p = t.data<float>();
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::sin(0.37f * float(i) + float(pg.rank()));
-        pg.all_reduce(t, ReduceOp::Sum, Algorithm::Hierarchical);
-        got[pg.rank()] = t.to_vector<float>();
+    Tensor t = Tensor::empty({40001});
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = std::sin(0.37f * float(i) + float(pg.rank()));
+    pg.all_reduce(t, ReduceOp::Sum, Algorithm::Hierarchical);
+    got[pg.rank()] = t.to_vector<float>();
       },
       {.ranks_per_node = lay.per_node});
   for (int r = 1; r < lay.world(); ++r) CHECK(got[r] == got[0]);
@@ -121,24 +121,27 @@ TEST_CASE("counters: bytes inside and across nodes equal cost.cpp's formulas and
       CAPTURE(L);
       CAPTURE(elems);
       const int64_t S = elems * 4;
-      const Algorithm algos[] = {Algorithm::Hierarchical, Algorithm::Ring, Algorithm::Star,
-                                 Algorithm::OneShot, Algorithm::RecursiveDoubling,
+      const Algorithm algos[] = {Algorithm::Hierarchical,
+                                 Algorithm::Ring,
+                                 Algorithm::Star,
+                                 Algorithm::OneShot,
+                                 Algorithm::RecursiveDoubling,
                                  Algorithm::HalvingDoubling};
       std::vector<std::map<Algorithm, Traffic>> got(n);
       std::vector<Traffic> bcast(n);
       run_threads(
           n,
           [&](ProcessGroup& pg) {
-            for (Algorithm a : algos) {
-              Tensor t = make<float>(pg.rank(), elems);
-              got[pg.rank()][a] = measured(pg, t, a);
-            }
-            Tensor t = make<float>(pg.rank(), elems);
-            pg.reset_comm_stats();
-            pg.broadcast(t, 1);
-            const CollectiveStats s = pg.comm_stats().total;
-            bcast[pg.rank()] = {s.bytes_sent, s.bytes_received, s.bytes_sent_inter_node,
-                                s.bytes_received_inter_node};
+        for (Algorithm a : algos) {
+          Tensor t = make<float>(pg.rank(), elems);
+          got[pg.rank()][a] = measured(pg, t, a);
+        }
+        Tensor t = make<float>(pg.rank(), elems);
+        pg.reset_comm_stats();
+        pg.broadcast(t, 1);
+        const CollectiveStats s = pg.comm_stats().total;
+        bcast[pg.rank()] = {s.bytes_sent, s.bytes_received, s.bytes_sent_inter_node,
+                            s.bytes_received_inter_node};
           },
           {.ranks_per_node = L});
       for (int r = 0; r < n; ++r) {
@@ -150,9 +153,9 @@ TEST_CASE("counters: bytes inside and across nodes equal cost.cpp's formulas and
         }
         // the textbook, when L and K·L divide the elements
         if (elems % n == 0 && n > 1) {
-          CHECK(h.sent - h.sent_inter_node == 2 * (L - 1) * S / L);      // inside: 2(L-1)/L·S
+          CHECK(h.sent - h.sent_inter_node == 2 * (L - 1) * S / L);  // inside: 2(L-1)/L·S
           CHECK(h.received - h.received_inter_node == 2 * (L - 1) * S / L);
-          CHECK(h.sent_inter_node == 2 * (K - 1) * (S / L) / K);        // across: 2(K-1)/K·S/L
+          CHECK(h.sent_inter_node == 2 * (K - 1) * (S / L) / K);  // across: 2(K-1)/K·S/L
           CHECK(h.received_inter_node == 2 * (K - 1) * (S / L) / K);
           CHECK(h.sent == ring.sent);  // the same total as the ring: 2(N-1)/N·S
           // the ring: the last rank of a node sends all of its 2(N-1)/N·S across, the
@@ -202,32 +205,30 @@ TEST_CASE("shm processes: hierarchical at 2x2 and 2x3 equals the reference, coun
     auto outcomes = run_processes(
         n,
         [&](ProcessGroup& pg) {
-          for (DType d : {DType::Float32, DType::BFloat16}) {
-            Tensor t = input(pg.rank(), elems, d, 3);
-            const Traffic got = measured(pg, t, Algorithm::Hierarchical);
-            DPLAB_CHECK(values(t) == reference<float>(ReduceOp::Sum, n, elems, 3),
-                        "rank {}: the {} result differs from the reference", pg.rank(),
-                        dtype_name(d));
-            const Traffic want = hierarchical_all_reduce_cost(
-                elems * int64_t(element_size(d)), int64_t(element_size(d)), pg.rank(), n,
-                lay.per_node);
-            DPLAB_CHECK(same(got, want),
-                        "rank {}: counted {}/{} bytes ({}/{} across), expected {}/{} ({}/{})",
-                        pg.rank(), got.sent, got.received, got.sent_inter_node,
-                        got.received_inter_node, want.sent, want.received, want.sent_inter_node,
-                        want.received_inter_node);
-          }
-          Tensor m = make<float>(pg.rank(), 1009);
-          pg.all_reduce(m, ReduceOp::Max);
-          DPLAB_CHECK(m.to_vector<float>() == reference<float>(ReduceOp::Max, n, 1009),
-                      "rank {}: max differs", pg.rank());
+      for (DType d : {DType::Float32, DType::BFloat16}) {
+        Tensor t = input(pg.rank(), elems, d, 3);
+        const Traffic got = measured(pg, t, Algorithm::Hierarchical);
+        DPLAB_CHECK(values(t) == reference<float>(ReduceOp::Sum, n, elems, 3),
+                    "rank {}: the {} result differs from the reference", pg.rank(), dtype_name(d));
+        const Traffic want = hierarchical_all_reduce_cost(
+            elems * int64_t(element_size(d)), int64_t(element_size(d)), pg.rank(), n, lay.per_node);
+        DPLAB_CHECK(same(got, want),
+                    "rank {}: counted {}/{} bytes ({}/{} across), expected {}/{} ({}/{})",
+                    pg.rank(), got.sent, got.received, got.sent_inter_node, got.received_inter_node,
+                    want.sent, want.received, want.sent_inter_node, want.received_inter_node);
+      }
+      Tensor m = make<float>(pg.rank(), 1009);
+      pg.all_reduce(m, ReduceOp::Max);
+      DPLAB_CHECK(m.to_vector<float>() == reference<float>(ReduceOp::Max, n, 1009),
+                  "rank {}: max differs", pg.rank());
         },
         {.engine = "hierarchical", .ranks_per_node = lay.per_node});
     for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
   }
 }
 
-TEST_CASE("the two-level model: hierarchical's stages, flat algorithms paced by the slower link, auto") {
+TEST_CASE(
+    "the two-level model: hierarchical's stages, flat algorithms paced by the slower link, auto") {
   const LinkCost fast{.alpha = 2e-6, .beta = 1e-10, .cores = 64};
   LinkCost slow = fast;
   slow.alpha = 20e-6;
@@ -240,8 +241,8 @@ TEST_CASE("the two-level model: hierarchical's stages, flat algorithms paced by 
     CAPTURE(L);
     const NodeLinks links{.ranks_per_node = L, .intra = fast, .inter = slow};
     // 2(L-1)·alpha_1 + 2(L-1)/L·S·beta_1 inside, 2(K-1)·alpha_2 + 2(K-1)/K·S/L·beta_2 across
-    const double want = 2 * (L - 1) * (fast.alpha + S / L * fast.beta) +
-                        2 * (K - 1) * slow.alpha + 2.0 * (K - 1) / K * S / L * slow.beta;
+    const double want = 2 * (L - 1) * (fast.alpha + S / L * fast.beta) + 2 * (K - 1) * slow.alpha +
+                        2.0 * (K - 1) / K * S / L * slow.beta;
     CHECK(near(all_reduce_seconds(Algorithm::Hierarchical, n, S, links), want));
     // the flat ring: every step has a hop across: 2(N-1) steps at the slow link's pace
     CHECK(near(all_reduce_seconds(Algorithm::Ring, n, S, links),
@@ -265,9 +266,8 @@ TEST_CASE("the two-level model: hierarchical's stages, flat algorithms paced by 
   CHECK(near(wide.reduce_scatter, fast.alpha + S / 2 * fast.beta));
   // what auto picked is what ran: the engine weighs the layout it was given
   std::vector<std::string> ran(4);
-  run_threads(
-      4, [&](ProcessGroup& pg) { ran[pg.rank()] = pg.all_reduce_algorithm(64 << 20); },
-      {.engine = "auto", .ranks_per_node = 2});
+  run_threads(4, [&](ProcessGroup& pg) { ran[pg.rank()] = pg.all_reduce_algorithm(64 << 20); },
+              {.engine = "auto", .ranks_per_node = 2});
   LinkCost shm = shm_link_cost(cpu_cores());
   const NodeLinks pretend{.ranks_per_node = 2, .intra = shm, .inter = shm};
   for (const std::string& r : ran)
@@ -275,16 +275,17 @@ TEST_CASE("the two-level model: hierarchical's stages, flat algorithms paced by 
 }
 
 TEST_CASE("layouts that do not divide the ranks are refused, naming what was expected") {
-  CHECK_THROWS_WITH_AS(run_threads(4, [](ProcessGroup&) {}, {.engine = "hierarchical", .ranks_per_node = 3}),
-                       doctest::Contains("ranks_per_node must be 0 (one node) or divide world_size 4"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      run_threads(4, [](ProcessGroup&) {}, {.engine = "hierarchical", .ranks_per_node = 3}),
+      doctest::Contains("ranks_per_node must be 0 (one node) or divide world_size 4"), Error);
   CHECK_THROWS_WITH_AS(run_threads(2, [](ProcessGroup&) {}, {.ranks_per_node = -1}),
                        doctest::Contains("got -1"), Error);
-  CHECK_THROWS_WITH_AS(hierarchical_all_reduce_cost(400, 4, 0, 6, 4),
-                       doctest::Contains("ranks_per_node must be 0 (one node) or divide the world size 6"),
-                       Error);
-  CHECK_THROWS_WITH_AS(choose_all_reduce(6, 1e6, NodeLinks{.ranks_per_node = 5, .intra = {}, .inter = {}}),
-                       doctest::Contains("got 5"), Error);
+  CHECK_THROWS_WITH_AS(
+      hierarchical_all_reduce_cost(400, 4, 0, 6, 4),
+      doctest::Contains("ranks_per_node must be 0 (one node) or divide the world size 6"), Error);
+  CHECK_THROWS_WITH_AS(
+      choose_all_reduce(6, 1e6, NodeLinks{.ranks_per_node = 5, .intra = {}, .inter = {}}),
+      doctest::Contains("got 5"), Error);
   CHECK_THROWS_WITH_AS(algorithm_from_name("hierarchic"),
                        doctest::Contains("one_shot, hierarchical or auto"), Error);
 }
@@ -296,18 +297,17 @@ TEST_CASE("an emulated link with nodes slows only the hops between nodes") {
   run_threads(
       4,
       [&](ProcessGroup& pg) {
-        Tensor t = make<float>(pg.rank(), elems);
-        const auto t0 = std::chrono::steady_clock::now();
-        if (pg.rank() == 0) pg.send(t, 1);  // same node
-        if (pg.rank() == 1) pg.recv(t, 0);
-        if (pg.rank() == 2) pg.send(t, 0);  // across: node 1 -> node 0
-        if (pg.rank() == 0) pg.recv(t, 2);
-        took[pg.rank()] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (pg.rank() == 0) {
-          const CollectiveStats s = pg.comm_stats().per_collective.at("recv");
-          CHECK(s.bytes_received_inter_node == elems * 4);
-        }
+    Tensor t = make<float>(pg.rank(), elems);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (pg.rank() == 0) pg.send(t, 1);  // same node
+    if (pg.rank() == 1) pg.recv(t, 0);
+    if (pg.rank() == 2) pg.send(t, 0);  // across: node 1 -> node 0
+    if (pg.rank() == 0) pg.recv(t, 2);
+    took[pg.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pg.rank() == 0) {
+      const CollectiveStats s = pg.comm_stats().per_collective.at("recv");
+      CHECK(s.bytes_received_inter_node == elems * 4);
+    }
       },
       {.link_gbps = 0.001, .ranks_per_node = 2});
   CHECK(took[1] < 0.25);   // rank 1 took rank 0's bytes at memory speed
