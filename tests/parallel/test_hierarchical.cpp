@@ -7,8 +7,8 @@
 // every algorithm's split (ring, star, one-shot, recursive doubling, halving-doubling with
 // its fold at N = 6) equals its per-peer formula, and what leaves the nodes arrives at the
 // nodes; broadcast's chain too; an emulated link with nodes paces only the hops between
-// them; the two-level model's times and auto's choice; and layouts that do not divide N are
-// refused.
+// them; a failed rank is named by the ranks waiting on it in either level; the two-level
+// model's times and auto's choice; and layouts that do not divide N are refused.
 // Read next: parallel/algorithms/hierarchical.cpp, tests/ddp/test_ddp.cpp (DDP on it).
 #include <doctest/doctest.h>
 
@@ -312,4 +312,31 @@ TEST_CASE("an emulated link with nodes slows only the hops between nodes") {
       {.link_gbps = 0.001, .ranks_per_node = 2});
   CHECK(took[1] < 0.25);   // rank 1 took rank 0's bytes at memory speed
   CHECK(took[0] >= 0.45);  // rank 0's receive from node 1 waited for the link
+}
+
+TEST_CASE("a rank that fails inside a node's sub-ring is named by the ranks of the other node") {
+  // rank 3 leaves before the all-reduce; rank 1 waits on it across the nodes, rank 2 inside
+  // node 1, rank 0 inside node 0: every wait ends, within the timeout, naming rank 3 and the
+  // collective ("rank 0: all_reduce(hierarchical, sum) failed because rank 3 failed ...")
+  std::vector<std::string> said(4);
+  CHECK_THROWS_WITH_AS(
+      run_threads(
+          4,
+          [&](ProcessGroup& pg) {
+            if (pg.rank() == 3) throw Error("rank 3 fails on purpose");
+            Tensor t = make<float>(pg.rank(), 50000);
+            try {
+              pg.all_reduce(t, ReduceOp::Sum, Algorithm::Hierarchical);
+            } catch (const std::exception& e) {
+              said[pg.rank()] = e.what();
+            }
+          },
+          {.timeout = Seconds(10.0), .ranks_per_node = 2}),
+      doctest::Contains("rank 3 fails on purpose"), Error);
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CAPTURE(said[r]);
+    CHECK(said[r].find("all_reduce(hierarchical, sum) failed because rank 3 failed") !=
+          std::string::npos);
+  }
 }
