@@ -154,6 +154,8 @@ struct ProcessGroup::Impl {
       s->calls += 1;
       s->bytes_sent += traffic.sent;
       s->bytes_received += traffic.received;
+      s->bytes_sent_inter_node += traffic.sent_inter_node;
+      s->bytes_received_inter_node += traffic.received_inter_node;
       s->seconds += secs;
     }
   }
