@@ -18,9 +18,13 @@
 // machine (K dplab-run launchers on 127.0.0.1, N/K ranks each): dplab's algorithms then run
 // over the node transport (shm inside a node, gloo's TCP wire between nodes), as across
 // machines; mpi with --mpi-btl tcp is the like-for-like comparison.
-// Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi,gloo]
-//                        [--ranks 2,3,4] [--nodes 1] [--min-bytes 4096] [--max-bytes 67108864]
-//                        [--trials 5]
+// --ranks-per-node L pretends the N ranks sit on N/L nodes of L (ProcessGroupOptions::
+// ranks_per_node) in one process: hierarchical then runs in two levels, auto weighs it, and
+// the table adds each algorithm's inter-node bytes per rank (the busiest rank's, measured).
+// Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,
+//                                  hierarchical,auto,star,mpi,gloo]
+//                        [--ranks 2,3,4] [--nodes 1] [--ranks-per-node L] [--min-bytes 4096]
+//                        [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
@@ -55,10 +59,11 @@ namespace {
 
 struct Row {
   int n;
-  std::string algo;  // ring, recursive_doubling, halving_doubling, one_shot, auto, star, mpi
+  std::string algo;  // ring, recursive_doubling, ..., hierarchical, auto, star, mpi
   int64_t bytes;
   double seconds;
   std::string ran;  // what ran: for auto, the algorithm it picked; else algo
+  int64_t inter_node = 0;  // the most bytes one rank sent to other nodes in one call
 };
 
 int iterations_for(int64_t bytes) {
@@ -68,7 +73,8 @@ int iterations_for(int64_t bytes) {
 // Forks n ranks; each times every (size, algorithm); rank 0 writes "algo bytes secs" lines
 // into a pipe for the parent. Times are the slowest rank's (an all-reduce of the times).
 std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
-                          const std::vector<Algorithm>& algos, double link_gbps, int trials) {
+                          const std::vector<Algorithm>& algos, double link_gbps, int trials,
+                          int ranks_per_node) {
   std::string store_path = fmt::format("/tmp/dplab-bench-{}-{}", getpid(), n);
   std::filesystem::remove(store_path);
   int fds[2];
@@ -83,8 +89,9 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
       int code = 0;
       try {
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
-        auto pg =
-            create_process_group(store, r, n, {.timeout = Seconds(60.0), .link_gbps = link_gbps});
+        auto pg = create_process_group(
+            store, r, n,
+            {.timeout = Seconds(60.0), .link_gbps = link_gbps, .ranks_per_node = ranks_per_node});
         std::string out;
         for (int64_t bytes : sizes) {
           Tensor t = Tensor::empty({bytes / 4});
@@ -113,7 +120,14 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
           for (std::size_t k = 0; k < algos.size(); ++k) {
             std::string ran = pg->all_reduce_algorithm(bytes, algos[k]);
             if (ran.rfind("auto:", 0) == 0) ran = ran.substr(5);
-            out += fmt::format("{} {} {:.9f} {}\n", algorithm_name(algos[k]), bytes, best[k], ran);
+            // one more call, counted: the bytes this rank sent across nodes; the busiest rank's
+            pg->reset_comm_stats();
+            pg->all_reduce(t, ReduceOp::Sum, algos[k]);
+            Tensor inter = Tensor::empty({1}, {.dtype = DType::Int64});
+            inter.data<int64_t>()[0] = pg->comm_stats().total.bytes_sent_inter_node;
+            pg->all_reduce(inter, ReduceOp::Max, Algorithm::Star);
+            out += fmt::format("{} {} {:.9f} {} {}\n", algorithm_name(algos[k]), bytes, best[k],
+                               ran, inter.to_vector<int64_t>()[0]);
           }
         }
         if (r == 0 && ::write(fds[1], out.data(), out.size()) < 0) code = 2;
@@ -141,12 +155,13 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
   DPLAB_CHECK(ok, "bench: a rank of the N = {} run failed (see stderr)", n);
   std::vector<Row> rows;
   char algo[32], ran[32];
-  long long bytes;
+  long long bytes, inter;
   double secs;
   int used = 0;
   for (const char* p = text.c_str();
-       std::sscanf(p, "%31s %lld %lf %31s%n", algo, &bytes, &secs, ran, &used) == 4; p += used)
-    rows.push_back({n, algo, bytes, secs, ran});
+       std::sscanf(p, "%31s %lld %lf %31s %lld%n", algo, &bytes, &secs, ran, &inter, &used) == 5;
+       p += used)
+    rows.push_back({n, algo, bytes, secs, ran, inter});
   return rows;
 }
 
@@ -249,12 +264,19 @@ std::string human(int64_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   return fmt::format("{} KiB", bytes >> 10);
 }
+// As human, with the fraction: counted bytes are rarely whole KiB.
+std::string human_exact(int64_t bytes) {
+  if (bytes >= (1 << 20)) return fmt::format("{:.2f}MiB", bytes / double(1 << 20));
+  if (bytes >= (1 << 10)) return fmt::format("{:.1f}KiB", bytes / double(1 << 10));
+  return fmt::format("{}B", bytes);
+}
 
 // Short column titles for the table.
 std::string short_name(const std::string& algo) {
   if (algo == "recursive_doubling") return "rd";
   if (algo == "halving_doubling") return "hd";
   if (algo == "one_shot") return "1shot";
+  if (algo == "hierarchical") return "hier";
   return algo;
 }
 
@@ -295,6 +317,7 @@ int main(int argc, char** argv) {
   std::string csv, btl = "vader";
   bool plot = true;
   double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
+  int ranks_per_node = 0;  // > 0: pretend nodes of this many ranks
   std::string device = "cpu", ranks_arg, max_bytes_arg;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -309,6 +332,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-plot") plot = false;
     else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
     else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
+    else if (a == "--ranks-per-node" && i + 1 < argc) ranks_per_node = std::atoi(argv[++i]);
     else if ((a == "--engine" || a == "--backend") && i + 1 < argc)
       engines = split(argv[++i]);  // --backend: the old name
     else if (a == "--ranks" && i + 1 < argc) {
@@ -318,8 +342,9 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,auto,star,mpi,gloo] "
-          "[--ranks 2,3,4] [--nodes K] [--min-bytes N] [--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
+          "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,hierarchical,auto,"
+          "star,mpi,gloo] [--ranks 2,3,4] [--nodes K] [--ranks-per-node L] [--min-bytes N] "
+          "[--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
           "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
           argv[0]);
       return 2;
@@ -367,6 +392,12 @@ int main(int argc, char** argv) {
     if (n < 1) {
       std::fprintf(stderr, "bench_allreduce: --ranks takes counts >= 1, got %d\n", n);
       return 2;
+    } else if (ranks_per_node < 0 || (ranks_per_node > 0 && n % ranks_per_node != 0)) {
+      std::fprintf(stderr,
+                   "bench_allreduce: --ranks-per-node must be 0 (one node) or divide every "
+                   "--ranks count, got %d for %d ranks\n",
+                   ranks_per_node, n);
+      return 2;
     }
   std::vector<int64_t> sizes;
   if (min_bytes < 4 || min_bytes % 4 != 0) {
@@ -387,7 +418,7 @@ int main(int argc, char** argv) {
         rows.insert(rows.end(), mine.begin(), mine.end());
       } else {
         if (!ours.empty()) {
-          auto mine = run_ours(n, sizes, ours, link_gbps, trials);
+          auto mine = run_ours(n, sizes, ours, link_gbps, trials, ranks_per_node);
           rows.insert(rows.end(), mine.begin(), mine.end());
         }
         if (gloo) {
@@ -420,6 +451,10 @@ int main(int argc, char** argv) {
       nodes > 1 ? fmt::format("shm in a node + gloo's TCP wire across {} pretended nodes", nodes).c_str()
                 : "its shm transport",
       btl.c_str(), trials);
+  if (ranks_per_node > 0)
+    std::printf("pretend nodes of %d ranks (ranks_per_node): hierarchical runs in two levels; "
+                "'inter' = the busiest rank's bytes to other nodes per call\n",
+                ranks_per_node);
   if (link_gbps > 0)
     std::printf(
         "dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
@@ -428,7 +463,11 @@ int main(int argc, char** argv) {
   const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
   const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  for (const std::string& b : engines) std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
+  const bool inter_cols = ranks_per_node > 0;  // an inter-node bytes column per algorithm
+  for (const std::string& b : engines) {
+    std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
+    if (inter_cols && b != "mpi") std::printf(" %9s", "inter");
+  }
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
   std::printf("\n");
@@ -436,9 +475,11 @@ int main(int argc, char** argv) {
     for (int64_t b : sizes) {
       std::printf("%2d %8s", n, human(b).c_str());
       for (const std::string& name : engines) {
-        if (const Row* r = find(n, name, b))
-          std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
+        const Row* r = find(n, name, b);
+        if (r) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
+        if (inter_cols && name != "mpi")
+          std::printf(" %9s", r ? human_exact(r->inter_node).c_str() : "-");
       }
       if (has_auto) {
         const Row* a = find(n, "auto", b);
@@ -451,7 +492,8 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
-  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot; busbw = 2(N-1)/N "
+  std::printf("rd = recursive_doubling, hd = halving_doubling, 1shot = one_shot, hier = "
+              "hierarchical; busbw = 2(N-1)/N "
               "* bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
   const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine
@@ -485,11 +527,14 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_allreduce: cannot write %s\n", csv.c_str());
       return 1;
     }
-    std::fprintf(f, "ranks,algorithm,ran,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps\n");
+    std::fprintf(f, "ranks,algorithm,ran,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps,"
+                    "ranks_per_node,inter_node_bytes\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%d,%s,%s,%lld,%.9f,%.4f,%.4f,%g\n", r.n, r.algo.c_str(), r.ran.c_str(),
-                   static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
-                   busbw(r.n, r.bytes, r.seconds), r.algo == "mpi" ? 0.0 : link_gbps);
+      std::fprintf(f, "%d,%s,%s,%lld,%.9f,%.4f,%.4f,%g,%d,%lld\n", r.n, r.algo.c_str(),
+                   r.ran.c_str(), static_cast<long long>(r.bytes), r.seconds,
+                   r.bytes / r.seconds / 1e9, busbw(r.n, r.bytes, r.seconds),
+                   r.algo == "mpi" ? 0.0 : link_gbps, r.algo == "mpi" ? 0 : ranks_per_node,
+                   static_cast<long long>(r.inter_node));
     std::fclose(f);
     std::printf("wrote %s\n", csv.c_str());
     if (plot) {

@@ -2,7 +2,8 @@
 //   dplab-compare [--model mlp|cnn|resnet] [--ns 1,2,4] [--steps 100 | --epochs E] [--global-batch 256]
 //                 [--bucket-cap-mb 25] [--device cpu|cuda] [--trace] [--out results]
 // Single device and DataParallel run in this process; DDP star and ring start N processes
-// of this same program in its hidden --worker mode (run_ddp.cpp), which report back through
+// of this same program in its hidden --worker mode (run_ddp.cpp; ps, the sharded parameter
+// server with --servers 1,N and --ps-placement: run_ps.cpp), which report back through
 // files under <out>/runs. The ping-pong for the alpha-beta model is one more worker run.
 // CLI11 lives in this file only (it is slow to compile).
 // Read next: compare.h, then run_local.cpp and run_ddp.cpp.
@@ -76,6 +77,32 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
       if (cfg.global_batch % n != 0)
         DPLAB_FAIL("--global-batch {} does not split evenly over N = {}: pick a multiple",
                    cfg.global_batch, n);
+      if (mode == "ps") {  // one run per server count and placement (run_ps.cpp)
+        for (const std::string& place : cfg.ps_placements)
+          for (size_t i = 0; i < cfg.servers.size(); ++i) {
+            const int s = resolve_servers(cfg.servers[i], n);
+            bool seen = false;  // --servers 1,N at N = 1: one run, not two
+            for (size_t j = 0; j < i; ++j) seen = seen || resolve_servers(cfg.servers[j], n) == s;
+            if (seen) continue;
+            runs.push_back(run_ps(cfg, n, s, place == "separate", exe, worker_args));
+            runs.back().link_gbps = link_gbps(cfg, runs.back().mode, n);
+            runs.back().link = runs.back().link_gbps > 0 ? "emulated" : "none";
+            TraceRun tr{.label = fmt::format("{} N={}", runs.back().mode, n)};
+            for (int r = 0; r < ps_world(runs.back().mode, n); ++r) {
+              tr.fragments.push_back(run_file(cfg, runs.back().mode, n, r, "trace"));
+              tr.track_names.push_back(fmt::format("rank {} ({})", r, device_of(cfg, r).str()));
+            }
+            traces.push_back(std::move(tr));
+            if (bed && n > 1 && runs_on_netns(runs.back().mode)) {  // co-located: one per node
+              const RunResult& emulated = runs.back();
+              RunResult real = run_ddp_netns(cfg, emulated.mode, n, *netns, bed->name(), exe,
+                                             worker_args);
+              real.servers = emulated.servers;
+              runs.push_back(std::move(real));
+            }
+          }
+        continue;
+      }
       TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
       if (mode == "single") {
         runs.push_back(run_single(cfg));
@@ -161,6 +188,11 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and "
                "communication):\n"
             << format_memory_table(runs);
+  const std::vector<std::string> ps_lines = ps_findings(runs);
+  if (!ps_lines.empty()) {
+    std::cout << "the sharded parameter server against the ring:\n";
+    for (const std::string& l : ps_lines) std::cout << "  " << l << '\n';
+  }
   std::cout << "traffic is MiB per step; dev0 is the master for dp and star. Agreement with the "
                "single device:\n";
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
@@ -221,12 +253,29 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
   app.add_option("--modes,--backend", cfg.modes,
-                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl,gloo (zero1/zero2: "
+                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl,gloo,ps (zero1/zero2: "
                  "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started "
                  "by mpirun; gloo: DDP on the gloo engine (gloo's ring over TCP on loopback); "
-                 "nccl: with --device cuda, one GPU per rank)")
+                 "nccl: with --device cuda, one GPU per rank; ps: the sharded parameter server, "
+                 "see --servers)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl", "gloo"}));
+      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl", "gloo", "ps"}));
+  app.add_option("--servers", cfg.servers,
+                 "mode ps: parameter-server counts S, e.g. 1,2,N (N: one per device; default 1,N)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const long s = std::strtol(v.c_str(), &end, 10);
+            if (v == "N" || (end != v.c_str() && *end == '\0' && s >= 1)) return "";
+            return fmt::format("expected server counts >= 1 or N, got '{}'", v);
+          },
+          "S >= 1 or N"));
+  app.add_option("--ps-placement", cfg.ps_placements,
+                 "mode ps: colocated (S of the N training ranks also serve) and/or separate (S "
+                 "more processes only serve)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"colocated", "separate"}));
   app.add_option("--optimizer", cfg.optimizer, "sgd (with --momentum) or adam (lr = --lr)")
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--steps", cfg.steps, "optimizer steps per run")->check(at_least(1, "steps >= 1"));
@@ -268,7 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("--plot-script", plot_script,
                  "path of plot_results.py (default: next to the source)");
   app.add_option("--worker", worker,
-                 "internal: ring | star | zero1 | zero2 | mpi | nccl | pingpong")
+                 "internal: ring | star | zero1 | zero2 | mpi | nccl | ps-s<S>[-sep] | pingpong")
       ->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
   app.add_option("--worker-netns", cfg.netns_bed, "internal: the bed the worker's ranks enter")
@@ -293,12 +342,13 @@ int main(int argc, char** argv) {
   try {
     if (cfg.precision != "fp32")
       for (const std::string& m : cfg.modes)
-        DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2",
+        DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2" && m != "ps",
                     "--precision {}: mode {} is not supported (its "
                     "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl",
                     cfg.precision, m);
     if (!worker.empty()) {
       if (worker == "pingpong") pingpong_worker_main(cfg);
+      else if (is_ps_label(worker)) ps_worker_main(cfg, worker, worker_n);
       else ddp_worker_main(cfg, worker, worker_n);
       return 0;
     }

@@ -44,6 +44,10 @@ struct Config {
   // bytes and activations take half the memory; the optimizer updates float32 master
   // copies (their bytes count as optimizer state); fp16 adds a GradScaler.
   std::string precision = "fp32";
+  // Mode ps (run_ps.cpp): server counts ("N": as many as devices) and placements
+  // (colocated: S of the N training ranks also serve; separate: S more processes serve).
+  std::vector<std::string> servers{"1", "N"};
+  std::vector<std::string> ps_placements{"colocated"};
   // emulated | netns | netns:RATE (netns_links.h): the DDP modes also run with every rank in
   // a network namespace behind a real tc-shaped link. netns_bed: set in the workers only
   // (--worker-netns), the bed whose node `rank` each rank enters.
@@ -64,7 +68,7 @@ struct DeviceFigures {
 };
 
 struct RunResult {
-  std::string mode;                // single | dp | star | ring | zero1 | zero2 | mpi | nccl
+  std::string mode;  // single | dp | star | ring | zero1 | zero2 | mpi | nccl | ps-s<S>[-sep]
   std::string precision = "fp32";  // Config::precision, a column of results.csv
   int n = 1;
   int64_t steps = 0, timed_steps = 0, global_batch = 0;
@@ -75,6 +79,8 @@ struct RunResult {
   int64_t param_count = 0;
   double predicted_step_s = -1;  // alpha-beta prediction (DDP rows), -1: none
   double link_gbps = 0;          // the emulated link this run crossed (0: none)
+  int servers = 0;                // ps: S; 0 for the other modes
+  bool separate_servers = false;  // ps: the S servers are processes of their own
   std::string link = "none";     // none | emulated | netns (real shaped links, netns_links.h)
   // netns rows: bytes each rank's link carried out / in over the timed steps, as the kernel
   // counts them (TCP/IP headers and acknowledgements included)
@@ -91,7 +97,7 @@ inline std::string run_label(const RunResult& r) {
 }
 
 // The emulated link a run of `mode` on n devices crosses, in Gbit/s: cfg.link_gbps (or its
-// default for the device kind) for dp, star and ring with n > 1; 0 for a lone device and
+// default for the device kind) for dp, star, ring, zero and ps with n > 1; 0 for a lone device and
 // for mpi and nccl, which move their bytes themselves.
 double link_gbps(const Config& cfg, const std::string& mode, int n);
 // Device k of the configured kind ("cpu" -> cpu:k, "cuda" -> cuda:k).
@@ -121,6 +127,17 @@ void run_worker_process(const std::string& self_exe, std::vector<std::string> ar
                         const std::string& label, const std::vector<std::string>& launcher = {});
 // The body of `dplab-compare --worker ring|star --worker-n N`: spawns N ranks and trains.
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n);
+
+// Mode ps (run_ps.cpp). A run's label is ps-s<S> (co-located) or ps-s<S>-sep (separate);
+// resolve_servers turns a --servers entry ("2", "N") into S for n devices (throws on others).
+std::string ps_label(int servers, bool separate);
+bool is_ps_label(const std::string& mode);
+int resolve_servers(const std::string& spec, int n);
+int ps_world(const std::string& label, int n);  // n, or n + S separate servers
+RunResult run_ps(const Config& cfg, int n, int servers, bool separate, const std::string& self_exe,
+                 const std::vector<std::string>& worker_args);
+// The body of `dplab-compare --worker ps-s<S>[-sep] --worker-n N`: spawns the ranks and trains.
+void ps_worker_main(const Config& cfg, const std::string& label, int n);
 
 // Rank files: "key value..." lines, written by a rank, read by the parent.
 void write_rank_file(const std::string& path, const RunResult& r, int rank);

@@ -114,7 +114,9 @@ std::optional<NetnsLinks> parse_links(const std::string& spec, double emulated_g
 }
 
 bool runs_on_netns(const std::string& mode) {
-  return mode != "single" && mode != "dp" && mode != "mpi" && mode != "nccl";
+  // ps with separate servers has more ranks than nodes (one rank per node here)
+  const bool separate_ps = mode.rfind("ps-", 0) == 0 && mode.ends_with("-sep");
+  return mode != "single" && mode != "dp" && mode != "mpi" && mode != "nccl" && !separate_ps;
 }
 
 NetnsBed::NetnsBed(const std::string& script, int nodes, const std::string& rate)
@@ -293,6 +295,14 @@ double emulated_error_pct(const RunResult& r, const std::vector<RunResult>& runs
 double formula_sent_bytes(const std::string& mode, int n, int rank, double grad_bytes) {
   if (n < 2) return 0;
   if (mode == "ring") return 2.0 * (n - 1) / n * grad_bytes;
+  if (mode.rfind("ps-s", 0) == 0 && !mode.ends_with("-sep")) {  // co-located: S of N serve
+    // a worker pushes each of the S shards (S/N of them its own) and pulls them back; a
+    // server sends its shard back to N-1 others: rank 0 both trains and serves
+    const int s = std::stoi(mode.substr(4));
+    const double shard = grad_bytes / s, others = (n - 1) * shard;
+    const double as_worker = (s - (rank < s ? 1 : 0)) * shard;  // its pushes
+    return as_worker + (rank < s ? others : 0);                 // + a server's pulls out
+  }
   if (mode == "star") return rank == 0 ? (n - 1) * grad_bytes : grad_bytes;
   return NAN;
 }

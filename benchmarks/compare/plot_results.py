@@ -3,7 +3,7 @@
 
     python3 plot_results.py results/
 
-  throughput.png   samples/s and scaling efficiency vs N, one line per mode
+  throughput.png   samples/s and scaling efficiency vs N, one line per mode (ps: S = 1 and S = N)
   memory.png       peak memory of every device / rank of every run, stacked: parameters,
                    gradients, optimizer state, activations, other transient buffers: the DP
                    master's excess, DDP's equal replicas, ZeRO's 1/N optimizer state
@@ -23,7 +23,20 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 MODE_STYLE = {"single": ("k", "o"), "dp": ("tab:orange", "s"), "star": ("tab:red", "^"), "ring": ("tab:blue", "D"),
-              "zero1": ("tab:green", "v"), "zero2": ("tab:olive", "P")}
+              "zero1": ("tab:green", "v"), "zero2": ("tab:olive", "P"),
+              "ps S=1": ("tab:purple", "x"), "ps S=N": ("tab:cyan", "*"),
+              "ps S=1 sep": ("tab:pink", "x"), "ps S=N sep": ("tab:brown", "*")}
+
+
+def line_of(row):
+    """The throughput line a run belongs to: its mode, or for mode ps (runs ps-s<S>[-sep]) the
+    family S = 1 or S = N across N, so that one line joins ps-s2 at N = 2 and ps-s4 at N = 4."""
+    mode = row["mode"]
+    if not mode.startswith("ps-s"):
+        return mode
+    servers = row.get("servers", "")
+    family = "ps S=1" if servers == "1" else "ps S=N" if servers == row["N"] else mode
+    return family + (" sep" if mode.endswith("-sep") else "")
 
 
 def read_csv(path):
@@ -43,7 +56,7 @@ def f(row, key):
 def plot_throughput(rows, out):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for mode in MODE_STYLE:
-        pts = sorted((int(r["N"]), f(r, "samples_per_s"), f(r, "efficiency")) for r in rows if r["mode"] == mode)
+        pts = sorted((int(r["N"]), f(r, "samples_per_s"), f(r, "efficiency")) for r in rows if line_of(r) == mode)
         if not pts:
             continue
         colour, marker = MODE_STYLE[mode]

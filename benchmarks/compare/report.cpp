@@ -118,6 +118,7 @@ const std::vector<std::string>& csv_columns() {
                                                  "predicted_step_ms",
                                                  "prediction_error_pct",
                                                  "link_gbps",
+                                                 "servers",
                                                  "link",
                                                  "emulated_vs_real_pct",
                                                  "master_wire_sent_mib",
@@ -197,7 +198,7 @@ Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs)
 }
 
 std::string format_table(const std::vector<RunResult>& runs) {
-  std::string s = fmt::format("{:<6} {:>2} {:>9} {:>6} {:>5} {:>8} {:>8} {:>7} {:>7} {:>21} {:>15} "
+  std::string s = fmt::format("{:<10} {:>2} {:>9} {:>6} {:>5} {:>8} {:>8} {:>7} {:>7} {:>21} {:>15} "
                               "{:>15} {:>6} {:>6} {:>15}\n",
                               "mode", "N", "samples/s", "speed", "eff%", "step ms", "compute",
                               "comm", "wait", "peak MiB max/min (x)", "dev0 MiB out/in",
@@ -208,7 +209,7 @@ std::string format_table(const std::vector<RunResult>& runs) {
         r.predicted_step_s > 0
             ? fmt::format("{:.1f} ({:+.0f}%)", 1e3 * r.predicted_step_s, prediction_error_pct(r))
             : "-";
-    s += fmt::format("{:<6} {:>2} {:>9.0f} {:>5.2f}x {:>5.0f} {:>8.1f} {:>8.1f} {:>7.1f} {:>7.1f} "
+    s += fmt::format("{:<10} {:>2} {:>9.0f} {:>5.2f}x {:>5.0f} {:>8.1f} {:>8.1f} {:>7.1f} {:>7.1f} "
                      "{:>9.1f}/{:>6.1f} ({:.2f}) "
                      "{:>7.2f}/{:<7.2f} {:>7.2f}/{:<7.2f} {:>6.2f} {:>6.3f} {:>15}\n",
                      run_label(r), r.n, r.samples_per_s(), d.speedup, 100 * d.efficiency,
@@ -222,14 +223,14 @@ std::string format_table(const std::vector<RunResult>& runs) {
 // Per device: the peak and what holds it (fill_memory in training.cpp), in MiB.
 std::string format_memory_table(const std::vector<RunResult>& runs) {
   std::string s =
-      fmt::format("{:<6} {:>2} {:>3} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}\n", "mode", "N", "dev",
+      fmt::format("{:<10} {:>2} {:>3} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}\n", "mode", "N", "dev",
                   "params", "grads", "optim", "activations", "other", "peak MiB");
   for (const RunResult& r : runs)
     for (size_t i = 0; i < r.devices.size(); ++i) {
       const DeviceFigures& d = r.devices[i];
       const int64_t other =
           d.peak_bytes - d.param_bytes - d.grad_bytes - d.optim_state_bytes - d.activation_bytes;
-      s += fmt::format("{:<6} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}\n",
+      s += fmt::format("{:<10} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}\n",
                        run_label(r), r.n, i, mib(double(d.param_bytes)), mib(double(d.grad_bytes)),
                        mib(double(d.optim_state_bytes)), mib(double(d.activation_bytes)),
                        mib(double(std::max<int64_t>(0, other))), mib(double(d.peak_bytes)));
@@ -251,11 +252,11 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
         d.efficiency, 1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s,
         d.mem_max, d.mem_min, d.imbalance);
     f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:."
-                     "4f},{:.2f},{:g},{},{:.2f},{:.6f},{:.6f}\n",
+                     "4f},{:.2f},{:g},{},{},{:.2f},{:.6f},{:.6f}\n",
                      d.master_sent, d.master_recv, d.other_sent, d.other_recv, d.master_weight_sent,
                      d.master_weight_recv, d.other_weight_sent, d.other_weight_recv,
                      r.test_accuracy, r.test_loss, r.param_count, pred_ms, prediction_error_pct(r),
-                     r.link_gbps, r.link, emulated_error_pct(r, runs), wire_mib(r.wire_sent, r),
+                     r.link_gbps, r.servers, r.link, emulated_error_pct(r, runs), wire_mib(r.wire_sent, r),
                      wire_mib(r.wire_received, r));
   }
   DPLAB_CHECK(f.good(), "could not write {}", path);
@@ -329,7 +330,10 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
   f << "\nModes: `single` one device; `dp` DataParallel (parameter server, threads, one process); "
        "`star` DDP with the star all-reduce (parameter server over processes); `ring` DDP with the "
        "ring "
-       "all-reduce; `zero1` / `zero2` ZeRO stage 1 / 2 over the ring (tutorials/18_zero.md). "
+       "all-reduce; `zero1` / `zero2` ZeRO stage 1 / 2 over the ring (tutorials/18_zero.md); "
+       "`ps-s<S>` the sharded parameter server with S servers co-located with the training ranks, "
+       "`ps-s<S>-sep` with S server processes of their own (devices N.. are the servers; "
+       "docs/parameter_server.md). "
        "Traffic is MiB "
        "per step; device 0 is the master for `dp` and `star`. "
        "Column meanings: benchmarks/compare/report.cpp; formulas: tutorials/16_ps_vs_ring.md.\n\n";
@@ -339,6 +343,12 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
        "transient "
        "buffers).\n\n```\n"
     << format_memory_table(runs) << "```\n\n";
+  if (const std::vector<std::string> ps = ps_findings(runs); !ps.empty()) {
+    f << "## The sharded parameter server against the ring\n\n";
+    for (const std::string& l : ps) f << "- " << l << '\n';
+    f << "\nBytes are the push and pull (weight traffic) per step; a ring rank moves "
+         "2(N-1)/N of the parameter bytes each way (parallel/algorithms/cost.h).\n\n";
+  }
   f << "## Agreement with the single device\n\n";
   for (const std::string& l : agreement.lines) f << "- " << l << '\n';
   f << (agreement.ok

@@ -34,6 +34,9 @@ std::string format_table(const std::vector<RunResult>& runs);
 // of the peak (backward's and communication's buffers) and the peak, in MiB: DP's master,
 // DDP's equal replicas, ZeRO's 1/N state.
 std::string format_memory_table(const std::vector<RunResult>& runs);
+// Mode ps (ps_report.cpp): one sentence per ps run on where it matches the ring (bytes per
+// rank) and where it loses (the busiest link's bytes, their balance, the step time).
+std::vector<std::string> ps_findings(const std::vector<RunResult>& runs);
 // One sentence on the emulated links in effect (or their absence), for the table and report.
 std::string link_note(const Config& cfg);
 void write_results_csv(const std::string& path, const std::vector<RunResult>& runs);

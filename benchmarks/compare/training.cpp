@@ -28,8 +28,8 @@
 namespace dplab::compare {
 
 double link_gbps(const Config& cfg, const std::string& mode, int n) {
-  if (n < 2 ||
-      (mode != "dp" && mode != "star" && mode != "ring" && mode != "zero1" && mode != "zero2"))
+  if (n < 2 || (mode != "dp" && mode != "star" && mode != "ring" && mode != "zero1" &&
+                mode != "zero2" && !is_ps_label(mode)))
     return 0.0;
   if (cfg.link_gbps >= 0) return cfg.link_gbps;
   return cfg.device == "cpu" ? 10.0 : 0.0;  // logical CPU devices stand for machines on 10 GbE

@@ -25,6 +25,7 @@ std::string algorithm_name(Algorithm a) {
     case Algorithm::RecursiveDoubling: return "recursive_doubling";
     case Algorithm::HalvingDoubling: return "halving_doubling";
     case Algorithm::OneShot: return "one_shot";
+    case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::Auto: return "auto";
   }
   return "?";
@@ -34,8 +35,16 @@ Algorithm algorithm_from_name(const std::string& name) {
   for (Algorithm a : kAlgorithms)
     if (algorithm_name(a) == name) return a;
   DPLAB_FAIL("all_reduce algorithm: expected ring, star, recursive_doubling, halving_doubling, "
-             "one_shot or auto, got \"{}\"",
+             "one_shot, hierarchical or auto, got \"{}\"",
              name);
+}
+
+void check_node_layout(const NodeLayout& layout, const char* who) {
+  DPLAB_CHECK(layout.ranks_per_node == 0 ||
+                  (layout.ranks_per_node > 0 && layout.world % layout.ranks_per_node == 0),
+              "{}: ranks_per_node must be 0 (one node) or divide the world size {} (every node "
+              "runs as many ranks), got {}",
+              who, layout.world, layout.ranks_per_node);
 }
 
 int64_t chunk_elems(int64_t n, int parts, int index) {

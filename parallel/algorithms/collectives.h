@@ -11,18 +11,24 @@
 //           that takes any N to a power of two.
 // halving_doubling.cpp: Rabenseifner's all-reduce, recursive halving + doubling (medium).
 // one_shot.cpp: all-reduce in one step, every rank to every rank (small messages).
+// hierarchical.cpp: all-reduce in two levels, inside the nodes and across them, with the
+//           ring's pieces on sub-rings (a SubTransport: some ranks of a transport).
 // star.cpp: the parameter-server all-reduce, reduce, gather, scatter, barrier.
+// ps.cpp: the sharded parameter server's push (gradients to their shard's server) and pull
+//           (updated shards back to every worker).
 // What each moves per rank: cost.h.
 // Read next: ring.cpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "framework/backend/backend.h"
 #include "framework/tensor/dtype.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/transport/transport.h"
 
 namespace dplab::parallel {
@@ -37,14 +43,20 @@ struct Block {
 // that links the ranks, the element type, the reduction (the kernel's dplab::ReduceKind:
 // Sum, Max or Min; Avg is a Sum followed by a scale), the counters, and the device the
 // buffers live on, whose backend adds a received slot into a buffer (the reduce_into kernel:
-// Eigen on the CPU, a CUDA kernel on the GPU) or copies it out.
+// Eigen on the CPU, a CUDA kernel on the GPU) or copies it out. node_of[i] is the node of
+// the exchange's rank i (empty: all on one node): p2p.cpp counts the bytes to and from a
+// peer on another node apart, and hierarchical.cpp reads the layout from it.
 struct Exchange {
   Transport& tr;
   DType dtype;
   dplab::ReduceKind op;
   Traffic& traffic;
   Device device = Device(DeviceKind::CPU);
+  std::span<const int> node_of = {};
   std::size_t elem() const { return element_size(dtype); }
+  bool crosses_nodes(int peer) const {
+    return !node_of.empty() && node_of[peer] != node_of[tr.rank()];
+  }
   int64_t segment_elems() const { return static_cast<int64_t>(tr.segment_bytes() / elem()); }
   Backend& backend() const { return backend_for(device); }
   // dst <- src, n bytes, both on `device` (memmove on the CPU, an async D2D copy on CUDA)
@@ -98,11 +110,24 @@ void halving_doubling_all_reduce(Exchange& ex, Block buffer);
 // ---- one_shot.cpp ----
 void one_shot_all_reduce(Exchange& ex, Block buffer);
 
+// ---- hierarchical.cpp ----
+// Reduce-scatter inside each node, all-reduce of each local shard across the nodes (a ring
+// of the ranks with one local rank), all-gather inside the node; ex.node_of says where each
+// rank sits (every node must hold as many ranks). On one node it is ring_all_reduce.
+void hierarchical_all_reduce(Exchange& ex, Block buffer);
+
 // ---- star.cpp ----
 void star_all_reduce(Exchange& ex, Block buffer);
 void star_reduce(Exchange& ex, Block buffer, int root);
 void star_gather(Exchange& ex, std::vector<Block>& outputs, int root);  // outputs[root] filled
 void star_scatter(Exchange& ex, std::vector<Block>& inputs, Block output, int root);
 void star_barrier(Exchange& ex);
+
+// ---- ps.cpp: buffer holds plan.buffer_elems(rank) elements (all P on a worker) ----
+// Each server's shard becomes the sum of the workers' copies of it (the others' buffers are
+// only read).
+void ps_push(Exchange& ex, Block buffer, const ServerPlan& plan);
+// Every worker's copy of each shard becomes its server's (the servers' buffers are only read).
+void ps_pull(Exchange& ex, Block buffer, const ServerPlan& plan);
 
 }  // namespace dplab::parallel

@@ -2,7 +2,8 @@
 // Words: N = M·G devices, M nodes of G devices, K NICs per node, S bytes (one bucket);
 // alpha_1, beta_1 the intra-node link, alpha_2, beta_2 the inter-node one. A single-level
 // all-reduce's time is cost.h's all_reduce_seconds (every rank with a core of its own, no
-// reduction term: a GPU adds far faster than a link moves); only the topology is new here.
+// reduction term: a GPU adds far faster than a link moves), and the hierarchical one's is
+// cost.h's hierarchical_all_reduce_seconds; only the topology is new here.
 // Read next: benchmarks/project/timeline.cpp.
 #include "parallel/algorithms/cost_topology.h"
 
@@ -135,20 +136,21 @@ std::vector<Stage> all_reduce_stages(ClusterAlgorithm a, const Cluster& c, const
     }
     case ClusterAlgorithm::Hierarchical:
     case ClusterAlgorithm::HalvingDoubling: {
+      // cost.h's two-level formula (hierarchical_all_reduce_seconds), with a core per device
+      // and the NIC share: G shard all-reduces at once through K NICs, so each flow sees K/G
+      // of a NIC (all of one when K >= G): its beta is beta_2·G/K
+      LevelLink shared = c.inter;
+      shared.beta *= std::max(1.0, double(g) / c.nics_per_node);
+      const bool ring = a == ClusterAlgorithm::Hierarchical;
+      const HierarchicalSeconds h = hierarchical_all_reduce_seconds(
+          m, g, bytes, level_cost(c.intra, n), level_cost(shared, n),
+          ring ? Algorithm::Ring : Algorithm::HalvingDoubling);
       std::vector<Stage> out;
-      // inside the node: a ring reduce-scatter, G-1 steps of S/G (half of cost.h's ring)
-      const double half_ring = (g - 1) * (c.intra.alpha + bytes / g * c.intra.beta);
-      if (g > 1) out.push_back({"reduce-scatter (node)", half_ring, Channel::Both});
-      if (m > 1) {
-        // G shard all-reduces at once through K NICs: each flow sees K/G of a NIC (all of
-        // one when K >= G), so its beta is beta_2·G/K
-        LevelLink shared = c.inter;
-        shared.beta *= std::max(1.0, double(g) / c.nics_per_node);
-        const Algorithm between = a == ClusterAlgorithm::Hierarchical ? Algorithm::Ring : Algorithm::HalvingDoubling;
-        out.push_back({a == ClusterAlgorithm::Hierarchical ? "ring (nodes)" : "halving-doubling (nodes)",
-                       all_reduce_seconds(between, m, bytes / g, level_cost(shared, m)), Channel::Both});
-      }
-      if (g > 1) out.push_back({"all-gather (node)", half_ring, Channel::Both});
+      if (g > 1) out.push_back({"reduce-scatter (node)", h.reduce_scatter, Channel::Both});
+      if (m > 1)
+        out.push_back(
+            {ring ? "ring (nodes)" : "halving-doubling (nodes)", h.between_nodes, Channel::Both});
+      if (g > 1) out.push_back({"all-gather (node)", h.all_gather, Channel::Both});
       return out;
     }
     case ClusterAlgorithm::Star:

@@ -4,7 +4,8 @@
 // so ranks that pass tensors of different sizes get an error, not garbage, and counts it.
 // send_recv streams one block out while another streams in, segment by segment interleaved:
 // the step of the ring and of the recursive algorithms.
-// Cost: a block of S bytes is S sent by one rank and S received by the other (cost.h).
+// Cost: a block of S bytes is S sent by one rank and S received by the other (cost.h);
+// when the two sit on different nodes, it is also counted as inter-node bytes on both.
 // Read next: ring.cpp.
 #include <algorithm>
 
@@ -24,6 +25,7 @@ void send_segment_of(Exchange& ex, int peer, const Block& b, int64_t k) {
   const std::size_t es = ex.elem();
   ex.tr.send_segment(peer, b.data + k * seg * es, len * es);
   ex.traffic.sent += len * static_cast<int64_t>(es);
+  if (ex.crosses_nodes(peer)) ex.traffic.sent_inter_node += len * static_cast<int64_t>(es);
 }
 
 void recv_segment_of(Exchange& ex, int peer, const Block& b, int64_t k, Into into) {
@@ -39,6 +41,7 @@ void recv_segment_of(Exchange& ex, int peer, const Block& b, int64_t k, Into int
     if (into == Into::Reduce) ex.reduce(dst, data, bytes);  // Eigen or a CUDA kernel
     else ex.copy(dst, data, bytes);
     ex.traffic.received += static_cast<int64_t>(bytes);
+    if (ex.crosses_nodes(peer)) ex.traffic.received_inter_node += static_cast<int64_t>(bytes);
   });
 }
 

@@ -124,8 +124,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   auto group_store = std::make_shared<PrefixStore>(prefix, store);
   DPLAB_CHECK(is_known_engine(opts.engine),
               "create_process_group: engine must be \"ring\", "
-              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", \"auto\", "
-              "\"mpi\", \"nccl\" or \"gloo\", got \"{}\"",
+              "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", "
+              "\"hierarchical\", \"auto\", \"mpi\", \"nccl\" or \"gloo\", got \"{}\"",
               opts.engine);
   DPLAB_CHECK(opts.link_gbps >= 0,
               "create_process_group: link_gbps must be >= 0 (0: no "
@@ -183,19 +183,28 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
     throw;
   }
   store->set_timeout(saved);
-  if (opts.link_gbps > 0) transport = make_paced_transport(std::move(transport), opts.link_gbps);
+  // the emulated link is the machines' network: with nodes, only hops between them cross it
+  const NodeLayout nodes{world_size, opts.ranks_per_node};
+  std::function<bool(int)> across;
+  if (nodes.nodes() > 1)
+    across = [nodes, rank](int peer) { return nodes.node_of(peer) != nodes.node_of(rank); };
+  if (opts.link_gbps > 0)
+    transport = make_paced_transport(std::move(transport), opts.link_gbps, across);
   // what auto weighs: the shm transport's hand-off and copy costs, or the emulated link's
-  // bandwidth where that is slower
+  // bandwidth where that is slower (between nodes only, when there are nodes)
   LinkCost link = shm_link_cost(cpu_cores());
   link.segment = double(transport->segment_bytes());
-  if (multi_node) {  // the slowest link is a TCP one: its per-message latency and rate
-    link.alpha = std::max(link.alpha, kGlooLinkAlpha);
-    link.beta = std::max(link.beta, kGlooLinkBeta);
+  NodeLinks links{.ranks_per_node = opts.ranks_per_node, .intra = link, .inter = link};
+  if (multi_node) {  // between nodes a TCP link: its per-message latency and rate
+    links.inter.alpha = std::max(link.alpha, kGlooLinkAlpha);
+    links.inter.beta = std::max(link.beta, kGlooLinkBeta);
   }
-  if (opts.link_gbps > 0) link.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
+  if (opts.link_gbps > 0)
+    links.inter.beta = std::max(links.inter.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
+  if (nodes.nodes() == 1) links.intra = links.inter;
   return std::make_shared<ProcessGroup>(make_dplab_engine(
       std::move(transport), algorithm_from_name(opts.engine),
-      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), link));
+      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), links));
 }
 
 }  // namespace dplab::parallel

@@ -53,6 +53,15 @@ void check_list(const std::vector<Tensor>& list, const Tensor& like, int n, cons
         list[i].defined() ? shape_str(list[i].shape()) : "an undefined tensor");
 }
 
+void check_plan(const Tensor& t, const ServerPlan& plan, int rank, int size, const char* what) {
+  DPLAB_CHECK(t.defined(), "{}: the tensor is undefined", what);
+  check_server_plan(plan, size);
+  DPLAB_CHECK(t.numel() == plan.buffer_elems(rank),
+              "{}: rank {} must pass {} elements ({} of {}, {}), got {}", what, rank,
+              plan.buffer_elems(rank), plan.is_worker(rank) ? "all" : "its shard", plan.elems,
+              describe(plan), t.numel());
+}
+
 // The handle of one queued call.
 struct WorkState : Work {
   mutable std::mutex mu;
@@ -145,6 +154,8 @@ struct ProcessGroup::Impl {
       s->calls += 1;
       s->bytes_sent += traffic.sent;
       s->bytes_received += traffic.received;
+      s->bytes_sent_inter_node += traffic.sent_inter_node;
+      s->bytes_received_inter_node += traffic.received_inter_node;
       s->seconds += secs;
     }
   }
@@ -259,6 +270,18 @@ void ProcessGroup::recv(Tensor& t, int src) {
   check_peer(src, rank_, size_, "recv", "src");
   run("recv", fmt::format("recv(from {})", src),
       [&](CollectiveCall& c) { engine_->recv(c, t, src); });
+}
+
+void ProcessGroup::ps_push(Tensor& t, const ServerPlan& plan) {
+  check_plan(t, plan, rank_, size_, "ps_push");
+  run("ps_push", fmt::format("ps_push({} shards)", plan.count()),
+      [&](CollectiveCall& c) { engine_->ps_push(c, t, plan); });
+}
+
+void ProcessGroup::ps_pull(Tensor& t, const ServerPlan& plan) {
+  check_plan(t, plan, rank_, size_, "ps_pull");
+  run("ps_pull", fmt::format("ps_pull({} shards)", plan.count()),
+      [&](CollectiveCall& c) { engine_->ps_pull(c, t, plan); });
 }
 
 WorkPtr ProcessGroup::all_reduce_async(Tensor t, ReduceOp op, std::optional<Algorithm> algo) {

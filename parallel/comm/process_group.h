@@ -16,6 +16,7 @@
 
 #include "framework/tensor/tensor.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
@@ -24,12 +25,16 @@ struct ProcessGroupOptions {
   // The engine that runs the collectives (torch.distributed's "backend"; dplab keeps that word
   // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
   // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
-  // "halving_doubling", "one_shot", or "auto" (per call, the fastest by algorithms/cost.h's
-  // model for the size; the other collectives are the same on all six); "mpi" or "nccl": an
+  // "halving_doubling", "one_shot", "hierarchical" (two levels: inside the nodes of
+  // ranks_per_node, then across them), or "auto" (per call, the fastest by
+  // algorithms/cost.h's model for the size and the nodes; the other collectives are the same
+  // on all seven); "mpi" or "nccl": an
   // existing library's engine, any number of nodes (it picks its own algorithms)
   std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
-  double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
+  // > 0: emulate a link of this many Gbit/s per rank (link_model.h); with ranks_per_node,
+  // only between nodes (ranks of one node reach each other at memory speed)
+  double link_gbps = 0;
   // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
   // transport's default (shm: shm_segment_bytes(N), threads: kSegmentBytes, 128 KiB).
   std::size_t segment_bytes = 0;
@@ -41,10 +46,15 @@ struct ProcessGroupOptions {
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
 // or consumed from a slot a peer filled (received); seconds are wall time inside calls.
+// The *_inter_node part of them went to or came from a rank on another node
+// (ranks_per_node): what crossed this machine's link. dplab's engine counts it per peer for
+// every collective; mpi and nccl, which report formulas, leave it 0.
 struct CollectiveStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
+  int64_t bytes_sent_inter_node = 0;
+  int64_t bytes_received_inter_node = 0;
   double seconds = 0.0;
 };
 struct CommStats {
@@ -77,8 +87,8 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& engine() const;  // "ring", "star", "auto", ..., "mpi", "nccl"
   // The algorithm an all_reduce of `bytes` with `algo` runs: "ring", "star",
-  // "recursive_doubling", "halving_doubling", "one_shot"; "auto:<the one picked>" for auto; the engine's
-  // name on mpi and nccl.
+  // "recursive_doubling", "halving_doubling", "one_shot", "hierarchical"; "auto:<the one
+  // picked>" for auto; the engine's name on mpi and nccl.
   std::string all_reduce_algorithm(int64_t bytes, std::optional<Algorithm> algo = {}) const;
   const std::string& transport_name() const;  // "shm", "thread", or the engine: "mpi", "nccl"
   // The transport a tensor on `d` travels by: "shm"/"thread" for CPU tensors, "cuda_ipc" for
@@ -106,6 +116,12 @@ class ProcessGroup {
   void barrier();
   void send(const Tensor& t, int dst);
   void recv(Tensor& t, int src);
+  // The sharded parameter server's halves (algorithms/server_plan.h, ps.cpp); t holds
+  // plan.buffer_elems(rank()) elements: all P on a worker, its shard on a separate server.
+  // ps_push: each server's shard of t becomes the sum of the workers' copies of it.
+  // ps_pull: each worker's copy of every shard becomes its server's. dplab's engines and mpi.
+  void ps_push(Tensor& t, const ServerPlan& plan);
+  void ps_pull(Tensor& t, const ServerPlan& plan);
 
   // Async forms: queued on one worker thread per group, run in call order. The tensors
   // must stay alive and untouched until wait() returns.
@@ -134,7 +150,8 @@ class ProcessGroup {
   int size_ = 1;
 };
 
-// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" or "auto":
+// Engine "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "hierarchical"
+// or "auto":
 // dplab's engine over the thread transport when store is a HashStore (ranks are threads of
 // one process), else shm between processes. In a build
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at

@@ -2,9 +2,9 @@
 // async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
 // collective: that one call moves the bytes, names what ran and reports the traffic.
 // Four engines sit behind it:
-//   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling and
-//     one-shot (algorithms/: ring.cpp, star.cpp, recursive_doubling.cpp,
-//     halving_doubling.cpp, one_shot.cpp) over a transport (thread, shm; cuda_ipc for CUDA
+//   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling,
+//     one-shot and hierarchical (algorithms/: ring.cpp, star.cpp, recursive_doubling.cpp,
+//     halving_doubling.cpp, one_shot.cpp, hierarchical.cpp) over a transport (thread, shm; cuda_ipc for CUDA
 //     tensors, or host staging without it); it counts the bytes it moves;
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs;
@@ -21,7 +21,9 @@
 #include <vector>
 
 #include "framework/tensor/tensor.h"
+#include "framework/error.h"
 #include "parallel/algorithms/collective_types.h"
+#include "parallel/algorithms/server_plan.h"
 #include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/store.h"
 
@@ -54,7 +56,7 @@ class CollectiveEngine {
   virtual const std::string& transport_name() const { return name(); }
   virtual std::string transport_name(Device) const { return name(); }
   // What runs an all_reduce of `bytes` asked for with `algo` (none: the engine's default):
-  // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot" on dplab's engine,
+  // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "hierarchical" on dplab's engine,
   // where auto reads "auto:<the algorithm it picks for this size>"; MPI and NCCL pick their
   // own algorithm, ignore `algo` and answer their name.
   virtual std::string all_reduce_algorithm(int64_t /*bytes*/,
@@ -77,6 +79,19 @@ class CollectiveEngine {
   virtual void barrier(CollectiveCall& call) = 0;
   virtual void send(CollectiveCall& call, const Tensor& t, int dst) = 0;
   virtual void recv(CollectiveCall& call, Tensor& t, int src) = 0;
+  // The sharded parameter server's halves (algorithms/ps.cpp; t holds plan.buffer_elems(rank)
+  // elements): dplab's engine runs ps.cpp's schedule on its transport, mpi the same schedule
+  // with MPI_Isend/Irecv. An engine without them says so.
+  virtual void ps_push(CollectiveCall& call, Tensor& /*t*/, const ServerPlan& /*plan*/) {
+    DPLAB_FAIL("{}: the {} engine has no parameter-server exchange; use dplab's engine (ring, "
+               "star, ...) or mpi",
+               call.name, name());
+  }
+  virtual void ps_pull(CollectiveCall& call, Tensor& /*t*/, const ServerPlan& /*plan*/) {
+    DPLAB_FAIL("{}: the {} engine has no parameter-server exchange; use dplab's engine (ring, "
+               "star, ...) or mpi",
+               call.name, name());
+  }
 
   // A collective on this rank threw: tell the peers, if the engine can (dplab marks its
   // transports failed, so peers stop waiting and name this rank). `why` names the
@@ -119,12 +134,21 @@ class Transport;
 // Without a factory CUDA tensors are staged through host memory.
 using CudaTransportFactory = std::function<std::unique_ptr<Transport>(int cuda_index)>;
 // dplab's own: `transport` moves CPU tensors; `algorithm` is all_reduce's default;
-// `link` is what Algorithm::Auto weighs its choice with (algorithms/cost.h).
+// `link` is what Algorithm::Auto weighs its choice with (algorithms/cost.h);
+// `ranks_per_node` how the ranks sit on nodes (NodeLayout; 0: one node): hierarchical's
+// levels, and the inter-node bytes of comm_stats(). Checked: 0 or a divisor of the size.
+// The second form gives the links of both levels (NodeLinks: ranks_per_node, intra, inter);
+// the first takes `link` for both, as on one machine with pretend nodes.
 struct LinkCost;
+struct NodeLinks;
 std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
                                                     Algorithm algorithm,
                                                     CudaTransportFactory make_cuda,
-                                                    const LinkCost& link);
+                                                    const LinkCost& link, int ranks_per_node = 0);
+std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
+                                                    Algorithm algorithm,
+                                                    CudaTransportFactory make_cuda,
+                                                    const NodeLinks& links);
 // mpi_engine.cpp, nccl_engine.cpp; or their *_missing.cpp stand-ins, which throw an Error
 // naming the build option when dplab was built without that engine, and when rank /
 // world_size disagree with the engine's.

@@ -3,10 +3,12 @@
 // for CUDA tensors, made at the first CUDA call; CUDA tensors go through host memory only
 // when there is no cuda_ipc), turns tensors into Blocks, and runs an algorithm of
 // algorithms/ over them: ring.cpp's, star.cpp's, recursive_doubling.cpp's,
-// halving_doubling.cpp's or one_shot.cpp's (auto: the one cost.h's model picks for the
-// tensor's size). The algorithms count the bytes they move into the call's traffic
-// (comm_stats() shows these, measured). An all-reduce on one rank does nothing at all (not
-// even Avg's scale by 1/1).
+// halving_doubling.cpp's, one_shot.cpp's or hierarchical.cpp's (auto: the one cost.h's model
+// picks for the tensor's size and the node layout); the sharded parameter server's push and
+// pull are ps.cpp's. The algorithms count the bytes they move into the call's traffic, those
+// to and from other nodes apart (comm_stats() shows these, measured): the engine hands every
+// Exchange the node of each rank. An all-reduce on one rank does nothing at all (not even
+// Avg's scale by 1/1).
 // A collective that throws marks the transports failed, so peers stop waiting and name
 // this rank; so does a group destroyed while an exception unwinds the stack.
 // Read next: algorithms/ring.cpp, algorithms/star.cpp; transport/transport.h.
@@ -62,11 +64,15 @@ void scale_for_avg(const Tensor& t, ReduceOp op, int n) {
 class DplabEngine final : public CollectiveEngine {
  public:
   DplabEngine(std::unique_ptr<Transport> transport, Algorithm algorithm,
-              CudaTransportFactory make_cuda, const LinkCost& link)
-      : transport_(std::move(transport)), algorithm_(algorithm), link_(link),
+              CudaTransportFactory make_cuda, const NodeLinks& links)
+      : transport_(std::move(transport)), algorithm_(algorithm), links_(links),
         make_cuda_(std::move(make_cuda)), cuda_in_place_(make_cuda_ != nullptr),
         name_(algorithm_name(algorithm)) {
     DPLAB_CHECK(transport_ != nullptr, "dplab engine: no transport");
+    const NodeLayout layout{transport_->size(), links.ranks_per_node};
+    check_node_layout(layout, "dplab engine");
+    if (layout.nodes() > 1)  // one node: no rank is across, and p2p.cpp need not look
+      for (int r = 0; r < layout.world; ++r) node_of_.push_back(layout.node_of(r));
   }
 
   const std::string& name() const override { return name_; }
@@ -98,6 +104,7 @@ class DplabEngine final : public CollectiveEngine {
         case Algorithm::RecursiveDoubling: recursive_doubling_all_reduce(ex, block_of(buf)); break;
         case Algorithm::HalvingDoubling: halving_doubling_all_reduce(ex, block_of(buf)); break;
         case Algorithm::OneShot: one_shot_all_reduce(ex, block_of(buf)); break;
+        case Algorithm::Hierarchical: hierarchical_all_reduce(ex, block_of(buf)); break;
         case Algorithm::Auto: DPLAB_FAIL("all_reduce: auto was not resolved");
       }
     });
@@ -230,6 +237,20 @@ class DplabEngine final : public CollectiveEngine {
     write_back(t, buf);
   }
 
+  void ps_push(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { parallel::ps_push(ex, block_of(buf), plan); });
+    write_back(t, buf);
+  }
+
+  void ps_pull(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    Tensor buf = to_transport(t);
+    run(call, t.dtype(), ReduceOp::Sum, buffer_device(buf),
+        [&](Exchange& ex) { parallel::ps_pull(ex, block_of(buf), plan); });
+    write_back(t, buf);
+  }
+
   void mark_failed(const std::string& why) override {
     each_transport([&](Transport& t) { t.mark_failed(why); });
   }
@@ -245,7 +266,7 @@ class DplabEngine final : public CollectiveEngine {
   // Auto becomes the algorithm the model of cost.h says is fastest for this size; every rank
   // computes the same choice from the same numbers (sizes, N, link), so they agree.
   Algorithm resolve(Algorithm a, int64_t bytes) const {
-    return a == Algorithm::Auto ? choose_all_reduce(size(), double(bytes), link_) : a;
+    return a == Algorithm::Auto ? choose_all_reduce(size(), double(bytes), links_) : a;
   }
 
   // The tensor a collective works on, in memory its transport reaches. CPU tensors, and CUDA
@@ -288,7 +309,7 @@ class DplabEngine final : public CollectiveEngine {
   void run(CollectiveCall& call, DType dtype, ReduceOp op, Device device, Fn fn) {
     Transport& tr = transport_for(device);
     tr.set_context(call.name);
-    Exchange ex{tr, dtype, kernel_op(op), call.traffic, device};
+    Exchange ex{tr, dtype, kernel_op(op), call.traffic, device, node_of_};
     try {
       fn(ex);
     } catch (...) {
@@ -304,7 +325,8 @@ class DplabEngine final : public CollectiveEngine {
 
   std::unique_ptr<Transport> transport_;       // CPU tensors (and staged CUDA tensors)
   Algorithm algorithm_;                        // all_reduce's pattern unless the call names one
-  LinkCost link_;                              // what Auto weighs (cost.h)
+  NodeLinks links_;                            // what Auto weighs (cost.h), and the layout
+  std::vector<int> node_of_;                   // node of each rank; empty on one node
   CudaTransportFactory make_cuda_;             // set by create_process_group with CUDA
   bool cuda_in_place_ = false;                 // a factory was given: CUDA tensors stay put
   std::unique_ptr<Transport> cuda_transport_;  // made by make_cuda_ at the first CUDA call
@@ -317,8 +339,18 @@ class DplabEngine final : public CollectiveEngine {
 std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
                                                     Algorithm algorithm,
                                                     CudaTransportFactory make_cuda,
-                                                    const LinkCost& link) {
-  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda), link);
+                                                    const NodeLinks& links) {
+  return std::make_unique<DplabEngine>(std::move(transport), algorithm, std::move(make_cuda),
+                                       links);
+}
+
+std::unique_ptr<CollectiveEngine> make_dplab_engine(std::unique_ptr<Transport> transport,
+                                                    Algorithm algorithm,
+                                                    CudaTransportFactory make_cuda,
+                                                    const LinkCost& link, int ranks_per_node) {
+  return make_dplab_engine(
+      std::move(transport), algorithm, std::move(make_cuda),
+      NodeLinks{.ranks_per_node = ranks_per_node, .intra = link, .inter = link});
 }
 
 }  // namespace dplab::parallel

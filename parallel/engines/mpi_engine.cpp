@@ -308,6 +308,17 @@ class MpiEngine final : public CollectiveEngine {
     write_back(t, h);
   }
 
+  // The parameter server's halves: ps.cpp's schedule (step t: to r+t, from r-t, where the roles
+  // say a message goes), each step one MPI_Isend and one MPI_Irecv in flight together; a
+  // server adds what it received after the step. The messages are the shards themselves, so
+  // the formula is what the wire carries (plus MPI's headers).
+  void ps_push(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    ps_half(call, t, plan, true);
+  }
+  void ps_pull(CollectiveCall& call, Tensor& t, const ServerPlan& plan) override {
+    ps_half(call, t, plan, false);
+  }
+
   void abort(const std::string& why) override {
     std::fprintf(stderr,
                  "dplab mpi engine: rank %d: %s; aborting the MPI job so that no rank "
@@ -318,7 +329,50 @@ class MpiEngine final : public CollectiveEngine {
   }
 
  private:
-  static constexpr int kTag = 0;  // one communicator per group, so one tag suffices
+  static constexpr int kTag = 0;    // one communicator per group, so one tag suffices...
+  static constexpr int kPsTag = 1;  // ...and one more keeps the parameter server's apart
+
+  void ps_half(CollectiveCall& call, Tensor& t, const ServerPlan& plan, bool push) {
+    const char* half = push ? "ps_push" : "ps_pull";
+    const int64_t es = element_size(t.dtype());
+    call.traffic = push ? ps_push_cost(plan, es, rank_, size_) : ps_pull_cost(plan, es, rank_, size_);
+    auto lock = serialize();
+    Watched watched(*watchdog_, half);
+    Tensor h = host_of(t);
+    auto* base = static_cast<std::byte*>(h.raw_data());
+    const int r = rank_, n = size_, mine = plan.shard_of(r);
+    auto shard = [&](int s) { return base + plan.local_offset(r, s) * es; };
+    auto bytes = [&](int s) { return as_count(plan.shard_elems(s) * es, half); };
+    std::vector<std::byte> incoming(push && mine >= 0 ? bytes(mine) : 0);
+    bool have_first = plan.is_worker(r);  // push: a separate server copies its first arrival
+    for (int step = 1; step < n; ++step) {
+      const int to = (r + step) % n, from = (r - step + n) % n;
+      // push: my copy of `to`'s shard out, `from`'s copy of mine in; pull: the other way
+      const int out_shard = push ? (plan.is_worker(r) ? plan.shard_of(to) : -1)
+                                 : (plan.is_worker(to) ? mine : -1);
+      const int in_shard = push ? (plan.is_worker(from) ? mine : -1)
+                                : (plan.is_worker(r) ? plan.shard_of(from) : -1);
+      MPI_Request req[2];
+      int k = 0;
+      if (in_shard >= 0 && bytes(in_shard) > 0)
+        check(MPI_Irecv(push ? incoming.data() : shard(in_shard), bytes(in_shard), MPI_BYTE, from,
+                        kPsTag, comm_, &req[k++]),
+              "MPI_Irecv", half);
+      if (out_shard >= 0 && bytes(out_shard) > 0)
+        check(MPI_Isend(shard(out_shard), bytes(out_shard), MPI_BYTE, to, kPsTag, comm_, &req[k++]),
+              "MPI_Isend", half);
+      check(MPI_Waitall(k, req, MPI_STATUSES_IGNORE), "MPI_Waitall", half);
+      if (!push || in_shard < 0 || incoming.empty()) continue;
+      if (have_first)
+        backend_for(Device(DeviceKind::CPU))
+            .reduce_into(dplab::ReduceKind::Sum, h.dtype(), shard(mine), incoming.data(),
+                         plan.shard_elems(mine));
+      else
+        std::memcpy(shard(mine), incoming.data(), incoming.size());
+      have_first = true;
+    }
+    write_back(t, h);
+  }
 
   // Brackets one collective for the watchdog.
   struct Watched {

@@ -58,9 +58,9 @@ constexpr int kQueuedSegments = 2;
 
 class PacedTransport : public Transport {
  public:
-  PacedTransport(std::unique_ptr<Transport> inner, double gbps)
+  PacedTransport(std::unique_ptr<Transport> inner, double gbps, std::function<bool(int)> across)
       : inner_(std::move(inner)), bytes_per_s_(link_bytes_per_s(gbps)), egress_(bytes_per_s_),
-        ingress_(bytes_per_s_) {}
+        ingress_(bytes_per_s_), across_(std::move(across)) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -72,6 +72,7 @@ class PacedTransport : public Transport {
 
   // The segment leaves once the egress link has room in its queue for it.
   void send_segment(int peer, const void* src, std::size_t len) override {
+    if (across_ && !across_(peer)) return inner_->send_segment(peer, src, len);  // same node
     const auto end = egress_.reserve(static_cast<int64_t>(len));
     const auto queue = std::chrono::duration_cast<LinkClock::duration>(
         std::chrono::duration<double>(kQueuedSegments * double(segment_bytes()) / bytes_per_s_));
@@ -82,6 +83,7 @@ class PacedTransport : public Transport {
   // The segment is usable once the ingress link has carried it; the slot stays taken
   // meanwhile, so a fast sender is held back by a slow receiver, as on a wire.
   void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
+    if (across_ && !across_(peer)) return inner_->recv_segment(peer, use);  // same node
     inner_->recv_segment(peer, [&](const void* data, std::size_t len) {
       sleep_on_link(ingress_.reserve(static_cast<int64_t>(len)));
       use(data, len);
@@ -92,13 +94,15 @@ class PacedTransport : public Transport {
   std::unique_ptr<Transport> inner_;
   double bytes_per_s_;
   LinkDirection egress_, ingress_;
+  std::function<bool(int)> across_;  // empty: every peer is behind the link
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps) {
+std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps,
+                                                std::function<bool(int peer)> across) {
   DPLAB_CHECK(inner != nullptr, "make_paced_transport: no transport to wrap");
-  return std::make_unique<PacedTransport>(std::move(inner), gbps);
+  return std::make_unique<PacedTransport>(std::move(inner), gbps, std::move(across));
 }
 
 }  // namespace dplab::parallel

@@ -11,6 +11,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -54,7 +55,12 @@ class LinkModel {
 // ingress link, each at `gbps`. The sender may run ahead of its link by a couple of
 // segments (what a NIC's queue holds); the receiver consumes a segment only once its
 // ingress link has carried it, so the slowest end of every transfer sets the pace.
-std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps);
+// `across(peer)`, when given, says which peers sit behind the link: segments to and from
+// the others (ranks of this rank's node, ProcessGroupOptions::ranks_per_node) go straight
+// through the inner transport, at memory speed. Each rank keeps a link of its own (a NIC per
+// rank, as a GPU server gives each GPU its NIC), not one shared by its node.
+std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps,
+                                                std::function<bool(int peer)> across = {});
 
 // gbps in bytes per second (1 Gbit/s = 1.25e8 B/s); checks gbps > 0.
 double link_bytes_per_s(double gbps);

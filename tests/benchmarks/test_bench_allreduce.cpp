@@ -2,7 +2,8 @@
 // algorithm of dplab's, no MPI) and checks on what it wrote: a CSV row for every N, algorithm
 // and size with the bus bandwidth of its time, auto's rows running what the model of cost.h
 // picks, the PNG beside the CSV (that check alone is skipped, and says so, without
-// matplotlib), and a clear message and exit status 2 for bad arguments.
+// matplotlib); with --ranks-per-node, hierarchical's and the ring's inter-node bytes per
+// row; and a clear message and exit status 2 for bad arguments.
 // The program's path comes as the first argument (tests/benchmarks/meson.build).
 // Read next: benchmarks/allreduce.cpp.
 #define DOCTEST_CONFIG_IMPLEMENT  // own main below: the program's path comes first
@@ -77,14 +78,43 @@ TEST_CASE("a small run: every row, auto's choices, bus bandwidth, the plot") {
   }
 }
 
+TEST_CASE("pretend nodes: hierarchical runs, and each row's inter-node bytes are the formula's") {
+  fs::create_directories(scratch());
+  const fs::path csv = scratch() / "nodes.csv";
+  const ProgramRun run = run_program("'" + g_exe +
+                                     "' --engine ring,hierarchical --ranks 4 --ranks-per-node 2 "
+                                     "--max-bytes 16384 --trials 1 --no-mpi --no-plot --csv '" +
+                                     csv.string() + "'");
+  INFO(run.output);
+  REQUIRE(run.rc == 0);
+  CHECK(run.output.find("pretend nodes of 2 ranks") != std::string::npos);
+  const auto rows = read_csv(csv);
+  CHECK(rows.size() == 2 * 2);  // two algorithms, 4 and 16 KiB
+  for (const auto& row : rows) {
+    const int64_t bytes = std::stoll(row.at("bytes"));
+    const std::string algo = row.at("algorithm");
+    CAPTURE(algo);
+    CAPTURE(bytes);
+    CHECK(row.at("ranks_per_node") == "2");
+    CHECK(row.at("ran") == algo);
+    // the busiest rank: the ring's node-edge rank sends all its 2(N-1)/N·S across (1.5 S at
+    // 2x2); hierarchical's ranks each send 2(K-1)/K·S/L (S/2) and no more
+    const int64_t want = algo == "ring" ? 3 * bytes / 2 : bytes / 2;
+    CHECK(std::stoll(row.at("inter_node_bytes")) == want);
+  }
+}
+
 TEST_CASE("bad arguments: exit status 2 and a message saying what was expected") {
   struct Bad {
     std::string args, says;
   };
   for (const Bad& bad : {Bad{"--ranks 0", "--ranks takes counts >= 1, got 0"},
                          Bad{"--trials 0", "--trials must be >= 1, got 0"},
-                         Bad{"--engine ring,tree", "one_shot or auto, got \"tree\""},
+                         Bad{"--engine ring,tree", "hierarchical or auto, got \"tree\""},
                          Bad{"--link-gbps -1", "--link-gbps must be >= 0"},
+                         Bad{"--ranks 3 --ranks-per-node 2",
+                             "--ranks-per-node must be 0 (one node) or divide every --ranks "
+                             "count, got 2 for 3 ranks"},
                          Bad{"--mpi-btl ib", "--mpi-btl takes vader or tcp, got 'ib'"},
                          Bad{"--frobnicate", "usage:"}}) {
     CAPTURE(bad.args);

@@ -2,7 +2,9 @@
 // tiny Fashion-MNIST subset) and checks on what it wrote: every mode ends with the single
 // device's parameters, results.csv has every column, the parameter server's master moves
 // (N-1)x a worker's weight bytes while ring ranks move equal bytes, and the plots exist
-// (that check alone is skipped, and says so, when matplotlib is missing).
+// (that check alone is skipped, and says so, when matplotlib is missing). Mode ps (the sharded
+// parameter server, S = 1 and N, co-located and separate) ends with the ring's parameters and
+// moves cost.h's bytes on every rank.
 // The program's path comes as the first argument (tests/compare/meson.build).
 // Read next: benchmarks/compare/cli.cpp.
 #define DOCTEST_CONFIG_IMPLEMENT  // own main below: the program's path comes first
@@ -78,7 +80,10 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
         Bad{"--links netns:1gb", "expects a rate as tc writes it (e.g. 1gbit, 500mbit), got '1gb'"},
         Bad{"--links netns --link-gbps 0", "--links netns takes its rate from --link-gbps, which is 0"},
         Bad{"--links netns:1gbit --link-gbps 10", "--links netns:1gbit and --link-gbps 10 disagree"},
-        Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"}}) {
+        Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"},
+        Bad{"--modes ps --servers 0", "expected server counts >= 1 or N, got '0'"},
+        Bad{"--modes ps --servers 2,M", "expected server counts >= 1 or N, got 'M'"},
+        Bad{"--modes ps --ps-placement apart", "apart not in {colocated,separate}"}}) {
     CAPTURE(bad.args);
     const ProgramRun run =
         run_program("'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written");
@@ -143,6 +148,7 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
                                           "predicted_step_ms",
                                           "prediction_error_pct",
                                           "link_gbps",
+                                          "servers",
                                           "link",
                                           "emulated_vs_real_pct",
                                           "master_wire_sent_mib",
@@ -343,6 +349,85 @@ TEST_CASE("--precision fp16 / bf16: a precision column, half the gradient bytes,
   CHECK(bad.rc != 0);
   CHECK(bad.output.find("--precision fp16: mode dp is not supported") != std::string::npos);
   fs::remove_all(base);
+}
+
+TEST_CASE("ps: S = 1 and S = N, co-located and separate, train like the ring; every rank's "
+          "bytes are cost.h's formulas; a server holds its shard's optimizer state") {
+  const fs::path out =
+      fs::temp_directory_path() / ("dplab-compare-ps-test-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const ProgramRun run = run_program(
+      "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe +
+      "' --model mlp --modes single,ring,ps --ns 1,3 --servers 1,N --ps-placement "
+      "colocated,separate --steps 3 --warmup 1 --global-batch 48 --train-limit 240 "
+      "--test-limit 200 --no-projection --no-plots --out '" + out.string() + "'");
+  INFO(run.output);
+  REQUIRE(run.rc == 0);  // 0: every run within 0.5 accuracy points of the single device
+  const int n = 3;
+  const int64_t p = 235146, p4 = 4 * p;  // the MLP's parameters and their bytes
+  const std::vector<float> ring = read_floats(out / "runs" / "ring_n3.params");
+  const auto rows = read_csv(out / "per_device.csv", nullptr);
+  auto device_rows = [&](const std::string& mode) {
+    std::vector<std::map<std::string, std::string>> v;
+    for (const auto& row : rows)
+      if (row.at("mode") == mode && std::stoi(row.at("N")) == n) v.push_back(row);
+    return v;
+  };
+  // shard s of S: the first P mod S shards one element longer (server_plan.h)
+  auto shard_bytes = [&](int s, int servers) { return 4 * (p / servers + (s < p % servers)); };
+  const double mib = 1 << 20;
+  for (const int servers : {1, n})
+    for (const bool separate : {false, true}) {
+      const std::string mode = "ps-s" + std::to_string(servers) + (separate ? "-sep" : "");
+      CAPTURE(mode);
+      const std::vector<float> got = read_floats(out / "runs" / (mode + "_n3.params"));
+      REQUIRE(got.size() == ring.size());
+      double max_diff = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        max_diff = std::max(max_diff, double(std::fabs(got[i] - ring[i])));
+      CHECK(max_diff < 1e-5);
+      const auto devs = device_rows(mode);
+      REQUIRE(devs.size() == size_t(separate ? n + servers : n));
+      int64_t state_sum = 0;
+      for (size_t r = 0; r < devs.size(); ++r) {
+        CAPTURE(r);
+        // which shard rank r serves: co-located servers sit at ranks s*N/S, separate ones last
+        int shard = -1;
+        for (int s = 0; s < servers; ++s)
+          if ((separate ? n + s : s * n / servers) == int(r)) shard = s;
+        const int64_t b = shard >= 0 ? shard_bytes(shard, servers) : 0;
+        // push + pull, each direction: a worker moves P minus its own shard plus the other
+        // workers' copies of it; a separate server W copies of its shard
+        const int64_t expected = separate ? (shard >= 0 ? n * b : p4) : p4 + (n - 2) * b;
+        CHECK(std::stod(devs[r].at("weight_sent_mib_per_step")) ==
+              doctest::Approx(expected / mib).epsilon(1e-5));
+        CHECK(std::stod(devs[r].at("weight_recv_mib_per_step")) ==
+              doctest::Approx(expected / mib).epsilon(1e-5));
+        // a server holds its shard's float32 master weights and momentum; a worker holds none
+        CHECK(std::stoll(devs[r].at("optim_state_bytes")) == 2 * b);
+        CHECK(std::stoll(devs[r].at("param_bytes")) == (shard >= 0 && separate ? 0 : p4));
+        state_sum += std::stoll(devs[r].at("optim_state_bytes"));
+      }
+      CHECK(state_sum == 2 * p4);  // the shards add up to one copy of the state
+    }
+  for (const auto& row : read_csv(out / "results.csv", nullptr))
+    if (row.at("mode").rfind("ps-s", 0) == 0)
+      CHECK(row.at("servers") == row.at("mode").substr(4, 1));
+  std::ifstream report(out / "report.md");
+  const std::string text((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  CHECK(text.find("## The sharded parameter server against the ring") != std::string::npos);
+  CHECK(text.find("ps-s3 N=3: the busiest link (rank 0) moves 1.20 out / 1.20 in MiB per step, "
+                  "1.00x a ring rank's 1.20 each way; max/min over the 3 ranks 1.00: matches the "
+                  "ring") != std::string::npos);
+  CHECK(text.find("ps-s1 N=3: the busiest link (rank 0) moves 1.79 out / 1.79 in MiB per step, "
+                  "1.50x a ring rank's 1.20 each way; max/min over the 3 ranks 2.00: loses on the "
+                  "server's link") != std::string::npos);
+  // S > N co-located is refused before any process starts, with what was expected
+  const ProgramRun bad = run_program("'" + g_exe + "' --modes ps --ns 3 --global-batch 48 --servers 4 --out '" +
+                                     (out / "bad").string() + "'");
+  CHECK(bad.rc == 1);
+  CHECK(bad.output.find("--servers 4: expected 1 to N = 3 co-located servers") != std::string::npos);
+  fs::remove_all(out);
 }
 
 // The program's path comes first on the command line, doctest's options after.

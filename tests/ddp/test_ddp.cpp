@@ -4,6 +4,8 @@
 // forked processes over shared memory.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
@@ -81,6 +83,41 @@ TEST_CASE("DDP on 1-4 ranks equals one process on the concatenated batches, ring
       });
     }
   }
+}
+
+TEST_CASE("DDP on hierarchical all-reduce over pretend nodes equals one process: threads, shm") {
+  // K nodes x L ranks (ProcessGroupOptions::ranks_per_node = L): 2x2, 2x1, 1x2 and 3x1
+  for (auto [world, per_node] : {std::pair{4, 2}, {2, 1}, {2, 2}, {3, 1}}) {
+    CAPTURE(world);
+    CAPTURE(per_node);
+    auto expected = single_process(world);
+    run_threads(
+        world,
+        [&](ProcessGroup& pg) {
+      CHECK(pg.all_reduce_algorithm(1 << 20) == "hierarchical");
+      check_close(ddp_run(pg, {}), expected);
+      // the last step's gradient bucket crossed nodes only where there are several
+      const CollectiveStats s = pg.comm_stats().per_collective.at("all_reduce");
+      CHECK((s.bytes_sent_inter_node > 0) == (world / per_node > 1));
+        },
+        {.engine = "hierarchical", .ranks_per_node = per_node});
+  }
+  auto expected = single_process(4);
+  // a child's CHECK does not reach this process: it throws, and its message comes back
+  auto outcomes = run_processes(
+      4,
+      [&](ProcessGroup& pg) {
+    const auto got = ddp_run(pg, {.algorithm = Algorithm::Hierarchical});
+    DPLAB_CHECK(got.size() == expected.size(), "rank {}: {} parameters, expected {}", pg.rank(),
+                got.size(), expected.size());
+    for (size_t k = 0; k < got.size(); ++k)
+      for (size_t i = 0; i < got[k].size(); ++i)
+        DPLAB_CHECK(std::fabs(got[k][i] - expected[k][i]) <= 1e-5 * (1 + std::fabs(expected[k][i])),
+                    "rank {}: parameter {} [{}] is {}, one process gives {}", pg.rank(), k, i,
+                    got[k][i], expected[k][i]);
+      },
+      {.ranks_per_node = 2});
+  for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
 }
 
 TEST_CASE("no_sync accumulation over K micro-batches equals single-process accumulation K*N") {

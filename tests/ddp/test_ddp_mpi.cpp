@@ -3,7 +3,8 @@
 // steps as tests/ddp/test_ddp.cpp must give the parameters of one process trained on the
 // concatenated batches, and the same parameters as DDP over the ring engine in this job;
 // also with fp16 gradient compression (float16 sums through MPI user ops) and no_sync.
-// SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too.
+// SyncBatchNorm and distributed_concat (distributed evaluation) equal the ring's too; the
+// sharded parameter server on mpi trains like one process and moves the formulas' bytes.
 // Read next: tests/parallel/mpi_test_main.h, tests/ddp/test_ddp.cpp.
 #include "tests/parallel/mpi_test_main.h"
 
@@ -18,6 +19,8 @@
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp/parameter_server.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/ddp/sync_batch_norm.h"
 #include "tests/ddp/ddp_reference.h"
 
@@ -118,4 +121,43 @@ TEST_CASE("SyncBatchNorm and distributed_concat on mpi equal them on the ring") 
   Tensor mine = full({per, 2}, static_cast<double>(r));
   CHECK(distributed_concat(*mpi_group(), mine, total).to_vector<float>() ==
         distributed_concat(*ring_group(), mine, total).to_vector<float>());
+}
+
+// The sharded parameter server on the mpi engine (mpi_engine.cpp's ps_half: ps.cpp's schedule
+// with MPI_Isend / MPI_Irecv): S = 1 (the star), S = N co-located (the ring's bytes) and one
+// separate server train like one process on the workers' batches, and every rank's counted
+// bytes are cost.h's formulas.
+TEST_CASE("ParameterServer on mpi equals one process; its bytes are the formulas") {
+  const int n = get_world_size();
+  struct Case {
+    int servers;
+    bool colocated;
+  };
+  for (const Case c : {Case{1, true}, Case{n, true}, Case{1, false}}) {
+    CAPTURE(c.servers);
+    CAPTURE(c.colocated);
+    auto pg = mpi_group();
+    const int r = pg->rank();
+    const Params expected = single_process(c.colocated ? n : n - c.servers);  // seed 0, as rank 0
+    manual_seed(r == 0 ? 0 : 1000 + r);  // the construction's broadcast makes them equal
+    auto model = std::make_shared<models::ToyModel>();
+    pg->reset_comm_stats();
+    ParameterServer ps(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9},
+                       {.servers = c.servers, .colocated = c.colocated, .process_group = pg});
+    for (int s = 0; s < kSteps; ++s) {
+      if (ps.is_worker()) {
+        ps.zero_grad();
+        const int w = ps.workers(), i = ps.worker_index();
+        mse_loss(model->forward(rows_of(batch_x(s, w), i)), rows_of(batch_y(s, w), i)).backward();
+      }
+      ps.step();
+    }
+    if (ps.is_worker()) check_close(params_of(*model), expected, 1e-5);
+    const auto stats = pg->comm_stats().per_collective;
+    const Traffic push = ps_push_cost(ps.plan(), 4, r, n), pull = ps_pull_cost(ps.plan(), 4, r, n);
+    CHECK(stats.at("ps_push").bytes_sent == kSteps * push.sent);
+    CHECK(stats.at("ps_push").bytes_received == kSteps * push.received);
+    CHECK(stats.at("ps_pull").bytes_sent == kSteps * pull.sent);
+    CHECK(stats.at("ps_pull").bytes_received == kSteps * pull.received);
+  }
 }

@@ -285,7 +285,8 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
 TEST_CASE("algorithms by name: engines and per-call names; a bad name lists the good ones") {
   for (Algorithm a : kAlgorithms) CHECK(algorithm_from_name(algorithm_name(a)) == a);
   CHECK_THROWS_WITH_AS(algorithm_from_name("tree"),
-                       doctest::Contains("halving_doubling, one_shot or auto"), Error);
+                       doctest::Contains("halving_doubling, one_shot, hierarchical or auto"),
+                       Error);
   for (const char* engine : {"recursive_doubling", "halving_doubling", "one_shot", "auto"}) {
     CAPTURE(engine);
     std::vector<std::vector<float>> got(3);
