@@ -346,12 +346,6 @@ int main(int argc, char** argv) {
                     "--precision {}: mode {} is not supported (its "
                     "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl",
                     cfg.precision, m);
-    if (!worker.empty()) {
-      if (worker == "pingpong") pingpong_worker_main(cfg);
-      else if (is_ps_label(worker)) ps_worker_main(cfg, worker, worker_n);
-      else ddp_worker_main(cfg, worker, worker_n);
-      return 0;
-    }
     // --links netns: the emulated and the real links have one rate, so the two can be compared
     const std::optional<NetnsLinks> netns = parse_links(cfg.links, link_gbps(cfg, "ring", 2));
     if (netns) {
@@ -362,6 +356,13 @@ int main(int argc, char** argv) {
                   "have one rate to be compared (drop --link-gbps, or give the same)",
                   cfg.links, cfg.link_gbps);
       cfg.link_gbps = netns->gbps;
+    }
+    // the workers: after the above, so they emulate the rate the parent reports
+    if (!worker.empty()) {
+      if (worker == "pingpong") pingpong_worker_main(cfg);
+      else if (is_ps_label(worker)) ps_worker_main(cfg, worker, worker_n);
+      else ddp_worker_main(cfg, worker, worker_n);
+      return 0;
     }
     if (plot_script.empty()) plot_script = DPLAB_COMPARE_PLOT_SCRIPT;
     // The workers get exactly our options, so they build the same Config.
