@@ -209,6 +209,11 @@ LinkBytes node_link_bytes() {
   DPLAB_FAIL("/proc/self/net/dev has no eth0: this rank is not inside a node of the bed");
 }
 
+LinkBytes link_bytes_settled(parallel::ProcessGroup& pg) {
+  pg.barrier();
+  return node_link_bytes();
+}
+
 void write_link_bytes(const std::string& path, LinkBytes begin, LinkBytes end) {
   std::ofstream f(path);
   f << (end.sent - begin.sent) << ' ' << (end.received - begin.received) << '\n';

@@ -15,6 +15,7 @@
 
 #include "benchmarks/compare/alpha_beta.h"
 #include "benchmarks/compare/compare.h"
+#include "parallel/comm/process_group.h"
 
 namespace dplab::compare {
 
@@ -57,6 +58,11 @@ struct LinkBytes {
   int64_t sent = 0, received = 0;
 };
 LinkBytes node_link_bytes();
+// The same after a barrier: a collective returns on its sender while its last bytes still sit
+// in the socket and in tbf's queue, not yet counted; once every rank is in the barrier, every
+// byte sent before it has been received, so it has left its sender's eth0. (The barrier's own
+// few bytes are counted: in the wire bytes, and in comm_stats' total, not in all_reduce's.)
+LinkBytes link_bytes_settled(parallel::ProcessGroup& pg);
 // A rank's link bytes over the timed steps, to runs/<label>_n<N>_rank<r>.link.
 void write_link_bytes(const std::string& path, LinkBytes begin, LinkBytes end);
 

@@ -229,7 +229,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
-      if (netns) link_at_start = node_link_bytes();
+      if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       comm.reset_times();
       reset_peak_memory_stats(dev);
@@ -261,7 +261,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   }
   bar.close();
   if (netns)
-    write_link_bytes(run_file(cfg, label, n, rank, "link"), link_at_start, node_link_bytes());
+    write_link_bytes(run_file(cfg, label, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
   r.seconds = median(step_times) * double(r.timed_steps);
   // communication: time the buckets' all-reduces ran (overlapped with backward, so it is
   // not a slice of the step); waiting: time backward's end sat waiting for them; compute:

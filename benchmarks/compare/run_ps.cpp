@@ -89,7 +89,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
-      if (netns) link_at_start = node_link_bytes();
+      if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       reset_peak_memory_stats(dev);
     }
@@ -120,7 +120,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   }
   bar.close();
   if (netns)
-    write_link_bytes(run_file(cfg, files, n, rank, "link"), link_at_start, node_link_bytes());
+    write_link_bytes(run_file(cfg, files, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
   r.seconds = median(step_times) * double(r.timed_steps);
   // medians, as the step's: the step waits for all of the exchange
   r.comm_s = r.wait_s = median(exchange_times);

@@ -4,8 +4,9 @@
 # two would pass): results.csv has an emulated and a real-link row per mode, the bytes each
 # rank sent per step equal the textbook formulas on both kinds of link, the emulated row's
 # error against its real twin is the one its step times give, report.md sets both side by
-# side, calibration.csv carries the namespace links' fit, and no namespace is left behind,
-# neither after the run nor after a SIGTERM in the middle of one.
+# side, calibration.csv carries the namespace links' fit, no namespace is left behind,
+# neither after the run nor after a SIGTERM in the middle of one, and another user is told
+# that it needs root.
 # Read next: benchmarks/compare/netns_links.h.
 set -u
 exe=$1
@@ -80,6 +81,17 @@ _, alpha, gbps, _ = cal[0].split(",", 3)
 if not (float(alpha) > 0 and 0.3 < float(gbps) < 20): fail(f"calibration: alpha {alpha} us, {gbps} Gbit/s")
 print("results.csv, report.md and calibration.csv check out")
 EOF
+
+# As another user: a clear refusal, before anything is built.
+if command -v runuser >/dev/null && runuser -u nobody -- true 2>/dev/null; then
+  chmod 711 "$out" && mkdir -p "$out/nobody" && chmod 777 "$out/nobody"  # nobody may pass, not list
+  msg=$(runuser -u nobody -- "$exe" --links netns:1gbit --modes ring --ns 2 --no-plots \
+    --out "$out/nobody/o" 2>&1)
+  rc=$?
+  [[ $rc -eq 1 && $msg == *"--links netns needs root"*"runs as uid"* ]] ||
+    fail "as nobody: exit $rc, expected 1 and 'needs root': $msg"
+  [[ "$(namespaces)" == "$before" ]] || fail "the refused run left namespaces: $(namespaces)"
+fi
 
 # SIGTERM in the middle of a run: the bed goes, the ranks go, the exit says the signal.
 DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off "$exe" --links netns:1gbit --modes ring --ns 2 \
