@@ -25,8 +25,10 @@ struct ProcessGroupOptions {
   // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
   // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
   // "halving_doubling", "one_shot", or "auto" (per call, the fastest by algorithms/cost.h's
-  // model for the size; the other collectives are the same on all six); "mpi" or "nccl": an
-  // existing library's engine, any number of nodes (it picks its own algorithms)
+  // model for the size; the other collectives are the same on all six); "mpi", "nccl" or
+  // "gloo": an existing library's engine, any number of nodes (it picks its own algorithms).
+  // With gloo built, dplab's six also span nodes (shm in a node, gloo's wire across:
+  // ranks_per_node below; docs/gloo.md)
   std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   double link_gbps = 0;  // > 0: emulate a link of this many Gbit/s per rank (link_model.h)
@@ -140,13 +142,16 @@ class ProcessGroup {
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
 // Engine "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
-// mpirun's for MPI). (create_process_group.cpp)
+// mpirun's for MPI). Engine "gloo": gloo's collectives over TCP, meeting through `store`.
+// With ranks_per_node > 0 and less than world_size (a job across nodes), dplab's engines run
+// over the node transport: shm (threads) in a node, gloo's TCP wire between nodes.
+// (create_process_group.cpp)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The engines create_process_group knows: the six above, "mpi", "nccl".
+// The engines create_process_group knows: the six above, "mpi", "nccl", "gloo".
 bool is_known_engine(const std::string& engine);
-bool is_external_engine(const std::string& engine);  // "mpi" or "nccl": no dplab transport
+bool is_external_engine(const std::string& engine);  // "mpi", "nccl", "gloo": no dplab transport
 
 }  // namespace dplab::parallel
