@@ -13,12 +13,19 @@
 // cores (a wait on each peer, each for the scheduler), beside the numbers algorithms/cost.cpp's
 // shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
 // against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
-// --ranks-per-node L pretends the N ranks sit on N/L nodes of L (ProcessGroupOptions::
-// ranks_per_node): hierarchical then runs in two levels, auto weighs it, and the table adds
-// each algorithm's inter-node bytes per rank (the busiest rank's, measured).
+// --ranks-per-node L pretends the N ranks sit on N/L nodes of L that still share memory
+// (ProcessGroupOptions::ranks_per_node, nodes_share_memory): hierarchical then runs in two
+// levels, auto weighs it, and the table adds each algorithm's inter-node bytes per rank (the
+// busiest rank's, measured); --link-gbps then slows only the hops between nodes.
+// gloo (--engine ...,gloo): dplab's gloo engine (gloo's own ring all-reduce over TCP), run by
+// dplab-run through allreduce_nodes.cpp. --nodes K pretends the N ranks sit on K nodes of this
+// machine that talk over the network (K dplab-run launchers on 127.0.0.1, N/K ranks each):
+// dplab's algorithms then run over the node transport (shm inside a node, gloo's TCP wire
+// between nodes), as across machines; mpi with --mpi-btl tcp is the like-for-like comparison.
 // Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,
-//                                  hierarchical,auto,star,mpi]
-//                        [--ranks 2,3,4] [--ranks-per-node L] [--max-bytes 67108864] [--trials 5]
+//                                  hierarchical,auto,star,mpi,gloo]
+//                        [--ranks 2,3,4] [--ranks-per-node L | --nodes K] [--min-bytes 4096]
+//                        [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
 //        one GPU next to D2D copy bandwidth (runs bench_allreduce_gpu, built with CUDA).
@@ -42,6 +49,8 @@
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/rendezvous/file_store.h"
+#include "parallel/rendezvous/job_token.h"
+#include "parallel/rendezvous/tcp_store.h"
 #include "parallel/transport/mailbox_transport.h"  // cpu_cores
 
 using namespace dplab;
@@ -83,7 +92,10 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
         auto pg = create_process_group(
             store, r, n,
-            {.timeout = Seconds(60.0), .link_gbps = link_gbps, .ranks_per_node = ranks_per_node});
+            {.timeout = Seconds(60.0),
+             .link_gbps = link_gbps,
+             .ranks_per_node = ranks_per_node,
+             .nodes_share_memory = true});
         std::string out;
         for (int64_t bytes : sizes) {
           Tensor t = Tensor::empty({bytes / 4});
@@ -157,6 +169,41 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
   return rows;
 }
 
+// The gloo rows, and with nodes > 1 every dplab row: K dplab-run launchers on 127.0.0.1 (one
+// per pretended node, N/K ranks each) running allreduce_nodes; node 0's rank 0 prints the rows.
+std::vector<Row> run_nodes(int n, int nodes, const std::vector<int64_t>& sizes,
+                           const std::vector<std::string>& engines, int trials) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
+  const std::string prog = self + "/allreduce_nodes";
+  std::string run = std::getenv("DPLAB_RUN") ? std::getenv("DPLAB_RUN")
+                                             : self + "/../parallel/launch/exe/dplab-run";
+  DPLAB_CHECK(access(prog.c_str(), X_OK) == 0 && access(run.c_str(), X_OK) == 0,
+              "bench: the gloo rows need {} and dplab-run ({}; or set DPLAB_RUN)", prog, run);
+  DPLAB_CHECK(n % nodes == 0, "bench: --nodes {} must divide N = {}", nodes, n);
+  std::string list;
+  for (const std::string& e : engines) list += (list.empty() ? "" : ",") + e;
+  std::string args = fmt::format("{} --engines {} --trials {}", prog, list, trials);
+  for (int64_t b : sizes) args += fmt::format(" {}", b);
+  const int port = find_free_port();
+  const std::string token = make_job_token();
+  // node 0's launcher prints the rows; the others run in the background, quiet
+  std::string cmd = fmt::format("export DPLAB_JOB_TOKEN={}; ", token);
+  for (int k = nodes - 1; k >= 0; --k)
+    cmd += fmt::format("{} --nnodes {} --node-rank {} --nproc-per-node {} --master-addr 127.0.0.1 "
+                       "--master-port {} {}{}",
+                       run, nodes, k, n / nodes, port, args, k ? " >/dev/null & " : "; wait");
+  std::vector<Row> rows;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char algo[32], ran[32];
+    long long bytes;
+    double secs;
+    while (std::fscanf(f, "%31s %lld %lf %31s", algo, &bytes, &secs, ran) == 4)
+      rows.push_back({n, algo, bytes, secs, ran});
+    DPLAB_CHECK(pclose(f) == 0 && !rows.empty(), "bench: the dplab-run job for N = {} failed", n);
+  }
+  return rows;
+}
+
 bool on_path(const std::string& prog) {
   const char* path = std::getenv("PATH");
   if (!path) return false;
@@ -218,6 +265,7 @@ int run_gpu_bench(const std::string& ranks, const std::string& max_bytes) {
 
 std::string human(int64_t bytes) {
   if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes < 1024) return fmt::format("{} B", bytes);
   return fmt::format("{} KiB", bytes >> 10);
 }
 // As human, with the fraction: counted bytes are rarely whole KiB.
@@ -268,8 +316,8 @@ int main(int argc, char** argv) {
   std::vector<int> ranks = {2, 3, 4};
   std::vector<std::string> engines = {
       "ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star", "mpi"};
-  int64_t max_bytes = int64_t{64} << 20;
-  int trials = 5;
+  int64_t max_bytes = int64_t{64} << 20, min_bytes = 4096;
+  int trials = 5, nodes = 1;
   std::string csv, btl = "vader";
   bool plot = true;
   double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
@@ -281,6 +329,8 @@ int main(int argc, char** argv) {
     else if (a == "--max-bytes" && i + 1 < argc)
       max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
     else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
+    else if (a == "--nodes" && i + 1 < argc) nodes = std::atoi(argv[++i]);
+    else if (a == "--min-bytes" && i + 1 < argc) min_bytes = std::atoll(argv[++i]);
     else if (a == "--device" && i + 1 < argc) device = argv[++i];
     else if (a == "--no-mpi") std::erase(engines, "mpi");
     else if (a == "--no-plot") plot = false;
@@ -297,8 +347,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,hierarchical,auto,"
-          "star,mpi] [--ranks 2,3,4] [--ranks-per-node L] [--max-bytes N] [--trials T] [--mpi-btl "
-          "vader|tcp] [--link-gbps G] "
+          "star,mpi,gloo] [--ranks 2,3,4] [--ranks-per-node L | --nodes K] [--min-bytes N] "
+          "[--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
           "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
           argv[0]);
       return 2;
@@ -311,15 +361,24 @@ int main(int argc, char** argv) {
   }
   std::vector<Algorithm> ours;
   for (const std::string& b : engines) {
-    if (b == "mpi") continue;
+    if (b == "mpi" || b == "gloo") continue;
     try {
       ours.push_back(algorithm_from_name(b));
     } catch (const Error& e) {
-      std::fprintf(stderr, "bench_allreduce: --engine takes those and mpi: %s\n", e.what());
+      std::fprintf(stderr, "bench_allreduce: --engine takes those, mpi and gloo: %s\n", e.what());
       return 2;
     }
   }
   const bool mpi = std::find(engines.begin(), engines.end(), "mpi") != engines.end();
+  const bool gloo = std::find(engines.begin(), engines.end(), "gloo") != engines.end();
+  if (nodes < 1) {
+    std::fprintf(stderr, "bench_allreduce: --nodes must be >= 1, got %d\n", nodes);
+    return 2;
+  }
+  if (nodes > 1 && link_gbps > 0) {
+    std::fprintf(stderr, "bench_allreduce: --nodes > 1 runs over gloo's wire: no --link-gbps\n");
+    return 2;
+  }
   if (btl != "vader" && btl != "tcp") {
     std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
     return 2;
@@ -331,6 +390,12 @@ int main(int argc, char** argv) {
   }
   if (trials < 1) {
     std::fprintf(stderr, "bench_allreduce: --trials must be >= 1, got %d\n", trials);
+    return 2;
+  }
+  if (nodes > 1 && ranks_per_node > 0) {
+    std::fprintf(stderr,
+                 "bench_allreduce: --nodes K (nodes that talk over TCP) and --ranks-per-node L "
+                 "(nodes that share memory) are two ways to pretend nodes: give one, got both\n");
     return 2;
   }
   for (int n : ranks)
@@ -345,14 +410,31 @@ int main(int argc, char** argv) {
       return 2;
     }
   std::vector<int64_t> sizes;
-  for (int64_t b = 4096; b <= max_bytes; b *= 4) sizes.push_back(b);
+  if (min_bytes < 4 || min_bytes % 4 != 0) {
+    std::fprintf(stderr, "bench_allreduce: --min-bytes must be a multiple of 4, got %lld\n",
+                 static_cast<long long>(min_bytes));
+    return 2;
+  }
+  for (int64_t b = min_bytes; b <= max_bytes; b *= 4) sizes.push_back(b);
 
   std::vector<Row> rows;
   try {
     for (int n : ranks) {
-      if (!ours.empty()) {
-        auto mine = run_ours(n, sizes, ours, link_gbps, trials, ranks_per_node);
+      if (nodes > 1) {  // every dplab row and gloo's across the pretended nodes
+        std::vector<std::string> across;
+        for (const std::string& e : engines)
+          if (e != "mpi") across.push_back(e);
+        auto mine = run_nodes(n, nodes, sizes, across, trials);
         rows.insert(rows.end(), mine.begin(), mine.end());
+      } else {
+        if (!ours.empty()) {
+          auto mine = run_ours(n, sizes, ours, link_gbps, trials, ranks_per_node);
+          rows.insert(rows.end(), mine.begin(), mine.end());
+        }
+        if (gloo) {
+          auto theirs = run_nodes(n, 1, sizes, {"gloo"}, trials);
+          rows.insert(rows.end(), theirs.begin(), theirs.end());
+        }
       }
       if (mpi) {
         auto theirs = run_mpi(n, sizes, btl, trials);
@@ -372,10 +454,13 @@ int main(int argc, char** argv) {
   };
   auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
   std::printf(
-      "all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over its shm "
-      "transport, mpi = dplab's mpi engine over OpenMPI's %s; time = slowest rank, best of %d "
-      "(GB/s = 1e9 bytes/s)\n",
-      cpu_cores(), btl.c_str(), trials);
+      "all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over %s, "
+      "mpi = dplab's mpi engine over OpenMPI's %s, gloo = dplab's gloo engine (gloo's ring, TCP); "
+      "time = slowest rank, best of %d (GB/s = 1e9 bytes/s)\n",
+      cpu_cores(),
+      nodes > 1 ? fmt::format("shm in a node + gloo's TCP wire across {} pretended nodes", nodes).c_str()
+                : "its shm transport",
+      btl.c_str(), trials);
   if (ranks_per_node > 0)
     std::printf("pretend nodes of %d ranks (ranks_per_node): hierarchical runs in two levels; "
                 "'inter' = the busiest rank's bytes to other nodes per call\n",
@@ -388,10 +473,10 @@ int main(int argc, char** argv) {
   const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
   const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  const bool nodes = ranks_per_node > 0;  // an inter-node bytes column per algorithm
+  const bool inter_column = ranks_per_node > 0;  // an inter-node bytes column per algorithm
   for (const std::string& b : engines) {
     std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
-    if (nodes && b != "mpi") std::printf(" %9s", "inter");
+    if (inter_column && b != "mpi") std::printf(" %9s", "inter");
   }
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
@@ -403,7 +488,7 @@ int main(int argc, char** argv) {
         const Row* r = find(n, name, b);
         if (r) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
-        if (nodes && name != "mpi")
+        if (inter_column && name != "mpi")
           std::printf(" %9s", r ? human_exact(r->inter_node).c_str() : "-");
       }
       if (has_auto) {

@@ -12,7 +12,8 @@ what="${1:-}"
 case "$what" in main|test) ;; *) echo "usage: bash scripts/setup.sh main|test" >&2; exit 2 ;; esac
 
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libfmt-dev doctest-dev zlib1g-dev
-          libcli11-dev libssl-dev libbackward-cpp-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
+          libcli11-dev libssl-dev libbackward-cpp-dev libopenmpi-dev openmpi-bin libgloo-dev
+          dataset-fashion-mnist
           python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do

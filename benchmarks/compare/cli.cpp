@@ -207,13 +207,13 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
   app.add_option("--modes,--backend", cfg.modes,
-                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl,ps (zero1/zero2: "
+                 "any of single,dp,star,ring,zero1,zero2,mpi,nccl,gloo,ps (zero1/zero2: "
                  "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started "
-                 "by mpirun; "
+                 "by mpirun; gloo: DDP on the gloo engine (gloo's ring over TCP on loopback); "
                  "nccl: with --device cuda, one GPU per rank; ps: the sharded parameter server, "
                  "see --servers)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl", "ps"}));
+      ->check(CLI::IsMember({"single", "dp", "star", "ring", "zero1", "zero2", "mpi", "nccl", "gloo", "ps"}));
   app.add_option("--servers", cfg.servers,
                  "mode ps: parameter-server counts S, e.g. 1,2,N (N: one per device; default 1,N)")
       ->delimiter(',')

@@ -282,7 +282,7 @@ std::string link_note(const Config& cfg) {
       "Links: every device / rank sits behind an emulated full-duplex {:g} Gbit/s link "
       "(--link-gbps; parallel/transport/link_model.h), as machines on a network do: the "
       "parameter server's master moves (N-1)x a worker's bytes through its one link. "
-      "The mpi and nccl modes, if run, use their own transports without it.",
+      "The mpi, nccl and gloo modes, if run, use their own transports without it.",
       gbps);
 }
 

@@ -1,7 +1,8 @@
 // run_ddp.cpp: the DDP modes, star (a parameter server over processes) and ring, both
 // DistributedDataParallel over the shm process group, one process per device; and mpi, DDP
 // on the mpi engine (MPI_Allreduce), whose N ranks mpirun starts instead of spawn(); and
-// nccl, DDP on the nccl engine (--device cuda, one GPU per rank), started by spawn().
+// nccl, DDP on the nccl engine (--device cuda, one GPU per rank), started by spawn(); and
+// gloo, DDP on the gloo engine (gloo's ring over TCP, here on loopback), started by spawn().
 //   parent   run_ddp(): starts `dplab-compare <same options> --worker ring --worker-n N` as
 //            one child in its own process group, waits (with a deadline), reads each
 //            rank's result file; a non-zero exit or a missing file is an Error naming the run.
@@ -44,6 +45,7 @@
 #include "parallel/ddp/distributed_data_parallel.h"
 #include "parallel/ddp/zero_redundancy_optimizer.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/transport/gloo_transport.h"
 #include "parallel/launch/spawn.h"
 #include "parallel/launch/supervisor.h"
 
@@ -190,7 +192,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   model->to(dev);
   TraceRecorder trace(cfg.trace);
   CommThread comm(*pg, algo, trace);
-  // DDP for star / ring / mpi / nccl; ZeRO alone (no DDP) for zero1 / zero2
+  // DDP for star / ring / mpi / nccl / gloo; ZeRO alone (no DDP) for zero1 / zero2
   std::shared_ptr<nn::Module> net = model;
   std::unique_ptr<optim::Optimizer> optimizer;
   parallel::ZeroRedundancyOptimizer* zero = nullptr;
@@ -296,8 +298,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
 
 void ddp_worker_main(const Config& cfg, const std::string& algo, int n) {
   DPLAB_CHECK(algo == "ring" || algo == "star" || algo == "mpi" || algo == "nccl" ||
-                  algo == "zero1" || algo == "zero2",
-              "--worker: expected ring, star, mpi, nccl, zero1 or zero2, got '{}'", algo);
+                  algo == "gloo" || algo == "zero1" || algo == "zero2",
+              "--worker: expected ring, star, mpi, nccl, gloo, zero1 or zero2, got '{}'", algo);
   if (algo == "mpi") {  // mpirun started this process as one of the n ranks
     const parallel::MpiWorld w = parallel::mpi_world();
     DPLAB_CHECK(w.size == n, "--worker mpi: mpirun started {} ranks, expected {}", w.size, n);
@@ -364,6 +366,9 @@ RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::
     DPLAB_CHECK(cfg.device == "cuda", "--modes nccl needs --device cuda (NCCL reduces GPU tensors, "
                                       "one GPU per rank); on CPUs use ring, star or mpi");
   }
+  if (algo == "gloo")
+    DPLAB_CHECK(parallel::gloo_built(), "--modes gloo: dplab-compare was built without gloo "
+                                        "(install libgloo-dev, then reconfigure with -Dgloo=enabled)");
   if (algo == "mpi") {
     DPLAB_CHECK(parallel::mpi_built(), "--modes mpi: dplab-compare was built without MPI (install "
                                        "libopenmpi-dev and openmpi-bin, then reconfigure)");

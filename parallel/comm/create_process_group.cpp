@@ -1,7 +1,8 @@
 // create_process_group.cpp: how a group is made, and the one file that picks an engine and
-// a transport by name: the mpi or nccl engine, else dplab's engine over the thread
-// transport (ranks are threads, a HashStore) or shm (processes), wrapped in an emulated
-// link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that every
+// a transport by name: the mpi, nccl or gloo engine, else dplab's engine over the thread
+// transport (ranks are threads, a HashStore) or shm (processes); when the job spans nodes
+// (ranks_per_node), over the node transport: shm (threads) inside a node, gloo's TCP wire
+// between nodes. Wrapped in an emulated link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that every
 // rank builds at its first collective on a CUDA tensor.
 // Each group gets its own view of the store (PrefixStore "dplab/pg<k>"), and each part of it
 // (the transports, the cuda_ipc transport, the mpi watchdog) a view below that: no key is
@@ -16,13 +17,17 @@
 #include "parallel/rendezvous/prefix_store.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "parallel/transport/cuda_ipc_transport.h"
+#include "parallel/transport/gloo_transport.h"
 #include "parallel/transport/link_model.h"
+#include "parallel/transport/node_transport.h"
 #include "parallel/transport/shm_transport.h"
 #include "parallel/transport/thread_transport.h"
 
 namespace dplab::parallel {
 
-bool is_external_engine(const std::string& engine) { return engine == "mpi" || engine == "nccl"; }
+bool is_external_engine(const std::string& engine) {
+  return engine == "mpi" || engine == "nccl" || engine == "gloo";
+}
 bool is_known_engine(const std::string& engine) {
   if (is_external_engine(engine)) return true;
   for (Algorithm a : kAlgorithms)  // dplab's engine, named by its all-reduce algorithm
@@ -31,6 +36,12 @@ bool is_known_engine(const std::string& engine) {
 }
 
 namespace {
+
+// What auto assumes of a link between nodes: TCP through the kernel on both sides, about
+// 30 us per message and 10 Gbit/s (1.25 GB/s). Only ratios decide auto's choice; on a slower
+// or faster network the crossover sizes move, not the answer far from them.
+constexpr double kGlooLinkAlpha = 30e-6;
+constexpr double kGlooLinkBeta = 1.0 / 1.25e9;
 
 // With CUDA compiled: the cuda_ipc transport, made later, at the first CUDA collective, by
 // all ranks at once; the store must live until then, so the factory holds it (a view of
@@ -71,6 +82,31 @@ CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store,
   return [view](Seconds) -> std::shared_ptr<Store> { return view; };
 }
 
+// Across nodes: shm (threads) among this node's ranks, gloo's TCP wire to the others, one
+// segment size for both. Each part has its own view: "<group>/node<k>" (one shm block per
+// node), "<group>/gloo_transport" (gloo's addresses, and the reasons failed ranks file) and
+// "<group>/hang" (the hang reports across nodes).
+std::unique_ptr<Transport> node_transport(const std::shared_ptr<PrefixStore>& group_store, int rank,
+                                          int world_size, bool threads,
+                                          const ProcessGroupOptions& opts) {
+  const int per_node = opts.ranks_per_node, node = rank / per_node;
+  const std::size_t slot = opts.segment_bytes ? opts.segment_bytes : shm_segment_bytes(per_node);
+  auto local_store = std::make_shared<PrefixStore>(fmt::format("node{}", node), group_store);
+  auto local = threads ? make_thread_transport(*local_store, rank % per_node, per_node,
+                                               opts.timeout, slot)
+                       : make_shm_transport(*local_store, rank % per_node, per_node,
+                                            opts.timeout, slot);
+  auto gloo_store = std::make_shared<PrefixStore>("gloo_transport", group_store);
+  auto context = make_gloo_context(gloo_store, rank, world_size, opts.timeout, true);
+  std::vector<int> others;
+  for (int r = 0; r < world_size; ++r)
+    if (r / per_node != node) others.push_back(r);
+  auto remote = make_gloo_transport(std::move(context), gloo_store, std::move(others),
+                                    opts.timeout, slot);
+  return make_node_transport(std::move(local), std::move(remote), rank, world_size, per_node,
+                             std::make_shared<PrefixStore>("hang", group_store), opts.timeout);
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
@@ -89,7 +125,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   DPLAB_CHECK(is_known_engine(opts.engine),
               "create_process_group: engine must be \"ring\", "
               "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", "
-              "\"hierarchical\", \"auto\", \"mpi\" or \"nccl\", got \"{}\"",
+              "\"hierarchical\", \"auto\", \"mpi\", \"nccl\" or \"gloo\", got \"{}\"",
               opts.engine);
   DPLAB_CHECK(opts.link_gbps >= 0,
               "create_process_group: link_gbps must be >= 0 (0: no "
@@ -115,13 +151,28 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (opts.engine == "nccl")
     return std::make_shared<ProcessGroup>(
         make_nccl_engine(*group_store, rank, world_size, opts.timeout));
+  const bool multi_node = opts.ranks_per_node > 0 && opts.ranks_per_node < world_size;
+  if (opts.engine == "gloo") {
+    auto view = std::make_shared<PrefixStore>("gloo", group_store);
+    return std::make_shared<ProcessGroup>(make_gloo_engine(view, rank, world_size, opts.timeout,
+                                                           multi_node,
+                                                           watchdog_store(store, prefix)));
+  }
+  DPLAB_CHECK(!multi_node || opts.nodes_share_memory || gloo_built(),
+              "create_process_group: the '{}' engine across nodes ({} ranks, {} per node) needs "
+              "gloo's wire between the nodes, and dplab was built without gloo (install "
+              "libgloo-dev, `meson setup --reconfigure -Dgloo=enabled build`); or use the 'mpi' "
+              "engine (started by mpirun)",
+              opts.engine, world_size, opts.ranks_per_node);
   Seconds saved = store->timeout();
   group_store->set_timeout(opts.timeout);  // a view passes its timeout down to the base store
   std::unique_ptr<Transport> transport;
   const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
     const std::size_t slot = opts.segment_bytes;
-    if (threads)
+    if (multi_node && !opts.nodes_share_memory)
+      transport = node_transport(group_store, rank, world_size, threads, opts);
+    else if (threads)
       transport = make_thread_transport(*group_store, rank, world_size, opts.timeout,
                                         slot ? slot : kSegmentBytes);
     else
@@ -144,8 +195,12 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   LinkCost link = shm_link_cost(cpu_cores());
   link.segment = double(transport->segment_bytes());
   NodeLinks links{.ranks_per_node = opts.ranks_per_node, .intra = link, .inter = link};
+  if (multi_node && !opts.nodes_share_memory) {  // between nodes a TCP link: its latency and rate
+    links.inter.alpha = std::max(link.alpha, kGlooLinkAlpha);
+    links.inter.beta = std::max(link.beta, kGlooLinkBeta);
+  }
   if (opts.link_gbps > 0)
-    links.inter.beta = std::max(link.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
+    links.inter.beta = std::max(links.inter.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   if (nodes.nodes() == 1) links.intra = links.inter;
   return std::make_shared<ProcessGroup>(make_dplab_engine(
       std::move(transport), algorithm_from_name(opts.engine),

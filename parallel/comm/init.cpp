@@ -1,7 +1,8 @@
 // init.cpp: the default process group, built on the rendezvous (rendezvous/rendezvous.cpp:
 // rank discovery, the store, the check-in) and torn down with an exit barrier.
-// Engines: ring and star run on one node (shared memory) and are refused when the launcher
-// says the job spans several; mpi takes rank and size from MPI itself (mpirun), and its
+// Engines: dplab's own (ring, star, ...) use shared memory inside a node and, in a build with
+// gloo, gloo's TCP wire between nodes (without gloo they are refused when the launcher says
+// the job spans several); gloo meets through the store like ring; mpi takes rank and size from MPI itself (mpirun), and its
 // store's address from rank 0 by MPI_Bcast; nccl meets through the store like ring.
 // Read next: launch/supervisor.h (how ranks are started), launch/spawn.h.
 #include "parallel/comm/init.h"
@@ -17,6 +18,7 @@
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
+#include "parallel/transport/gloo_transport.h"
 
 namespace dplab::parallel {
 
@@ -57,9 +59,11 @@ namespace {
 
 void check_single_node(const std::string& engine, const RankInfo& info) {
   DPLAB_CHECK(info.local_world_size == info.world_size,
-              "init_process_group: the '{}' engine runs on one node (its ranks share memory), "
-              "but this job spans several: WORLD_SIZE={}, LOCAL_WORLD_SIZE={}. Across machines "
-              "use the 'mpi' engine (CPUs, started by mpirun) or the 'nccl' engine (GPUs)",
+              "init_process_group: the '{}' engine runs on one node (its ranks share memory) in "
+              "this build, which has no gloo, but this job spans several: WORLD_SIZE={}, "
+              "LOCAL_WORLD_SIZE={}. Build with gloo (libgloo-dev, -Dgloo=enabled) for dplab's "
+              "engines across nodes, or use the 'mpi' engine (CPUs, started by mpirun) or the "
+              "'nccl' engine (GPUs)",
               engine, info.world_size, info.local_world_size);
 }
 
@@ -101,7 +105,9 @@ std::shared_ptr<Store> mpi_store(const MpiWorld& w, Seconds timeout) {
 
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   DPLAB_CHECK(is_known_engine(opts.engine),
-              "init_process_group: unknown engine '{}': expected 'ring', 'star', 'mpi' or 'nccl'",
+              "init_process_group: unknown engine '{}': expected 'ring', 'star', "
+              "'recursive_doubling', 'halving_doubling', 'one_shot', 'auto', 'mpi', 'nccl' or "
+              "'gloo'",
               opts.engine);
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);
@@ -126,7 +132,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   } else {
     if (rank < 0 || world_size < 0) {
       RankInfo info = rank_info_from_env();
-      if (opts.engine != "nccl") check_single_node(opts.engine, info);
+      if (opts.engine != "nccl" && opts.engine != "gloo" && !gloo_built())
+        check_single_node(opts.engine, info);
       if (rank < 0) rank = info.rank;
       if (world_size < 0) world_size = info.world_size;
       if (info.local_world_size < info.world_size) ranks_per_node = info.local_world_size;

@@ -18,7 +18,9 @@ namespace dplab::parallel {
 struct InitOptions {
   // The engine that runs the collectives (process_group.h): "ring", "star", ... (dplab's own,
   // one node, shared memory); "mpi" (CPUs, any number of nodes, needs mpirun: rank and world
-  // size then come from MPI) or "nccl" (GPUs, any number of nodes). PyTorch calls it the
+  // size then come from MPI), "nccl" (GPUs, any number of nodes) or "gloo" (CPUs, any number
+  // of nodes, started by dplab-run: docs/gloo.md). In a build with gloo, dplab's own engines
+  // also span nodes (shared memory in a node, gloo's TCP wire between nodes). PyTorch calls it the
   // backend; dplab keeps that word for the compute Backend (framework/backend/backend.h).
   std::string engine = "ring";
   std::string init_method = "env://";  // or "file:///path", "tcp://host:port"

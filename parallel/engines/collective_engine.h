@@ -1,14 +1,16 @@
 // collective_engine.h: the seam under ProcessGroup. A ProcessGroup checks arguments, queues
 // async calls and keeps the traffic counters; then it calls one CollectiveEngine, once per
 // collective: that one call moves the bytes, names what ran and reports the traffic.
-// Three engines sit behind it:
+// Four engines sit behind it:
 //   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling,
 //     one-shot and hierarchical (algorithms/: ring.cpp, star.cpp, recursive_doubling.cpp,
-//     halving_doubling.cpp, one_shot.cpp, hierarchical.cpp) over a transport (thread, shm; cuda_ipc for CUDA
+//     halving_doubling.cpp, one_shot.cpp, hierarchical.cpp) over a transport (thread, shm,
+//     shm+gloo across nodes; cuda_ipc for CUDA
 //     tensors, or host staging without it); it counts the bytes it moves;
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
-//   nccl (nccl_engine.cpp): NCCL, GPUs.
-// mpi and nccl cannot see their wire: they report algorithms/cost.h's textbook formulas.
+//   nccl (nccl_engine.cpp): NCCL, GPUs;
+//   gloo (gloo_engine.cpp): gloo, PyTorch's CPU backend, over TCP, any number of machines.
+// mpi, nccl and gloo cannot see their wire: they report algorithms/cost.h's textbook formulas.
 // Adding a collective touches this interface, each engine, and ProcessGroup's checks.
 // Only create_process_group.cpp picks an engine (and a transport) by name.
 // Read next: dplab_engine.cpp (the teaching engine), then mpi_engine.cpp.
@@ -160,5 +162,13 @@ std::unique_ptr<CollectiveEngine> make_mpi_engine(int rank, int world_size, Seco
                                                   CollectiveWatchdog::Connect watchdog_store);
 std::unique_ptr<CollectiveEngine> make_nccl_engine(Store& store, int rank, int world_size,
                                                    Seconds timeout);
+// gloo_engine.cpp (gloo_engine_missing.cpp without -Dgloo): gloo's collectives over its TCP
+// pairs. store: the group's view for gloo's rendezvous ("dplab/pg3/gloo"); multi_node: the
+// job spans machines (gloo then listens on the interface gloo_transport.h picks, not
+// loopback); watchdog_store as for mpi: a timeout names the late rank, then fails the call.
+std::unique_ptr<CollectiveEngine> make_gloo_engine(std::shared_ptr<Store> store, int rank,
+                                                   int world_size, Seconds timeout,
+                                                   bool multi_node,
+                                                   CollectiveWatchdog::Connect watchdog_store);
 
 }  // namespace dplab::parallel
