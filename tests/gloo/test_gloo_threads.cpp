@@ -85,7 +85,7 @@ TEST_CASE("node transport: dplab's algorithms over threads + gloo equal the seri
         for (std::size_t k = 0; k < std::size(kSizes); ++k)
           CHECK(got[r][k] == reference<float>(ReduceOp::Sum, n, kSizes[k]));
         std::string name = ran[r].rfind("auto:", 0) == 0 ? ran[r].substr(5) : ran[r];
-        const Traffic want = all_reduce_cost(algorithm_from_name(name), kSizes[4] * 4, 4, r, n);
+        const Traffic want = all_reduce_cost(algorithm_from_name(name), kSizes[4] * 4, 4, r, n, per_node);
         CHECK(traffic[r].sent == want.sent);
         CHECK(traffic[r].received == want.received);
       }
