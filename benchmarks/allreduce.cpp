@@ -13,17 +13,18 @@
 // cores (a wait on each peer, each for the scheduler), beside the numbers algorithms/cost.cpp's
 // shm_link_cost() holds. --csv out.csv also draws out.png (plot_allreduce.py: bus bandwidth
 // against size, a panel per N) when python3 has matplotlib; --no-plot skips it.
+// --ranks-per-node L pretends the N ranks sit on N/L nodes of L that still share memory
+// (ProcessGroupOptions::ranks_per_node, nodes_share_memory): hierarchical then runs in two
+// levels, auto weighs it, and the table adds each algorithm's inter-node bytes per rank (the
+// busiest rank's, measured); --link-gbps then slows only the hops between nodes.
 // gloo (--engine ...,gloo): dplab's gloo engine (gloo's own ring all-reduce over TCP), run by
 // dplab-run through allreduce_nodes.cpp. --nodes K pretends the N ranks sit on K nodes of this
-// machine (K dplab-run launchers on 127.0.0.1, N/K ranks each): dplab's algorithms then run
-// over the node transport (shm inside a node, gloo's TCP wire between nodes), as across
-// machines; mpi with --mpi-btl tcp is the like-for-like comparison.
-// --ranks-per-node L pretends the N ranks sit on N/L nodes of L (ProcessGroupOptions::
-// ranks_per_node) in one process: hierarchical then runs in two levels, auto weighs it, and
-// the table adds each algorithm's inter-node bytes per rank (the busiest rank's, measured).
+// machine that talk over the network (K dplab-run launchers on 127.0.0.1, N/K ranks each):
+// dplab's algorithms then run over the node transport (shm inside a node, gloo's TCP wire
+// between nodes), as across machines; mpi with --mpi-btl tcp is the like-for-like comparison.
 // Usage: bench_allreduce [--engine ring,recursive_doubling,halving_doubling,one_shot,
 //                                  hierarchical,auto,star,mpi,gloo]
-//                        [--ranks 2,3,4] [--nodes 1] [--ranks-per-node L] [--min-bytes 4096]
+//                        [--ranks 2,3,4] [--ranks-per-node L | --nodes K] [--min-bytes 4096]
 //                        [--max-bytes 67108864] [--trials 5]
 //                        [--mpi-btl vader|tcp] [--link-gbps G] [--csv out.csv] [--no-plot] [--no-mpi]
 //        bench_allreduce --device cuda [--ranks 2,4] [--max-bytes N]: the cuda_ipc ring on
@@ -91,7 +92,10 @@ std::vector<Row> run_ours(int n, const std::vector<int64_t>& sizes,
         auto store = std::make_shared<FileStore>(store_path, n, Seconds(60.0));
         auto pg = create_process_group(
             store, r, n,
-            {.timeout = Seconds(60.0), .link_gbps = link_gbps, .ranks_per_node = ranks_per_node});
+            {.timeout = Seconds(60.0),
+             .link_gbps = link_gbps,
+             .ranks_per_node = ranks_per_node,
+             .nodes_share_memory = true});
         std::string out;
         for (int64_t bytes : sizes) {
           Tensor t = Tensor::empty({bytes / 4});
@@ -343,7 +347,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--engine ring,recursive_doubling,halving_doubling,one_shot,hierarchical,auto,"
-          "star,mpi,gloo] [--ranks 2,3,4] [--nodes K] [--ranks-per-node L] [--min-bytes N] "
+          "star,mpi,gloo] [--ranks 2,3,4] [--ranks-per-node L | --nodes K] [--min-bytes N] "
           "[--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
           "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
           argv[0]);
@@ -386,6 +390,12 @@ int main(int argc, char** argv) {
   }
   if (trials < 1) {
     std::fprintf(stderr, "bench_allreduce: --trials must be >= 1, got %d\n", trials);
+    return 2;
+  }
+  if (nodes > 1 && ranks_per_node > 0) {
+    std::fprintf(stderr,
+                 "bench_allreduce: --nodes K (nodes that talk over TCP) and --ranks-per-node L "
+                 "(nodes that share memory) are two ways to pretend nodes: give one, got both\n");
     return 2;
   }
   for (int n : ranks)
@@ -463,10 +473,10 @@ int main(int argc, char** argv) {
   const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
   const bool ratio = mpi && has_auto;
   std::printf("%2s %8s", "N", "size");
-  const bool inter_cols = ranks_per_node > 0;  // an inter-node bytes column per algorithm
+  const bool inter_column = ranks_per_node > 0;  // an inter-node bytes column per algorithm
   for (const std::string& b : engines) {
     std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
-    if (inter_cols && b != "mpi") std::printf(" %9s", "inter");
+    if (inter_column && b != "mpi") std::printf(" %9s", "inter");
   }
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
@@ -478,7 +488,7 @@ int main(int argc, char** argv) {
         const Row* r = find(n, name, b);
         if (r) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
-        if (inter_cols && name != "mpi")
+        if (inter_column && name != "mpi")
           std::printf(" %9s", r ? human_exact(r->inter_node).c_str() : "-");
       }
       if (has_auto) {

@@ -196,7 +196,7 @@ configure_and_build() {
     # with the README's packages)
     local bundle=auto
     [ -d gpu_bundle ] && bundle=enabled
-    meson setup "$build" -Ddeps_bundle=$bundle -Dmpi=disabled -Dcuda=enabled -Dnccl=auto \
+    meson setup "$build" -Ddeps_bundle=$bundle -Dmpi=disabled -Dgloo=disabled -Dcuda=enabled -Dnccl=auto \
       "-Dgpu_archs=$archs" -Dbuildtype=release || return 1
   fi
   # only targets this build defines (NCCL's suite needs NCCL found)

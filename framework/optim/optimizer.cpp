@@ -119,4 +119,13 @@ Tensor load_state_tensor(const StateDict& tensors, const std::string& key, const
 }
 
 }  // namespace detail
+int64_t Optimizer::state_bytes() const {
+  StateDict sd;
+  Metadata meta;
+  state_dict(sd, meta);
+  int64_t bytes = 0;
+  for (const auto& [name, t] : sd) bytes += t.nbytes();
+  return bytes;
+}
+
 }  // namespace dplab::optim

@@ -38,6 +38,9 @@ class Optimizer {
   // number and shapes of parameters, and copies state onto each parameter's device.
   virtual void state_dict(StateDict& tensors, Metadata& meta) const = 0;
   virtual void load_state_dict(const StateDict& tensors, const Metadata& meta) = 0;
+  // Bytes of the state tensors (momentum, Adam's moments): what memory reports count as
+  // optimizer state (ZeRO's shards, a parameter server's shard).
+  int64_t state_bytes() const;
 
  protected:
   std::vector<Tensor> params_;

@@ -158,7 +158,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
                                                            multi_node,
                                                            watchdog_store(store, prefix)));
   }
-  DPLAB_CHECK(!multi_node || gloo_built(),
+  DPLAB_CHECK(!multi_node || opts.nodes_share_memory || gloo_built(),
               "create_process_group: the '{}' engine across nodes ({} ranks, {} per node) needs "
               "gloo's wire between the nodes, and dplab was built without gloo (install "
               "libgloo-dev, `meson setup --reconfigure -Dgloo=enabled build`); or use the 'mpi' "
@@ -170,7 +170,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
     const std::size_t slot = opts.segment_bytes;
-    if (multi_node)
+    if (multi_node && !opts.nodes_share_memory)
       transport = node_transport(group_store, rank, world_size, threads, opts);
     else if (threads)
       transport = make_thread_transport(*group_store, rank, world_size, opts.timeout,
@@ -195,7 +195,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   LinkCost link = shm_link_cost(cpu_cores());
   link.segment = double(transport->segment_bytes());
   NodeLinks links{.ranks_per_node = opts.ranks_per_node, .intra = link, .inter = link};
-  if (multi_node) {  // between nodes a TCP link: its per-message latency and rate
+  if (multi_node && !opts.nodes_share_memory) {  // between nodes a TCP link: its latency and rate
     links.inter.alpha = std::max(link.alpha, kGlooLinkAlpha);
     links.inter.beta = std::max(link.beta, kGlooLinkBeta);
   }

@@ -106,8 +106,9 @@ std::shared_ptr<Store> mpi_store(const MpiWorld& w, Seconds timeout) {
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
   DPLAB_CHECK(is_known_engine(opts.engine),
               "init_process_group: unknown engine '{}': expected 'ring', 'star', "
-              "'recursive_doubling', 'halving_doubling', 'one_shot', 'auto', 'mpi', 'nccl' or "
-              "'gloo'",
+              "'recursive_doubling', 'halving_doubling', 'one_shot', 'hierarchical', 'auto', 'mpi', "
+              "'nccl' or 'gloo' (the sharded parameter server is an optimizer over any of them: "
+              "ParameterServer, docs/parameter_server.md)",
               opts.engine);
   Global& g = global();
   std::lock_guard<std::mutex> lock(g.mu);

@@ -28,8 +28,9 @@ struct ProcessGroupOptions {
   // "halving_doubling", "one_shot", "hierarchical" (two levels: inside the nodes of
   // ranks_per_node, then across them), or "auto" (per call, the fastest by
   // algorithms/cost.h's model for the size and the nodes; the other collectives are the same
-  // on all seven); "mpi" or "nccl": an
-  // existing library's engine, any number of nodes (it picks its own algorithms)
+  // on all seven); "mpi", "nccl" or "gloo": an existing library's engine, any number of nodes
+  // (it picks its own algorithms). With gloo built, dplab's seven also span nodes (shm in a
+  // node, gloo's wire across: ranks_per_node below; docs/gloo.md)
   std::string engine = "ring";
   Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
   // > 0: emulate a link of this many Gbit/s per rank (link_model.h); with ranks_per_node,
@@ -42,6 +43,10 @@ struct ProcessGroupOptions {
   // (k + 1) * ranks_per_node). 0: every rank on one node. init_process_group fills it from
   // LOCAL_WORLD_SIZE; tests set it to pretend a one-machine job has several nodes.
   int ranks_per_node = 0;
+  // true: the nodes are pretend, on one machine (tests, benchmarks of the two-level
+  // algorithms): their ranks still reach each other through shared memory. false: between
+  // nodes, gloo's wire (docs/gloo.md).
+  bool nodes_share_memory = false;
 };
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
@@ -157,13 +162,16 @@ class ProcessGroup {
 // with CUDA it also gets a cuda_ipc factory: CUDA tensors then move GPU to GPU (created at
 // the first CUDA collective); without CUDA compiled there are no CUDA tensors to move.
 // Engine "mpi" or "nccl": that engine (rank and world_size must then be the engine's:
-// mpirun's for MPI). (create_process_group.cpp)
+// mpirun's for MPI). Engine "gloo": gloo's collectives over TCP, meeting through `store`.
+// With ranks_per_node > 0 and less than world_size (a job across nodes), dplab's engines run
+// over the node transport: shm (threads) in a node, gloo's TCP wire between nodes.
+// (create_process_group.cpp)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
 
-// The engines create_process_group knows: the six above, "mpi", "nccl".
+// The engines create_process_group knows: the six above, "mpi", "nccl", "gloo".
 bool is_known_engine(const std::string& engine);
-bool is_external_engine(const std::string& engine);  // "mpi" or "nccl": no dplab transport
+bool is_external_engine(const std::string& engine);  // "mpi", "nccl", "gloo": no dplab transport
 
 }  // namespace dplab::parallel

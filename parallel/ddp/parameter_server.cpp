@@ -161,13 +161,7 @@ int64_t ParameterServer::shard_weight_bytes() const {
 }
 
 int64_t ParameterServer::optimizer_state_bytes() const {
-  if (!inner_) return 0;
-  StateDict sd;
-  Metadata meta;
-  inner_->state_dict(sd, meta);
-  int64_t bytes = 0;
-  for (const auto& [name, t] : sd) bytes += t.nbytes();
-  return bytes;
+  return inner_ ? inner_->state_bytes() : 0;
 }
 
 void ParameterServer::state_dict(StateDict&, Metadata&) const {

@@ -202,14 +202,7 @@ void ZeroRedundancyOptimizer::step() {
   }
 }
 
-int64_t ZeroRedundancyOptimizer::optimizer_state_bytes() const {
-  StateDict sd;
-  Metadata meta;
-  inner_->state_dict(sd, meta);
-  int64_t bytes = 0;
-  for (const auto& [name, t] : sd) bytes += t.nbytes();
-  return bytes;
-}
+int64_t ZeroRedundancyOptimizer::optimizer_state_bytes() const { return inner_->state_bytes(); }
 
 int64_t ZeroRedundancyOptimizer::gradient_shard_bytes() const {
   int64_t bytes = 0;

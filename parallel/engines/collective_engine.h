@@ -4,7 +4,8 @@
 // Four engines sit behind it:
 //   dplab (dplab_engine.cpp): dplab's own ring, star, recursive doubling, halving-doubling,
 //     one-shot and hierarchical (algorithms/: ring.cpp, star.cpp, recursive_doubling.cpp,
-//     halving_doubling.cpp, one_shot.cpp, hierarchical.cpp) over a transport (thread, shm; cuda_ipc for CUDA
+//     halving_doubling.cpp, one_shot.cpp, hierarchical.cpp) over a transport (thread, shm,
+//     shm+gloo across nodes; cuda_ipc for CUDA
 //     tensors, or host staging without it); it counts the bytes it moves;
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs;

@@ -14,9 +14,7 @@ namespace dplab::parallel {
 
 using Clock = std::chrono::steady_clock;
 
-Seconds CollectiveWatchdog::grace(Seconds timeout) {
-  return std::clamp(timeout * 0.5, Seconds(1.0), Seconds(5.0));
-}
+Seconds CollectiveWatchdog::grace(Seconds timeout) { return late_rank_grace(timeout); }
 
 CollectiveWatchdog::CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
                                        std::function<void(const std::string&)> on_hang)
@@ -71,56 +69,17 @@ void CollectiveWatchdog::watch() {
 
 std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& collective) {
   const Seconds grace_s = grace(timeout_);
-  std::string head = fmt::format("rank {}: {} #{} did not finish within {:.1f} s", rank_,
-                                 collective, number, timeout_.count());
-  std::vector<std::pair<int, RankProgress>> reported;
-  std::vector<int> silent;
+  const std::string head = fmt::format("rank {}: {} #{} did not finish within {:.1f} s", rank_,
+                                       collective, number, timeout_.count());
   try {
     std::shared_ptr<Store> store = connect_(grace_s);
-    store->set(std::to_string(rank_), fmt::format("{} {}", number, collective));
-    // give the others the grace period to find their own collective stuck and file it
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(grace_s);
-    std::vector<bool> filed(static_cast<size_t>(size_), false);
-    for (bool all = false; !all && Clock::now() < deadline;) {
-      all = true;
-      for (int r = 0; r < size_; ++r) {
-        if (!filed[r]) filed[r] = store->check({std::to_string(r)});
-        all = all && filed[r];
-      }
-      if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    for (int r = 0; r < size_; ++r) {
-      if (!filed[r]) {
-        silent.push_back(r);
-        continue;
-      }
-      // "<number> <name>"
-      const std::string v = store->get(std::to_string(r));
-      RankProgress p;
-      auto space = v.find(' ');
-      std::from_chars(v.data(), v.data() + (space == std::string::npos ? v.size() : space),
-                      p.collectives);
-      p.collective = space == std::string::npos ? "?" : v.substr(space + 1);
-      reported.emplace_back(r, p);
-    }
+    return head + "; " + find_late_ranks(*store, "", rank_, size_, number, collective, grace_s);
   } catch (const std::exception& e) {
     // rank 0 hosts the store: a store that does not answer means rank 0 is not running
     return fmt::format("{}; rank 0 stopped making progress: the rendezvous store it hosts did "
                        "not answer within {:.1f} s (rank 0 is stopped or hung; {})",
                        head, grace_s.count(), e.what());
   }
-  std::string s = head;
-  if (!silent.empty()) {
-    s += fmt::format("; {} {} stopped making progress: {} not report being stuck in a collective "
-                     "within {:.1f} s (stopped, dead, or busy outside the collectives)",
-                     silent.size() == 1 ? "rank" : "ranks", rank_ranges(silent),
-                     silent.size() == 1 ? "it did" : "they did", grace_s.count());
-  } else {
-    s += "; every rank is stuck in a collective";
-  }
-  if (std::string d = describe_out_of_step(reported); !d.empty())
-    s += fmt::format(". Out of step: {}", d);
-  return s;
 }
 
 }  // namespace dplab::parallel

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "parallel/rendezvous/store.h"
+#include "parallel/transport/hang_report.h"  // find_late_ranks: the method, for any waiter
 
 namespace dplab::parallel {
 
@@ -36,7 +37,8 @@ class CollectiveWatchdog {
   void begin(const std::string& collective);
   void end();
 
-  // Seconds other ranks get to file their reports once one rank's collective timed out.
+  // Seconds other ranks get to file their reports once one rank's collective timed out
+  // (late_rank_grace).
   static Seconds grace(Seconds timeout);
 
  private:

@@ -83,8 +83,7 @@ void with_element_type(DType t, F&& f) {
 class GlooEngine final : public CollectiveEngine {
  public:
   GlooEngine(std::shared_ptr<Store> store, int rank, int world_size, Seconds timeout,
-             bool multi_node, CollectiveWatchdog::Connect watchdog_store)
-      : timeout_(timeout) {
+             bool multi_node, CollectiveWatchdog::Connect watchdog_store) {
     // gloo's own deadline is the backstop: the watchdog, at `timeout`, diagnoses first
     const Seconds backstop = timeout + CollectiveWatchdog::grace(timeout) + Seconds(1);
     gloo_timeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(backstop);
@@ -110,6 +109,7 @@ class GlooEngine final : public CollectiveEngine {
   void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
                   std::optional<Algorithm> algo) override {
     const bool cube = bcube(algo);
+    // bcube exchanges like halving-doubling (for a power-of-two N, exactly): counted as that
     call.name = fmt::format("all_reduce(gloo:{}, {})", cube ? "bcube" : "ring", reduce_op_name(op));
     call.traffic = cube ? halving_doubling_cost(t.nbytes(), element_size(t.dtype()), rank(), size())
                         : ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank(), size());
@@ -347,7 +347,6 @@ class GlooEngine final : public CollectiveEngine {
   }
 
   std::string name_ = "gloo";
-  Seconds timeout_;
   std::chrono::milliseconds gloo_timeout_{0};
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<Store> status_;

@@ -8,8 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <fstream>
 #include <map>
+#include <thread>
+
+#include <fmt/core.h>
 
 #include "framework/error.h"
 
@@ -110,6 +115,52 @@ std::string describe_hang(int me, int peer, const std::vector<RankProgress>& ran
   for (int r = 0; r < n; ++r) all.emplace_back(r, ranks[r]);
   if (std::string d = describe_out_of_step(all); !d.empty())
     s += fmt::format(". Out of step: {}", d);
+  return s;
+}
+
+Seconds late_rank_grace(Seconds timeout) {
+  return std::clamp(timeout * 0.5, Seconds(1.0), Seconds(5.0));
+}
+
+std::string find_late_ranks(Store& store, const std::string& key_prefix, int rank, int size,
+                            uint64_t number, const std::string& collective, Seconds grace) {
+  store.set(key_prefix + std::to_string(rank), fmt::format("{} {}", number, collective));
+  // give the others the grace period to find their own collective stuck and file it
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace);
+  std::vector<bool> filed(static_cast<size_t>(size), false);
+  for (bool all = false; !all && std::chrono::steady_clock::now() < deadline;) {
+    all = true;
+    for (int r = 0; r < size; ++r) {
+      if (!filed[r]) filed[r] = store.check({key_prefix + std::to_string(r)});
+      all = all && filed[r];
+    }
+    if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::vector<std::pair<int, RankProgress>> reported;
+  std::vector<int> silent;
+  for (int r = 0; r < size; ++r) {
+    if (!filed[r]) {
+      silent.push_back(r);
+      continue;
+    }
+    // "<number> <name>"
+    const std::string v = store.get(key_prefix + std::to_string(r));
+    RankProgress p;
+    auto space = v.find(' ');
+    std::from_chars(v.data(), v.data() + (space == std::string::npos ? v.size() : space),
+                    p.collectives);
+    p.collective = space == std::string::npos ? "?" : v.substr(space + 1);
+    reported.emplace_back(r, p);
+  }
+  std::string s =
+      silent.empty()
+          ? std::string("every rank is stuck in a collective")
+          : fmt::format("{} {} stopped making progress: {} not report being stuck in a "
+                        "collective within {:.1f} s (stopped, dead, or busy outside the "
+                        "collectives)",
+                        silent.size() == 1 ? "rank" : "ranks", rank_ranges(silent),
+                        silent.size() == 1 ? "it did" : "they did", grace.count());
+  if (std::string d = describe_out_of_step(reported); !d.empty()) s += ". Out of step: " + d;
   return s;
 }
 

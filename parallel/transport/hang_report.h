@@ -5,12 +5,16 @@
 // that times out reads all of them and follows the waits: rank 2 waits on 1, 1 waits on 0,
 // 0 waits on nobody (or its process is stopped, or its wait stopped waking up), so rank 0
 // is the one that stopped, not the neighbour that timed out.
+// Where the ranks share no memory (the mpi and gloo engines' watchdog, the node transport
+// across nodes), find_late_ranks does the same through the rendezvous store.
 // Read next: mailbox_transport.cpp, which fills the snapshots and calls describe_hang().
 #pragma once
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 
@@ -41,5 +45,16 @@ char process_state(int32_t pid);
 
 // "1-3", "0, 2": a sorted list of ranks, runs of consecutive ranks folded.
 std::string rank_ranges(const std::vector<int>& ranks);
+
+// Through the store, for ranks that share no memory: every rank whose wait timed out files
+// "<number> <collective>" under key_prefix + rank, then gives the others `grace` to file
+// theirs. A rank that files nothing is not stuck in a collective (stopped, dead, or busy
+// elsewhere): "rank 2 stopped making progress: ..."; ranks that filed an older number are
+// behind (describe_out_of_step). Throws what the store throws: a store that does not answer
+// means its host, rank 0, stopped.
+std::string find_late_ranks(Store& store, const std::string& key_prefix, int rank, int size,
+                            uint64_t number, const std::string& collective, Seconds grace);
+// How long find_late_ranks waits for the others' reports after a timeout of `timeout`.
+Seconds late_rank_grace(Seconds timeout);
 
 }  // namespace dplab::parallel

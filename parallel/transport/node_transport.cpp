@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "framework/error.h"
-#include "parallel/engines/collective_watchdog.h"
 #include "parallel/transport/hang_report.h"
 
 namespace dplab::parallel {
@@ -109,53 +108,17 @@ class NodeTransport final : public Transport {
     }
   }
 
-  // The watchdog's method over the store: file "<number> <name>", give the others the grace
-  // period to file theirs, then name the ranks that did not (they are not stuck in a wait:
-  // stopped, dead, or busy elsewhere) and those a collective behind.
+  // The watchdog's method over the store (hang_report.h): name the ranks that did
+  // not file that they are stuck (stopped, dead, or busy elsewhere) and those out of step.
   std::string diagnose() {
-    const Seconds grace = CollectiveWatchdog::grace(timeout_);
-    std::vector<std::pair<int, RankProgress>> reported;
-    std::vector<int> silent;
+    const Seconds grace = late_rank_grace(timeout_);
     try {
-      status_->set(fmt::format("stuck/{}", rank_), fmt::format("{} {}", collectives_, collective_));
-      const auto deadline = std::chrono::steady_clock::now() +
-                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(grace);
-      std::vector<bool> filed(static_cast<std::size_t>(size_), false);
-      for (bool all = false; !all && std::chrono::steady_clock::now() < deadline;) {
-        all = true;
-        for (int r = 0; r < size_; ++r) {
-          if (!filed[r]) filed[r] = status_->check({fmt::format("stuck/{}", r)});
-          all = all && filed[r];
-        }
-        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      for (int r = 0; r < size_; ++r) {
-        if (!filed[r]) {
-          silent.push_back(r);
-          continue;
-        }
-        const std::string v = status_->get(fmt::format("stuck/{}", r));
-        RankProgress p;
-        const auto space = v.find(' ');
-        p.collectives = std::stoull(v.substr(0, space));
-        p.collective = space == std::string::npos ? "?" : v.substr(space + 1);
-        reported.emplace_back(r, p);
-      }
+      return find_late_ranks(*status_, "stuck/", rank_, size_, collectives_, collective_, grace);
     } catch (const std::exception& e) {
       return fmt::format("the store did not answer within {:.1f} s (rank 0, its host, is stopped "
                          "or hung; {})",
                          grace.count(), e.what());
     }
-    std::string s =
-        silent.empty()
-            ? std::string("every rank is stuck in a wait")
-            : fmt::format("{} {} stopped making progress: {} not report being stuck in a "
-                          "collective within {:.1f} s (stopped, dead, or busy outside the "
-                          "collectives)",
-                          silent.size() == 1 ? "rank" : "ranks", rank_ranges(silent),
-                          silent.size() == 1 ? "it did" : "they did", grace.count());
-    if (std::string d = describe_out_of_step(reported); !d.empty()) s += ". Out of step: " + d;
-    return s;
   }
 
   std::unique_ptr<Transport> local_, remote_;

@@ -100,7 +100,7 @@ TEST_CASE("DDP on hierarchical all-reduce over pretend nodes equals one process:
       const CollectiveStats s = pg.comm_stats().per_collective.at("all_reduce");
       CHECK((s.bytes_sent_inter_node > 0) == (world / per_node > 1));
         },
-        {.engine = "hierarchical", .ranks_per_node = per_node});
+        {.engine = "hierarchical", .ranks_per_node = per_node, .nodes_share_memory = true});
   }
   auto expected = single_process(4);
   // a child's CHECK does not reach this process: it throws, and its message comes back
@@ -116,7 +116,7 @@ TEST_CASE("DDP on hierarchical all-reduce over pretend nodes equals one process:
                     "rank {}: parameter {} [{}] is {}, one process gives {}", pg.rank(), k, i,
                     got[k][i], expected[k][i]);
       },
-      {.ranks_per_node = 2});
+      {.ranks_per_node = 2, .nodes_share_memory = true});
   for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
 }
 

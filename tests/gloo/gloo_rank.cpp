@@ -199,7 +199,8 @@ void check_ddp(std::shared_ptr<ProcessGroup> pg) {
   if (algo.rfind("auto:", 0) == 0) algo = algo.substr(5);
   Traffic want_t = pg->engine() == "gloo"
                        ? ring_all_reduce_cost(t.nbytes(), 4, r, world)
-                       : all_reduce_cost(algorithm_from_name(algo), t.nbytes(), 4, r, world);
+                       : all_reduce_cost(algorithm_from_name(algo), t.nbytes(), 4, r, world,
+                                         std::atoi(std::getenv("LOCAL_WORLD_SIZE")));
   const auto s = pg->comm_stats().per_collective.at("all_reduce");
   EXPECT(s.bytes_sent == want_t.sent && s.bytes_received == want_t.received,
          "{} traffic: sent {} received {}; cost.h: {} and {}", algo, s.bytes_sent,

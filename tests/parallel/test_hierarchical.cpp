@@ -83,7 +83,7 @@ TEST_CASE("hierarchical equals the reference: 2x2, 2x3, 3x2, 4x1, 1x4, three dty
             got[pg.rank()].push_back(values(t));
           }
           },
-          {.engine = "hierarchical", .ranks_per_node = lay.per_node});
+          {.engine = "hierarchical", .ranks_per_node = lay.per_node, .nodes_share_memory = true});
       size_t k = 0;
       for (int64_t size : sizes)
         for (ReduceOp op : ops) {
@@ -109,7 +109,7 @@ TEST_CASE("hierarchical on general floats: every rank ends with the same bits") 
     pg.all_reduce(t, ReduceOp::Sum, Algorithm::Hierarchical);
     got[pg.rank()] = t.to_vector<float>();
       },
-      {.ranks_per_node = lay.per_node});
+      {.ranks_per_node = lay.per_node, .nodes_share_memory = true});
   for (int r = 1; r < lay.world(); ++r) CHECK(got[r] == got[0]);
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("counters: bytes inside and across nodes equal cost.cpp's formulas and
         bcast[pg.rank()] = {s.bytes_sent, s.bytes_received, s.bytes_sent_inter_node,
                             s.bytes_received_inter_node};
           },
-          {.ranks_per_node = L});
+          {.ranks_per_node = L, .nodes_share_memory = true});
       for (int r = 0; r < n; ++r) {
         CAPTURE(r);
         const Traffic h = got[r][Algorithm::Hierarchical], ring = got[r][Algorithm::Ring];
@@ -222,7 +222,7 @@ TEST_CASE("shm processes: hierarchical at 2x2 and 2x3 equals the reference, coun
       DPLAB_CHECK(m.to_vector<float>() == reference<float>(ReduceOp::Max, n, 1009),
                   "rank {}: max differs", pg.rank());
         },
-        {.engine = "hierarchical", .ranks_per_node = lay.per_node});
+        {.engine = "hierarchical", .ranks_per_node = lay.per_node, .nodes_share_memory = true});
     for (auto& o : outcomes) CHECK_MESSAGE(o.ok, o.message);
   }
 }
@@ -267,7 +267,7 @@ TEST_CASE(
   // what auto picked is what ran: the engine weighs the layout it was given
   std::vector<std::string> ran(4);
   run_threads(4, [&](ProcessGroup& pg) { ran[pg.rank()] = pg.all_reduce_algorithm(64 << 20); },
-              {.engine = "auto", .ranks_per_node = 2});
+              {.engine = "auto", .ranks_per_node = 2, .nodes_share_memory = true});
   LinkCost shm = shm_link_cost(cpu_cores());
   const NodeLinks pretend{.ranks_per_node = 2, .intra = shm, .inter = shm};
   for (const std::string& r : ran)
@@ -309,7 +309,7 @@ TEST_CASE("an emulated link with nodes slows only the hops between nodes") {
       CHECK(s.bytes_received_inter_node == elems * 4);
     }
       },
-      {.link_gbps = 0.001, .ranks_per_node = 2});
+      {.link_gbps = 0.001, .ranks_per_node = 2, .nodes_share_memory = true});
   CHECK(took[1] < 0.25);   // rank 1 took rank 0's bytes at memory speed
   CHECK(took[0] >= 0.45);  // rank 0's receive from node 1 waited for the link
 }
@@ -331,7 +331,7 @@ TEST_CASE("a rank that fails inside a node's sub-ring is named by the ranks of t
               said[pg.rank()] = e.what();
             }
           },
-          {.timeout = Seconds(10.0), .ranks_per_node = 2}),
+          {.timeout = Seconds(10.0), .ranks_per_node = 2, .nodes_share_memory = true}),
       doctest::Contains("rank 3 fails on purpose"), Error);
   for (int r = 0; r < 3; ++r) {
     CAPTURE(r);

@@ -9,6 +9,7 @@ must fail with its cause and fix, and the exit status must say so.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,8 @@ for key in ["dplab", "compiler", "built with", "cpu", "kernels", "DPLAB_* settin
             "memory", "network"]:
     if key not in facts or not facts[key]:
         problems.append(f"fact '{key}' missing")
+if not re.fullmatch(r"cuda (yes|no), mpi (yes|no), nccl (yes|no), gloo (yes|no)", facts.get("built with", "")):
+    problems.append(f"fact 'built with' does not name every engine: {facts.get('built with')!r}")
 by_name = {c["name"]: c for c in checks}
 for name in ["CPU fast kernels against the reference", "checkpoint written and read back",
              "shm all_reduce, 2 processes", "DDP step on 2 processes equals one process on the whole batch",

@@ -14,6 +14,7 @@
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/ops/ops.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/transport/gloo_transport.h"
 #include "tools/doctor/doctor.h"
 #include "tools/doctor/version.h"
 
@@ -43,8 +44,9 @@ void build_checks(Report& r) {
   r.fact("dplab", fmt::format("{} ({})", kDplabVersion, kDplabCommit));
   r.fact("compiler", fmt::format("g++ {}", __VERSION__));
   r.fact("built with",
-         fmt::format("cuda {}, mpi {}, nccl {}", cuda_compiled() ? "yes" : "no",
-                     parallel::mpi_built() ? "yes" : "no", parallel::nccl_built() ? "yes" : "no"));
+         fmt::format("cuda {}, mpi {}, nccl {}, gloo {}", cuda_compiled() ? "yes" : "no",
+                     parallel::mpi_built() ? "yes" : "no", parallel::nccl_built() ? "yes" : "no",
+                     parallel::gloo_built() ? "yes" : "no"));
 
   std::string model;
   const std::set<std::string> flags = cpu_flags(&model);
