@@ -7,7 +7,7 @@
 # shaping (tc tbf for the rate, netem for a delay where the kernel has it) sits on each
 # node's link in both directions. Namespaces share the host's files and /dev/shm: they
 # separate the network only. Documentation: docs/multinode_testbed.md.
-#   netns_cluster.sh up K [--rate 1gbit] [--delay 100us] [--name PREFIX]
+#   netns_cluster.sh up K [--rate 1gbit [--burst BYTES]] [--delay 100us] [--name PREFIX]
 #   netns_cluster.sh run K [--rate ...] [--name PREFIX] -- CMD...   (up, CMD on this host, down)
 #   netns_cluster.sh exec I CMD... | addr I | ns I | nodes | down      [--name PREFIX]
 # Exit codes: 2 usage, 3 not root, 4 no ip/tc, 5 no network namespaces, 6 --delay without
@@ -27,7 +27,7 @@ usage() {
 }
 
 PREFIX=${NETNS_CLUSTER_NAME:-dplab}
-RATE="" DELAY=""
+RATE="" DELAY="" BURST=""
 
 check_prefix() {
   [[ $PREFIX =~ ^[a-z][a-z0-9]{0,9}$ ]] ||
@@ -69,7 +69,8 @@ rate_bytes() {
   echo $((n * mult / 8))
 }
 
-# Shapes the egress of `dev` inside namespace `ns`: tbf for the rate (a 10 ms burst, at least
+# Shapes the egress of `dev` inside namespace `ns`: tbf for the rate (a 10 ms burst, or
+# --burst BYTES, e.g. 65536 for a link that never runs faster than its rate; at least
 # one 64 KiB segment so GSO packets pass), netem for the delay (netem alone when both).
 shape() {
   local ns=$1 dev=$2
@@ -81,7 +82,7 @@ shape() {
   elif [[ -n $RATE ]]; then
     local bytes burst
     bytes=$(rate_bytes "$RATE")
-    burst=$((bytes / 100))
+    burst=${BURST:-$((bytes / 100))}
     ((burst < 65536)) && burst=65536
     tc -n "$ns" qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" latency 100ms ||
       die 1 "tc tbf on $ns/$dev failed"
@@ -157,6 +158,9 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --name) PREFIX=${2:-}; shift 2 || usage ;;
     --rate) RATE=${2:-}; shift 2 || usage ;;
+    --burst)
+      BURST=${2:-}; shift 2 || usage
+      [[ $BURST =~ ^[0-9]+$ ]] || die $E_USAGE "--burst expects bytes (e.g. 65536), got '$BURST'" ;;
     --delay) DELAY=${2:-}; shift 2 || usage ;;
     -h | --help) usage ;;
     *)

@@ -12,7 +12,7 @@
 //   - failure: a peer that dies ends every rank with a message and a non-zero exit.
 // Run: dplab-run --nproc-per-node N build/tutorials/20_ddp_recipe --epochs E
 //      [--batch-size 64 (global)] [--limit L] [--test-limit T] [--out DIR] [--resume]
-//      [--model cnn|resnet]
+//      [--model cnn|resnet] [--engine ring|gloo|...] (across machines: tutorial 22)
 // The last line is "test accuracy: X%". Read 20_ddp_recipe.md.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -47,6 +47,7 @@ struct Args {
   double lr = 0.05, momentum = 0.9, timeout_s = 60, min_accuracy = 0;
   uint64_t seed = 0;
   std::string out = "checkpoints", model = "cnn";
+  std::string engine = "ring";  // dplab's ring (across machines: over gloo's wire), or gloo, ...
   bool resume = false;
   int stop_after = 0;  // > 0: stop after this epoch's checkpoint, as if interrupted
 };
@@ -89,7 +90,7 @@ int epoch_from(const Metadata& meta, const std::string& path) {
 int run(const Args& a) {
   // 1. Rendezvous. dplab-run sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT.
   set_num_threads(1);  // one process per core: N processes with N threads each would fight
-  par::init_process_group({.engine = "ring", .timeout = par::Seconds(a.timeout_s)});
+  par::init_process_group({.engine = a.engine, .timeout = par::Seconds(a.timeout_s)});
   par::ProcessGroup& pg = par::default_process_group();
   const int rank = pg.rank(), world = pg.size();
   const par::RankInfo info = par::rank_info_from_env();
@@ -185,6 +186,9 @@ int main(int argc, char** argv) {
   app.add_option("--test-limit", a.test_limit, "use only the first N test images (0: all 10000)");
   app.add_option("--model", a.model, "cnn (LeNet-style) or resnet (with SyncBatchNorm)")
       ->check(CLI::IsMember({"cnn", "resnet"}));
+  app.add_option("--engine", a.engine, "ring (default), star, auto, ... (dplab's own; across machines over "
+                 "gloo's wire) or gloo, mpi (tutorial 22)")
+      ->check(CLI::IsMember({"ring", "star", "recursive_doubling", "halving_doubling", "auto", "gloo", "mpi"}));
   app.add_option("--lr", a.lr);
   app.add_option("--momentum", a.momentum);
   app.add_option("--seed", a.seed, "initial weights and the sampler's shuffle (same on every rank)");

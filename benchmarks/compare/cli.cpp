@@ -14,11 +14,13 @@
 #include <cstdlib>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "benchmarks/compare/alpha_beta.h"
 #include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/netns_links.h"
 #include "benchmarks/compare/report.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
@@ -45,7 +47,7 @@ std::vector<std::pair<std::string, double>> projection_models(const Config& cfg,
 }
 
 int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
-            const std::string& plot_script) {
+            const std::string& plot_script, const std::optional<NetnsLinks>& netns) {
   std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
   std::cout << fmt::format("device: {}; kernels: {}\n", cfg.device, kernels_summary());
   if (cfg.device == "cuda") {
@@ -59,6 +61,14 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
     }
   }
   const std::string exe = self_exe();
+  // --links netns: one bed for the whole run, as many nodes as the largest N (2 at least,
+  // for the ping-pong); down at the end, on an error and on Ctrl-C (netns_links.h)
+  std::optional<NetnsBed> bed;
+  if (netns) {
+    int nodes = 2;
+    for (int n : cfg.ns) nodes = std::max(nodes, n);
+    bed.emplace(DPLAB_NETNS_CLUSTER_SCRIPT, nodes, netns->rate);
+  }
   std::vector<RunResult> runs;
   std::vector<TraceRun> traces;
   for (const std::string& mode : cfg.modes) {
@@ -76,12 +86,20 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
             if (seen) continue;
             runs.push_back(run_ps(cfg, n, s, place == "separate", exe, worker_args));
             runs.back().link_gbps = link_gbps(cfg, runs.back().mode, n);
+            runs.back().link = runs.back().link_gbps > 0 ? "emulated" : "none";
             TraceRun tr{.label = fmt::format("{} N={}", runs.back().mode, n)};
             for (int r = 0; r < ps_world(runs.back().mode, n); ++r) {
               tr.fragments.push_back(run_file(cfg, runs.back().mode, n, r, "trace"));
               tr.track_names.push_back(fmt::format("rank {} ({})", r, device_of(cfg, r).str()));
             }
             traces.push_back(std::move(tr));
+            if (bed && n > 1 && runs_on_netns(runs.back().mode)) {  // co-located: one per node
+              const RunResult& emulated = runs.back();
+              RunResult real = run_ddp_netns(cfg, emulated.mode, n, *netns, bed->name(), exe,
+                                             worker_args);
+              real.servers = emulated.servers;
+              runs.push_back(std::move(real));
+            }
           }
         continue;
       }
@@ -94,6 +112,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
         runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
       }
       runs.back().link_gbps = link_gbps(cfg, mode, n);
+      runs.back().link = runs.back().link_gbps > 0 ? "emulated" : "none";
       runs.back().precision = cfg.precision;
       if (mode == "single" || mode == "dp") {
         tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
@@ -108,21 +127,42 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
         }
       }
       traces.push_back(std::move(tr));
+      if (bed && n > 1 && runs_on_netns(mode)) {  // the same run behind real links
+        runs.push_back(run_ddp_netns(cfg, mode, n, *netns, bed->name(), exe, worker_args));
+        runs.back().precision = cfg.precision;
+        TraceRun real{.label = fmt::format("{} N={} (netns links)", mode, n)};
+        for (int r = 0; r < n; ++r) {
+          real.fragments.push_back(run_file(cfg, run_label(runs.back()), n, r, "trace"));
+          real.track_names.push_back(fmt::format("rank {} (node {})", r, r));
+        }
+        traces.push_back(std::move(real));
+      }
     }
   }
 
-  std::optional<AlphaBeta> ab;
+  std::optional<AlphaBeta> ab, real_ab;
   if (cfg.projection && !runs.empty()) {
     std::cout << "ping-pong between 2 processes for the alpha-beta model...\n";
     ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
-    // the fit as a calibration file, which dplab-project --calibration reads
+    // the fit as a calibration file, which dplab-project --calibration reads: on real links
+    // (--links netns) their own fit, else the emulated link's (or shm's)
     const double link = link_gbps(cfg, "ring", 2);
+    if (bed) {
+      std::cout << "ping-pong between 2 nodes over the real links...\n";
+      real_ab = fit_real_links(run_pingpong_netns(cfg, bed->name(), exe, worker_args));
+      projection::write_calibration(
+          (std::filesystem::path(cfg.out) / "calibration.csv").string(),
+          {{.level = "inter", .alpha_us = 1e6 * real_ab->alpha, .gbps = 8e-9 / real_ab->beta,
+            .source = fmt::format("dplab-compare ping-pong between network namespaces over "
+                                  "tbf-shaped {} links (TCP)", netns->rate)}});
+    } else
     projection::write_calibration((std::filesystem::path(cfg.out) / "calibration.csv").string(),
                                {{.level = link > 0 ? "inter" : "intra", .alpha_us = 1e6 * ab->alpha,
                                  .gbps = 8e-9 / ab->beta, .source = link > 0 ? fmt::format("dplab-compare ping-pong "
                                  "over a {:g} Gbit/s emulated link", link) : "dplab-compare ping-pong over shm"}});
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     add_predictions(runs, *ab, cfg, cores);
+    if (real_ab) add_real_link_predictions(runs, *real_ab, cfg, cores);
     const RunResult& first = runs.front();
     double base_compute = first.compute_s;
     for (const RunResult& r : runs)
@@ -174,6 +214,11 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   if (cfg.plots) plots = make_plots(cfg, plot_script, plot_note);
   std::cout << plot_note << '\n';
   write_report_md((out / "report.md").string(), cfg, runs, agreement, ab, plots, plot_note);
+  if (netns) {
+    std::ofstream md(out / "report.md", std::ios::app);
+    write_netns_section(md, *netns, runs, real_ab);
+    write_netns_section(std::cout, *netns, runs, real_ab);
+  }
   std::cout << fmt::format("wrote {}, {}, {}\n", (out / "results.csv").string(),
                            (out / "per_device.csv").string(), (out / "report.md").string());
   return agreement.ok ? 0 : 3;
@@ -200,6 +245,7 @@ int main(int argc, char** argv) {
       "DDP star and DDP ring, side by side"};
   Config cfg;
   std::string worker, plot_script;
+  bool link_gbps_given = false;
   int worker_n = 0;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet | wide_mlp")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp"}));
@@ -274,12 +320,19 @@ int main(int argc, char** argv) {
                  "internal: ring | star | zero1 | zero2 | mpi | nccl | ps-s<S>[-sep] | pingpong")
       ->group("");
   app.add_option("--worker-n", worker_n, "internal: ranks of the worker")->group("");
+  app.add_option("--worker-netns", cfg.netns_bed, "internal: the bed the worker's ranks enter")
+      ->group("");
+  app.add_option("--links", cfg.links,
+                 "emulated (default), or netns[:RATE] (root): each DDP mode also runs with every "
+                 "rank in a network namespace of its own behind a real tc-shaped link of RATE "
+                 "(e.g. 1gbit; default: --link-gbps), and the report sets both side by side");
   app.add_option("--precision", cfg.precision,
                  "fp32, or fp16 / bf16: Apex O2 (16-bit weights, gradients and "
                  "all-reduces, float32 master weights; fp16 with a GradScaler). Modes single, "
                  "star, ring, mpi, nccl")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
+  link_gbps_given = app.count("--link-gbps") > 0;
   if (epochs > 0) {
     constexpr int64_t kTrainExamples = 60000;  // Fashion-MNIST's training split
     cfg.steps =
@@ -293,6 +346,18 @@ int main(int argc, char** argv) {
                     "--precision {}: mode {} is not supported (its "
                     "optimizer and replicas are float32-only); use single, star, ring, mpi or nccl",
                     cfg.precision, m);
+    // --links netns: the emulated and the real links have one rate, so the two can be compared
+    const std::optional<NetnsLinks> netns = parse_links(cfg.links, link_gbps(cfg, "ring", 2));
+    if (netns) {
+      DPLAB_CHECK(cfg.device == "cpu", "--links netns runs CPU ranks (--device cpu), got --device {}",
+                  cfg.device);
+      DPLAB_CHECK(!link_gbps_given || std::fabs(cfg.link_gbps - netns->gbps) < 1e-9,
+                  "--links {} and --link-gbps {:g} disagree: the emulated and the real links must "
+                  "have one rate to be compared (drop --link-gbps, or give the same)",
+                  cfg.links, cfg.link_gbps);
+      cfg.link_gbps = netns->gbps;
+    }
+    // the workers: after the above, so they emulate the rate the parent reports
     if (!worker.empty()) {
       if (worker == "pingpong") pingpong_worker_main(cfg);
       else if (is_ps_label(worker)) ps_worker_main(cfg, worker, worker_n);
@@ -302,7 +367,7 @@ int main(int argc, char** argv) {
     if (plot_script.empty()) plot_script = DPLAB_COMPARE_PLOT_SCRIPT;
     // The workers get exactly our options, so they build the same Config.
     std::vector<std::string> worker_args(argv + 1, argv + argc);
-    return run_all(cfg, worker_args, plot_script);
+    return run_all(cfg, worker_args, plot_script, netns);
   } catch (const std::exception& e) {
     std::cerr << "dplab-compare: " << e.what() << '\n';
     return 1;

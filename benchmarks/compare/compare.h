@@ -48,6 +48,11 @@ struct Config {
   // (colocated: S of the N training ranks also serve; separate: S more processes serve).
   std::vector<std::string> servers{"1", "N"};
   std::vector<std::string> ps_placements{"colocated"};
+  // emulated | netns | netns:RATE (netns_links.h): the DDP modes also run with every rank in
+  // a network namespace behind a real tc-shaped link. netns_bed: set in the workers only
+  // (--worker-netns), the bed whose node `rank` each rank enters.
+  std::string links = "emulated";
+  std::string netns_bed = "";
 };
 
 // One device (single, dp) or one rank (star, ring).
@@ -76,12 +81,20 @@ struct RunResult {
   double link_gbps = 0;          // the emulated link this run crossed (0: none)
   int servers = 0;                // ps: S; 0 for the other modes
   bool separate_servers = false;  // ps: the S servers are processes of their own
-
+  std::string link = "none";     // none | emulated | netns (real shaped links, netns_links.h)
+  // netns rows: bytes each rank's link carried out / in over the timed steps, as the kernel
+  // counts them (TCP/IP headers and acknowledgements included)
+  std::vector<int64_t> wire_sent{}, wire_received{};
   double samples_per_s() const {
     return seconds > 0 ? double(timed_steps * global_batch) / seconds : 0;
   }
   double step_s() const { return timed_steps > 0 ? seconds / double(timed_steps) : 0; }
 };
+
+// A run's name in file names and tables: its mode, "_netns" added for the real-link twin.
+inline std::string run_label(const RunResult& r) {
+  return r.link == "netns" ? r.mode + "_netns" : r.mode;
+}
 
 // The emulated link a run of `mode` on n devices crosses, in Gbit/s: cfg.link_gbps (or its
 // default for the device kind) for dp, star, ring, zero and ps with n > 1; 0 for a lone device and

@@ -24,7 +24,7 @@ double mib(double bytes) { return bytes / (1 << 20); }
 
 const RunResult* ring_at(const std::vector<RunResult>& runs, int n) {
   for (const RunResult& r : runs)
-    if (r.mode == "ring" && r.n == n) return &r;
+    if (r.mode == "ring" && r.n == n && r.link != "netns") return &r;
   return nullptr;
 }
 
@@ -33,7 +33,8 @@ const RunResult* ring_at(const std::vector<RunResult>& runs, int n) {
 std::vector<std::string> ps_findings(const std::vector<RunResult>& runs) {
   std::vector<std::string> lines;
   for (const RunResult& r : runs) {
-    if (!is_ps_label(r.mode) || r.devices.empty() || r.n < 2) continue;
+    // the real-link twins (--links netns) have their own section (netns_links.cpp)
+    if (!is_ps_label(r.mode) || r.link == "netns" || r.devices.empty() || r.n < 2) continue;
     const double steps = std::max<double>(1, double(r.timed_steps));
     // the busiest and the quietest rank's weight bytes per step, sent and received apart
     double max_out = 0, max_in = 0, min_total = 1e300, max_total = 0;

@@ -13,6 +13,7 @@
 //                  and by the busiest other device
 // Read next: plot_results.py.
 #include "benchmarks/compare/report.h"
+#include "benchmarks/compare/netns_links.h"
 #include "benchmarks/plot_runner.h"
 
 #include <fmt/core.h>
@@ -74,6 +75,11 @@ Derived derive(const RunResult& r, const std::vector<RunResult>& runs) {
   return d;
 }
 
+// netns rows: MiB per step rank 0's link carried (the kernel's count); NAN elsewhere
+double wire_mib(const std::vector<int64_t>& bytes, const RunResult& r) {
+  return bytes.empty() ? NAN : mib(double(bytes[0])) / std::max<double>(1, double(r.timed_steps));
+}
+
 double prediction_error_pct(const RunResult& r) {
   return r.predicted_step_s > 0 && r.step_s() > 0
              ? 100.0 * (r.predicted_step_s - r.step_s()) / r.step_s()
@@ -112,7 +118,11 @@ const std::vector<std::string>& csv_columns() {
                                                  "predicted_step_ms",
                                                  "prediction_error_pct",
                                                  "link_gbps",
-                                                 "servers"};
+                                                 "servers",
+                                                 "link",
+                                                 "emulated_vs_real_pct",
+                                                 "master_wire_sent_mib",
+                                                 "master_wire_recv_mib"};
   return kColumns;
 }
 
@@ -150,21 +160,21 @@ Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs)
   std::vector<std::string> same_n;
   for (const RunResult& r : runs) {
     if (&r == base) continue;
-    const std::vector<float> p = read_params(run_file(cfg, r.mode, r.n, -1, "params"));
+    const std::vector<float> p = read_params(run_file(cfg, run_label(r), r.n, -1, "params"));
     double max_ref = 0;
     if (p.size() != ref.size()) {
       a.ok = false;
       a.lines.push_back(
-          fmt::format("{} N={}: {} parameters, single has {}", r.mode, r.n, p.size(), ref.size()));
+          fmt::format("{} N={}: {} parameters, single has {}", run_label(r), r.n, p.size(), ref.size()));
       continue;
     }
     for (float v : ref) max_ref = std::max(max_ref, double(std::fabs(v)));
     const double max_diff = max_abs_diff(p, ref);
     // The parallel modes at the same N do the same arithmetic up to summation order, so
     // they agree closely even where N devices differ from one (BatchNorm's per-device batch).
-    auto [it, fresh] = first_at_n.try_emplace(r.n, r.mode, p);
+    auto [it, fresh] = first_at_n.try_emplace(r.n, run_label(r), p);
     if (!fresh)
-      same_n.push_back(fmt::format("{:>6} N={}: max |param - {} N={}| = {:.2e}", r.mode, r.n,
+      same_n.push_back(fmt::format("{:>6} N={}: max |param - {} N={}| = {:.2e}", run_label(r), r.n,
                                    it->second.first, r.n, max_abs_diff(p, it->second.second)));
     const double dacc = r.test_accuracy - base->test_accuracy;
     // Float sums in another order differ by ~1e-7 relative; over many steps a ReLU or a
@@ -180,7 +190,7 @@ Agreement check_agreement(const Config& cfg, const std::vector<RunResult>& runs)
     a.lines.push_back(
         fmt::format("{:>6} N={}: max |param - single| = {:.2e} (largest |param| {:.2f}), accuracy "
                     "{:+.2f} points{}",
-                    r.mode, r.n, max_diff, max_ref, dacc,
+                    run_label(r), r.n, max_diff, max_ref, dacc,
                     acc_ok ? "" : fmt::format(" (DISAGREES: beyond {} points)", bound)));
   }
   a.lines.insert(a.lines.end(), same_n.begin(), same_n.end());
@@ -202,7 +212,7 @@ std::string format_table(const std::vector<RunResult>& runs) {
     s += fmt::format("{:<10} {:>2} {:>9.0f} {:>5.2f}x {:>5.0f} {:>8.1f} {:>8.1f} {:>7.1f} {:>7.1f} "
                      "{:>9.1f}/{:>6.1f} ({:.2f}) "
                      "{:>7.2f}/{:<7.2f} {:>7.2f}/{:<7.2f} {:>6.2f} {:>6.3f} {:>15}\n",
-                     r.mode, r.n, r.samples_per_s(), d.speedup, 100 * d.efficiency,
+                     run_label(r), r.n, r.samples_per_s(), d.speedup, 100 * d.efficiency,
                      1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s, d.mem_max,
                      d.mem_min, d.imbalance, d.master_sent, d.master_recv, d.other_sent,
                      d.other_recv, r.test_accuracy, r.test_loss, pred);
@@ -221,7 +231,7 @@ std::string format_memory_table(const std::vector<RunResult>& runs) {
       const int64_t other =
           d.peak_bytes - d.param_bytes - d.grad_bytes - d.optim_state_bytes - d.activation_bytes;
       s += fmt::format("{:<10} {:>2} {:>3} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}\n",
-                       r.mode, r.n, i, mib(double(d.param_bytes)), mib(double(d.grad_bytes)),
+                       run_label(r), r.n, i, mib(double(d.param_bytes)), mib(double(d.grad_bytes)),
                        mib(double(d.optim_state_bytes)), mib(double(d.activation_bytes)),
                        mib(double(std::max<int64_t>(0, other))), mib(double(d.peak_bytes)));
     }
@@ -242,11 +252,12 @@ void write_results_csv(const std::string& path, const std::vector<RunResult>& ru
         d.efficiency, 1e3 * r.step_s(), 1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s,
         d.mem_max, d.mem_min, d.imbalance);
     f << fmt::format("{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.5f},{},{:."
-                     "4f},{:.2f},{:g},{}\n",
+                     "4f},{:.2f},{:g},{},{},{:.2f},{:.6f},{:.6f}\n",
                      d.master_sent, d.master_recv, d.other_sent, d.other_recv, d.master_weight_sent,
                      d.master_weight_recv, d.other_weight_sent, d.other_weight_recv,
                      r.test_accuracy, r.test_loss, r.param_count, pred_ms, prediction_error_pct(r),
-                     r.link_gbps, r.servers);
+                     r.link_gbps, r.servers, r.link, emulated_error_pct(r, runs), wire_mib(r.wire_sent, r),
+                     wire_mib(r.wire_received, r));
   }
   DPLAB_CHECK(f.good(), "could not write {}", path);
 }
@@ -260,7 +271,7 @@ void write_per_device_csv(const std::string& path, const std::vector<RunResult>&
     const double steps = std::max<double>(1, double(r.timed_steps));
     for (size_t i = 0; i < r.devices.size(); ++i) {
       const DeviceFigures& x = r.devices[i];
-      f << fmt::format("{},{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{},{},{},{}\n", r.mode, r.n, i,
+      f << fmt::format("{},{},{},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{},{},{},{}\n", run_label(r), r.n, i,
                        mib(double(x.peak_bytes)), mib(double(x.bytes_sent)) / steps,
                        mib(double(x.bytes_received)) / steps,
                        mib(double(x.weight_bytes_sent)) / steps,
@@ -309,7 +320,7 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
         "| {} | {} | {:.0f} | {:.2f}x | {:.0f}% | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | "
         "{:.1f} | "
         "{:.2f} | {:.2f} / {:.2f} | {:.2f} / {:.2f} | {:.2f} | {:.3f} | {} |\n",
-        r.mode, r.n, r.samples_per_s(), d.speedup, 100 * d.efficiency, 1e3 * r.step_s(),
+        run_label(r), r.n, r.samples_per_s(), d.speedup, 100 * d.efficiency, 1e3 * r.step_s(),
         1e3 * r.compute_s, 1e3 * r.comm_s, 1e3 * r.wait_s, d.mem_max, d.mem_min, d.imbalance,
         d.master_sent, d.master_recv, d.other_sent, d.other_recv, r.test_accuracy, r.test_loss,
         r.predicted_step_s > 0

@@ -31,6 +31,7 @@
 #include <thread>
 
 #include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/netns_links.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
 #include "framework/amp/precision.h"
@@ -184,8 +185,14 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   const int zero_stage = algo_name == "zero1" ? 1 : algo_name == "zero2" ? 2 : 0;
   const std::string engine = zero_stage ? "ring" : algo_name;
   if (cfg.device == "cuda" && cuda_logical_device_count() < n) set_virtual_gpus(n);
-  auto pg =
-      parallel::init_process_group({.engine = engine, .link_gbps = link_gbps(cfg, algo_name, n)});
+  // --links netns: this rank is node `rank` of the bed, behind a real link (netns_links.h)
+  const bool netns = !cfg.netns_bed.empty();
+  const std::string label = netns ? algo_name + "_netns" : algo_name;  // its files' name
+  if (netns) enter_node(cfg.netns_bed, rank);
+  auto pg = parallel::init_process_group(
+      {.engine = engine,
+       .init_method = netns ? netns_init_method(cfg, label, n) : "env://",
+       .link_gbps = netns ? 0.0 : link_gbps(cfg, algo_name, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
@@ -219,8 +226,10 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   std::vector<double> step_times;
   amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   RunResult r{.mode = algo_name, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
+  LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
+      if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       comm.reset_times();
       reset_peak_memory_stats(dev);
@@ -251,6 +260,8 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     bar.update(1, {{"loss", double(loss_value)}});
   }
   bar.close();
+  if (netns)
+    write_link_bytes(run_file(cfg, label, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
   r.seconds = median(step_times) * double(r.timed_steps);
   // communication: time the buckets' all-reduces ran (overlapped with backward, so it is
   // not a slice of the step); waiting: time backward's end sat waiting for them; compute:
@@ -287,10 +298,10 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     const Evaluation ev = evaluate(*model, d, dev);
     r.test_accuracy = ev.accuracy;
     r.test_loss = ev.loss;
-    write_params(run_file(cfg, algo_name, n, -1, "params"), params);
+    write_params(run_file(cfg, label, n, -1, "params"), params);
   }
-  trace.write_fragment(run_file(cfg, algo_name, n, rank, "trace"));
-  write_rank_file(run_file(cfg, algo_name, n, rank, "txt"), r, rank);
+  trace.write_fragment(run_file(cfg, label, n, rank, "trace"));
+  write_rank_file(run_file(cfg, label, n, rank, "txt"), r, rank);
   parallel::destroy_process_group();
 }
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/netns_links.h"
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
 #include "framework/backend/cuda/virtual_gpus.h"
@@ -51,7 +52,14 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   const PsLabel l = parse_label(label);
   const int world = l.separate ? n + l.servers : n;
   if (cfg.device == "cuda" && cuda_logical_device_count() < world) set_virtual_gpus(world);
-  auto pg = parallel::init_process_group({.engine = "ring", .link_gbps = link_gbps(cfg, label, n)});
+  // --links netns: this rank is node `rank` of the bed, behind a real link (netns_links.h)
+  const bool netns = !cfg.netns_bed.empty();
+  const std::string files = netns ? label + "_netns" : label;  // its files' name
+  if (netns) enter_node(cfg.netns_bed, rank);
+  auto pg = parallel::init_process_group(
+      {.engine = "ring",
+       .init_method = netns ? netns_init_method(cfg, files, n) : "env://",
+       .link_gbps = netns ? 0.0 : link_gbps(cfg, label, n)});
   const TrainData d = load_data(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
@@ -78,8 +86,10 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   std::vector<double> step_times;
   std::vector<double> exchange_times;  // push + server step + pull, per timed step
   RunResult r{.mode = label, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
+  LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
     if (step == timed_from) {
+      if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       reset_peak_memory_stats(dev);
     }
@@ -109,6 +119,8 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
     bar.update(1, {{"loss", double(loss_value)}});
   }
   bar.close();
+  if (netns)
+    write_link_bytes(run_file(cfg, files, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
   r.seconds = median(step_times) * double(r.timed_steps);
   // medians, as the step's: the step waits for all of the exchange
   r.comm_s = r.wait_s = median(exchange_times);
@@ -137,10 +149,10 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
     const Evaluation ev = evaluate(*model, d, dev);
     r.test_accuracy = ev.accuracy;
     r.test_loss = ev.loss;
-    write_params(run_file(cfg, label, n, -1, "params"), flat_params(*model));
+    write_params(run_file(cfg, files, n, -1, "params"), flat_params(*model));
   }
-  trace.write_fragment(run_file(cfg, label, n, rank, "trace"));
-  write_rank_file(run_file(cfg, label, n, rank, "txt"), r, rank);
+  trace.write_fragment(run_file(cfg, files, n, rank, "trace"));
+  write_rank_file(run_file(cfg, files, n, rank, "txt"), r, rank);
   parallel::destroy_process_group();
 }
 

@@ -76,6 +76,10 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
         Bad{"--ns -1 --modes dp", "device counts >= 1, got '-1'"},
         Bad{"--ns 1,0,2", "device counts >= 1, got '0'"}, Bad{"--steps 0", "steps >= 1, got '0'"},
         Bad{"--link-gbps -1", "a link speed >= 0 Gbit/s"},
+        Bad{"--links fast", "--links expects emulated, netns or netns:RATE (e.g. netns:1gbit), got 'fast'"},
+        Bad{"--links netns:1gb", "expects a rate as tc writes it (e.g. 1gbit, 500mbit), got '1gb'"},
+        Bad{"--links netns --link-gbps 0", "--links netns takes its rate from --link-gbps, which is 0"},
+        Bad{"--links netns:1gbit --link-gbps 10", "--links netns:1gbit and --link-gbps 10 disagree"},
         Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"},
         Bad{"--modes ps --servers 0", "expected server counts >= 1 or N, got '0'"},
         Bad{"--modes ps --servers 2,M", "expected server counts >= 1 or N, got 'M'"},
@@ -144,7 +148,11 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
                                           "predicted_step_ms",
                                           "prediction_error_pct",
                                           "link_gbps",
-                                          "servers"};
+                                          "servers",
+                                          "link",
+                                          "emulated_vs_real_pct",
+                                          "master_wire_sent_mib",
+                                          "master_wire_recv_mib"};
   CHECK(header == expected);
   CHECK(rows.size() == 10);  // single + 3 x {dp, star, ring}
   for (const auto& row : rows) {
@@ -167,6 +175,9 @@ TEST_CASE("results.csv has every column and one row per mode and N") {
     }
     // cpu's default: every device with company sits behind a 10 Gbit/s link; alone, none
     CHECK(std::stod(row.at("link_gbps")) == (std::stoi(row.at("N")) > 1 ? 10.0 : 0.0));
+    CHECK(row.at("link") == (std::stoi(row.at("N")) > 1 ? "emulated" : "none"));
+    CHECK(row.at("emulated_vs_real_pct") == "nan");  // no --links netns: no real twin
+    CHECK(row.at("master_wire_sent_mib") == "nan");  // nor a real link to count bytes on
   }
 }
 
