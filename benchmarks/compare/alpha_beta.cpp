@@ -57,13 +57,16 @@ void pingpong_worker_main(const Config& cfg) {
          .init_method = netns ? netns_init_method(cfg, label, 2) : "env://",
          .link_gbps = netns ? 0.0 : link_gbps(cfg, "ring", 2)});
     std::vector<PingPongSample> out;
+    const double gbps = link_gbps(cfg, "ring", 2);  // the emulated links' rate, and the real ones'
     for (int64_t bytes = 256; bytes <= (16 << 20); bytes *= 4) {
       Tensor buf = zeros({bytes / 4});
-      // A real link of a Gbit/s takes 0.13 s per 16 MiB, so fewer round trips there; the
-      // largest sizes stay, since tbf lets a 10 ms burst through at once (fewer bytes would
-      // measure the burst, not the rate).
-      const int reps = bytes <= (64 << 10) ? 200 : bytes <= (1 << 20) ? 40 : netns ? 3 : 8;
-      for (int warm = 0; warm < 3; ++warm) {  // first touches map the pages
+      // Behind a link (emulated or real) each size's round trips take about 30 ms, never fewer
+      // than 3: a Gbit/s takes 0.13 s per 16 MiB. The largest sizes stay, since tbf lets a
+      // burst through at once (fewer bytes would measure the burst, not the rate).
+      int reps = bytes <= (64 << 10) ? 200 : bytes <= (1 << 20) ? 40 : 8;
+      if (gbps > 0) reps = std::clamp(int(0.03 / (bytes * 8.0 / (gbps * 1e9))), 3, reps);
+      const int warmups = bytes > (1 << 20) ? 1 : 3;
+      for (int warm = 0; warm < warmups; ++warm) {  // first touches map the pages
         if (rank == 0) pg->send(buf, 1), pg->recv(buf, 1);
         else pg->recv(buf, 0), pg->send(buf, 0);
       }

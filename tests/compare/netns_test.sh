@@ -95,7 +95,7 @@ fi
 
 # SIGTERM in the middle of a run: the bed goes, the ranks go, the exit says the signal.
 DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off "$exe" --links netns:1gbit --modes ring --ns 2 \
-  --steps 100000 --global-batch 48 --train-limit 240 --test-limit 200 --no-plots \
+  --steps 400 --global-batch 48 --train-limit 240 --test-limit 200 --no-plots \
   --no-projection --out "$out/killed" >"$out/log2" 2>&1 &
 pid=$!
 for _ in $(seq 200); do
