@@ -97,14 +97,20 @@ void pingpong_worker_main(const Config& cfg) {
 }
 
 std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& self_exe,
-                                         const std::vector<std::string>& worker_args) {
-  const std::string path = run_file(cfg, "pingpong", 2, -1, "txt");
+                                         const std::vector<std::string>& worker_args,
+                                         const std::string& netns_bed) {
+  const bool netns = !netns_bed.empty();
+  const std::string label = netns ? "pingpong_netns" : "pingpong";
+  const std::string path = run_file(cfg, label, 2, -1, "txt");
   std::filesystem::remove(path);
+  if (netns) std::filesystem::remove(run_file(cfg, label, 2, -1, "store"));  // its FileStore
   std::vector<std::string> args = worker_args;
   for (const char* a : {"--worker", "pingpong", "--worker-n", "2"}) args.emplace_back(a);
-  run_worker_process(self_exe, args, "ping-pong");
+  if (netns) args.insert(args.end(), {"--worker-netns", netns_bed});
+  const std::string what = netns ? "ping-pong on netns links" : "ping-pong";
+  run_worker_process(self_exe, args, what);
   std::ifstream f(path);
-  DPLAB_CHECK(f.good(), "the ping-pong left no {}", path);
+  DPLAB_CHECK(f.good(), "the {} left no {}", what, path);
   std::vector<PingPongSample> out;
   PingPongSample s;
   while (f >> s.bytes >> s.seconds) out.push_back(s);

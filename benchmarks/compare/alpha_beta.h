@@ -41,9 +41,13 @@ AlphaBeta fit_alpha_beta(const std::vector<PingPongSample>& samples);
 
 // The body of `dplab-compare --worker pingpong`: two ranks over shm; rank 0 writes
 // runs/pingpong.txt ("bytes seconds" lines). The parent's side: run it and read the file.
+// With a netns bed (--links netns), ranks 0 and 1 sit on nodes 0 and 1 of the bed and the
+// ping-pong crosses the real link between them (runs/pingpong_netns.txt): the calibration
+// of the real links.
 void pingpong_worker_main(const Config& cfg);
 std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& self_exe,
-                                         const std::vector<std::string>& worker_args);
+                                         const std::vector<std::string>& worker_args,
+                                         const std::string& netns_bed = "");
 
 enum class Pattern { Ring, Star };
 // Seconds of one all-reduce of `bytes` over n ranks sharing `cores` CPUs (a cluster: cores = n).

@@ -149,7 +149,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
     const double link = link_gbps(cfg, "ring", 2);
     if (bed) {
       std::cout << "ping-pong between 2 nodes over the real links...\n";
-      real_ab = fit_real_links(run_pingpong_netns(cfg, bed->name(), exe, worker_args));
+      real_ab = fit_real_links(run_pingpong(cfg, exe, worker_args, bed->name()));
       projection::write_calibration(
           (std::filesystem::path(cfg.out) / "calibration.csv").string(),
           {{.level = "inter", .alpha_us = 1e6 * real_ab->alpha, .gbps = 8e-9 / real_ab->beta,

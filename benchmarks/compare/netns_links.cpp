@@ -254,25 +254,6 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
   return r;
 }
 
-std::vector<PingPongSample> run_pingpong_netns(const Config& cfg, const std::string& bed,
-                                               const std::string& self_exe,
-                                               const std::vector<std::string>& worker_args) {
-  const std::string path = run_file(cfg, "pingpong_netns", 2, -1, "txt");
-  std::filesystem::remove(path);
-  std::filesystem::remove(run_file(cfg, "pingpong_netns", 2, -1, "store"));
-  std::vector<std::string> args = worker_args;
-  for (const char* a : {"--worker", "pingpong", "--worker-n", "2", "--worker-netns"})
-    args.emplace_back(a);
-  args.push_back(bed);
-  run_worker_process(self_exe, args, "ping-pong on netns links");
-  std::ifstream f(path);
-  DPLAB_CHECK(f.good(), "the ping-pong on netns links left no {}", path);
-  std::vector<PingPongSample> out;
-  PingPongSample s;
-  while (f >> s.bytes >> s.seconds) out.push_back(s);
-  return out;
-}
-
 AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples) {
   AlphaBeta ab = fit_alpha_beta(samples);
   const PingPongSample* largest = nullptr;

@@ -74,10 +74,6 @@ std::string netns_init_method(const Config& cfg, const std::string& label, int n
 RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const NetnsLinks& links,
                         const std::string& bed, const std::string& self_exe,
                         const std::vector<std::string>& worker_args);
-// The ping-pong between nodes 0 and 1 of the bed (the calibration of the real links).
-std::vector<PingPongSample> run_pingpong_netns(const Config& cfg, const std::string& bed,
-                                               const std::string& self_exe,
-                                               const std::vector<std::string>& worker_args);
 // The real links' alpha-beta: alpha from the fit (the small messages), beta from the largest
 // message alone (16 MiB), the sustained rate. tbf's bucket (64 KiB here) passes a message
 // that fits it at memory speed after an idle round trip, so mid-sized messages look faster
