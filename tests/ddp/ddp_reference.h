@@ -18,6 +18,7 @@
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
 #include "models/toy.h"
+#include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
 
 namespace dplab::parallel::testing {
@@ -97,6 +98,26 @@ inline void ddp_micro_batch(DistributedDataParallel& ddp, int b, int world, int 
   }
   auto guard = ddp.no_sync();
   mse_loss(ddp.forward(x), y).backward();
+}
+
+// One rank's DDP training of the reference job: rank 0 starts from seed 0's weights (as
+// single_process), the others from other seeds, so the broadcast at construction must make
+// them identical; `accumulate` micro-batches per step (all but the last under no_sync),
+// fp16: gradients compressed to float16 on the wire. Must equal single_process(N, accumulate).
+inline Params ddp_train(std::shared_ptr<ProcessGroup> pg, int accumulate = 1, bool fp16 = false) {
+  const int r = pg->rank(), world = pg->size();
+  manual_seed(r == 0 ? 0 : 1000 + r);
+  auto model = std::make_shared<models::ToyModel>();
+  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = pg});
+  if (fp16) ddp.register_comm_hook(fp16_compress_hook());
+  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    for (int a = 0; a < accumulate; ++a)
+      ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
+    opt.step();
+  }
+  return params_of(*model);
 }
 
 }  // namespace dplab::parallel::testing

@@ -33,24 +33,6 @@ using namespace dplab::parallel::testing;
 
 namespace {
 
-// DDP: rank 0 starts from seed 0's weights, the others from another seed: the broadcast at
-// construction must make them identical.
-Params ddp_run(std::shared_ptr<ProcessGroup> pg, int accumulate, bool fp16) {
-  const int r = pg->rank(), world = pg->size();
-  manual_seed(r == 0 ? 0 : 1000 + r);
-  auto model = std::make_shared<models::ToyModel>();
-  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = pg});
-  if (fp16) ddp.register_comm_hook(fp16_compress_hook());
-  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
-    for (int a = 0; a < accumulate; ++a)
-      ddp_micro_batch(ddp, s * accumulate + a, world, r, a + 1 == accumulate);
-    opt.step();
-  }
-  return params_of(*model);
-}
-
 void check_close(const Params& a, const Params& b, double eps) {
   REQUIRE(a.size() == b.size());
   for (size_t k = 0; k < a.size(); ++k) {
@@ -65,15 +47,15 @@ void check_close(const Params& a, const Params& b, double eps) {
 TEST_CASE("DDP on mpi equals one process on the concatenated batches, and DDP on the ring") {
   const int world = get_world_size();
   const Params expected = single_process(world, 1);
-  const Params on_mpi = ddp_run(mpi_group(), 1, false);
+  const Params on_mpi = ddp_train(mpi_group(), 1, false);
   check_close(on_mpi, expected, 1e-5);  // the tolerance of tests/ddp/test_ddp.cpp
-  check_close(on_mpi, ddp_run(ring_group(), 1, false), 1e-6);
+  check_close(on_mpi, ddp_train(ring_group(), 1, false), 1e-6);
   // a small bucket cap: several buckets, each one all_reduce on the mpi group
   CHECK(default_process_group().comm_stats().per_collective.at("all_reduce").calls >= 2 * kSteps);
 }
 
 TEST_CASE("DDP on mpi with no_sync accumulation equals accumulation in one process") {
-  check_close(ddp_run(mpi_group(), 2, false), single_process(get_world_size(), 2), 1e-5);
+  check_close(ddp_train(mpi_group(), 2, false), single_process(get_world_size(), 2), 1e-5);
 }
 
 TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, the ring's bytes") {
@@ -89,8 +71,8 @@ TEST_CASE("DDP on mpi with fp16 compression: as close to fp32 as on the ring, th
   const Params expected = single_process(get_world_size(), 1);
   default_process_group().reset_comm_stats();
   ring_group()->reset_comm_stats();
-  const Params on_mpi = ddp_run(mpi_group(), 1, true);
-  const Params on_ring = ddp_run(ring_group(), 1, true);
+  const Params on_mpi = ddp_train(mpi_group(), 1, true);
+  const Params on_ring = ddp_train(ring_group(), 1, true);
   // 3 steps on gradients rounded to ~5e-4 relative (the bound of tests/ddp_extensions)
   CHECK(max_diff(on_mpi, expected) < 2e-3f);
   CHECK(max_diff(on_mpi, on_ring) < 2e-3f);

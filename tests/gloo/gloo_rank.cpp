@@ -176,16 +176,7 @@ void check_collectives(ProcessGroup& pg, const std::string& engine) {
 
 void check_ddp(std::shared_ptr<ProcessGroup> pg) {
   const int r = pg->rank(), world = pg->size();
-  manual_seed(r == 0 ? 0 : 1000 + r);  // the broadcast at construction must align them
-  auto model = std::make_shared<models::ToyModel>();
-  DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = pg});
-  optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
-  for (int s = 0; s < kSteps; ++s) {
-    opt.zero_grad();
-    ddp_micro_batch(ddp, s, world, r, true);
-    opt.step();
-  }
-  const Params got = params_of(*model), want = single_process(world, 1);
+  const Params got = ddp_train(pg), want = single_process(world, 1);
   for (std::size_t k = 0; k < got.size(); ++k)
     for (std::size_t i = 0; i < got[k].size(); ++i)
       EXPECT(std::abs(got[k][i] - want[k][i]) <= 1e-5 + 1e-5 * std::abs(want[k][i]),

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     auto pg = init_process_group({.engine = ps ? std::string("ring") : arg});
     const int r = pg->rank(), world = pg->size();
     const Params expected = single_process(world, 1);
-    manual_seed(r == 0 ? 0 : 1000 + r);  // DDP's (or the PS's) broadcast must make them equal
+    // DDP's (ddp_train's) or the PS's broadcast at construction must make the replicas equal
+    manual_seed(r == 0 ? 0 : 1000 + r);
     auto model = std::make_shared<models::ToyModel>();
     if (ps) {
       ParameterServer opt(model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9},
@@ -48,16 +49,8 @@ int main(int argc, char** argv) {
             .backward();
         opt.step();
       }
-    } else {
-      DistributedDataParallel ddp(model, {.bucket_cap_mb = 0.0001, .process_group = pg});
-      optim::SGD opt(ddp.parameters(), {.lr = 0.05, .momentum = 0.9});
-      for (int s = 0; s < kSteps; ++s) {
-        opt.zero_grad();
-        ddp_micro_batch(ddp, s, world, r, true);
-        opt.step();
-      }
     }
-    const Params got = params_of(*model);
+    const Params got = ps ? params_of(*model) : ddp_train(pg);
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k)
       for (size_t i = 0; i < got[k].size(); ++i)
