@@ -14,7 +14,8 @@ case "$what" in main|test) ;; *) echo "usage: bash scripts/setup.sh main|test" >
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libfmt-dev doctest-dev zlib1g-dev
           libcli11-dev libssl-dev libbackward-cpp-dev libopenmpi-dev openmpi-bin libgloo-dev
           dataset-fashion-mnist
-          python3-matplotlib)
+          python3-matplotlib
+          iproute2 procps)  # ip, tc, pgrep: the multi-node tests' network namespaces
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
