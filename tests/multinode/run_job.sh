@@ -35,7 +35,7 @@ if [[ $rc -ge 3 && $rc -le 5 ]]; then echo "SKIP: the namespace bed cannot be bu
 A0=$("$S" --name $P addr 0)
 link_bytes() {  # rx + tx of node $1's link
   "$S" --name $P exec "$1" cat /sys/class/net/eth0/statistics/rx_bytes \
-    /sys/class/net/eth0/statistics/tx_bytes | awk '{ s += $1 } END { print s }'
+    /sys/class/net/eth0/statistics/tx_bytes | awk '{ s += $1 } END { printf "%.0f\n", s }'
 }
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 pids=()
