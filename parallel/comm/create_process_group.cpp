@@ -151,14 +151,17 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (opts.engine == "nccl")
     return std::make_shared<ProcessGroup>(
         make_nccl_engine(*group_store, rank, world_size, opts.timeout));
-  const bool multi_node = opts.ranks_per_node > 0 && opts.ranks_per_node < world_size;
+  const NodeLayout nodes{world_size, opts.ranks_per_node};
+  const bool multi_node = nodes.nodes() > 1;
+  // across nodes gloo's wire, unless the nodes are pretend ones that share memory
+  const bool over_network = multi_node && !opts.nodes_share_memory;
   if (opts.engine == "gloo") {
     auto view = std::make_shared<PrefixStore>("gloo", group_store);
     return std::make_shared<ProcessGroup>(make_gloo_engine(view, rank, world_size, opts.timeout,
                                                            multi_node,
                                                            watchdog_store(store, prefix)));
   }
-  DPLAB_CHECK(!multi_node || opts.nodes_share_memory || gloo_built(),
+  DPLAB_CHECK(!over_network || gloo_built(),
               "create_process_group: the '{}' engine across nodes ({} ranks, {} per node) needs "
               "gloo's wire between the nodes, and dplab was built without gloo (install "
               "libgloo-dev, `meson setup --reconfigure -Dgloo=enabled build`); or use the 'mpi' "
@@ -170,7 +173,7 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   const bool threads = dynamic_cast<HashStore*>(store.get()) != nullptr;
   try {
     const std::size_t slot = opts.segment_bytes;
-    if (multi_node && !opts.nodes_share_memory)
+    if (over_network)
       transport = node_transport(group_store, rank, world_size, threads, opts);
     else if (threads)
       transport = make_thread_transport(*group_store, rank, world_size, opts.timeout,
@@ -184,9 +187,8 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   }
   store->set_timeout(saved);
   // the emulated link is the machines' network: with nodes, only hops between them cross it
-  const NodeLayout nodes{world_size, opts.ranks_per_node};
   std::function<bool(int)> across;
-  if (nodes.nodes() > 1)
+  if (multi_node)
     across = [nodes, rank](int peer) { return nodes.node_of(peer) != nodes.node_of(rank); };
   if (opts.link_gbps > 0)
     transport = make_paced_transport(std::move(transport), opts.link_gbps, across);
@@ -195,13 +197,13 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   LinkCost link = shm_link_cost(cpu_cores());
   link.segment = double(transport->segment_bytes());
   NodeLinks links{.ranks_per_node = opts.ranks_per_node, .intra = link, .inter = link};
-  if (multi_node && !opts.nodes_share_memory) {  // between nodes a TCP link: its latency and rate
+  if (over_network) {  // between nodes a TCP link: its latency and rate
     links.inter.alpha = std::max(link.alpha, kGlooLinkAlpha);
     links.inter.beta = std::max(link.beta, kGlooLinkBeta);
   }
   if (opts.link_gbps > 0)
     links.inter.beta = std::max(links.inter.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
-  if (nodes.nodes() == 1) links.intra = links.inter;
+  if (!multi_node) links.intra = links.inter;
   return std::make_shared<ProcessGroup>(make_dplab_engine(
       std::move(transport), algorithm_from_name(opts.engine),
       cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), links));
