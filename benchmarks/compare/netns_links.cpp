@@ -80,11 +80,12 @@ int run_script(const std::string& script, const std::vector<std::string>& args) 
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// tbf's bucket: one 64 KiB GSO segment, so a link never runs faster than its rate, as a NIC's
-// wire cannot. The bed's default (10 ms of the rate, 1.25 MB at 1 Gbit/s) lets a step's whole
+// tbf's bucket: 128 KiB, two GSO packets, so a link never runs faster than its rate, as a NIC's
+// wire cannot (64 KiB would be smaller than one GSO packet with its headers: tbf would cut
+// each into MTU segments itself, which TCP sees reordered and retransmits). The bed's default (10 ms of the rate, 1.25 MB at 1 Gbit/s) lets a step's whole
 // bucket of gradients through at memory speed once the link has idled for 10 ms, which a
 // training step does between its all-reduces: the link then looks twice as fast as it is.
-constexpr int kBurstBytes = 65536;
+constexpr int kBurstBytes = 131072;
 
 std::string fmt_ms(double s) { return s > 0 ? fmt::format("{:.1f}", 1e3 * s) : "-"; }
 std::string fmt_pct(double p) { return std::isfinite(p) ? fmt::format("{:+.1f}%", p) : "-"; }

@@ -4,7 +4,7 @@
 # the same DPLAB_JOB_TOKEN; waits for every launcher (bounded), prints each node's output,
 # and exits 0 only if every launcher exited 0 and, with --min-link-bytes, every node's link
 # carried at least that many bytes (the job did cross the links, not /dev/shm).
-#   run_job.sh [--rate R] [--min-link-bytes B] [--skip-if REGEX] NETNS_CLUSTER_SH DPLAB_RUN \
+#   run_job.sh [--rate R [--burst BYTES]] [--min-link-bytes B] [--skip-if REGEX] NETNS_CLUSTER_SH DPLAB_RUN \
 #              K N -- PROGRAM ARGS...
 # --skip-if: a launcher that failed with output matching REGEX (an engine that refuses to
 # span nodes, or that this build lacks) makes the run exit 77 (SKIP) with that line; a run
@@ -14,7 +14,8 @@ set -u
 RATE=() MIN_BYTES=0 SKIP_RE=""
 while [[ ${1:-} == --* ]]; do
   case $1 in
-    --rate) RATE=(--rate "$2"); shift 2 ;;
+    --rate) RATE+=(--rate "$2"); shift 2 ;;
+    --burst) RATE+=(--burst "$2"); shift 2 ;;  # tbf's bucket (netns_cluster.sh)
     --min-link-bytes) MIN_BYTES=$2; shift 2 ;;
     --skip-if) SKIP_RE=$2; shift 2 ;;
     *) echo "run_job.sh: unknown option $1" >&2; exit 2 ;;
