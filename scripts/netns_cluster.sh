@@ -70,10 +70,12 @@ rate_bytes() {
 }
 
 # Shapes the egress of `dev` inside namespace `ns`: tbf for the rate (a 10 ms burst, or
-# --burst BYTES, e.g. 131072 for a link that never runs faster than its rate), netem for the
-# delay (netem alone when both). The bucket is at least 128 KiB: a 64 KiB GSO packet plus its
-# headers must fit, or tbf cuts every such packet into MTU segments itself, and TCP then sees
-# them reordered and retransmits: the link then carries far less than its rate.
+# --burst BYTES; --burst 0 for the smallest bucket, a link that never runs faster than its
+# rate), netem for the delay (netem alone when both). The bucket is at least MIN_BURST: a
+# 64 KiB GSO packet plus its headers must fit, or tbf cuts every such packet into MTU
+# segments itself, TCP sees them reordered and retransmits, and the link carries far less
+# than its rate.
+MIN_BURST=131072
 shape() {
   local ns=$1 dev=$2
   if [[ -n $DELAY ]]; then
@@ -85,7 +87,7 @@ shape() {
     local bytes burst
     bytes=$(rate_bytes "$RATE")
     burst=${BURST:-$((bytes / 100))}
-    ((burst < 131072)) && burst=131072
+    ((burst < MIN_BURST)) && burst=$MIN_BURST
     tc -n "$ns" qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" latency 100ms ||
       die 1 "tc tbf on $ns/$dev failed"
   fi
@@ -162,7 +164,7 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE=${2:-}; shift 2 || usage ;;
     --burst)
       BURST=${2:-}; shift 2 || usage
-      [[ $BURST =~ ^[0-9]+$ ]] || die $E_USAGE "--burst expects bytes (e.g. 131072), got '$BURST'" ;;
+      [[ $BURST =~ ^[0-9]+$ ]] || die $E_USAGE "--burst expects bytes (0: the smallest bucket, 128 KiB), got '$BURST'" ;;
     --delay) DELAY=${2:-}; shift 2 || usage ;;
     -h | --help) usage ;;
     *)

@@ -80,12 +80,11 @@ int run_script(const std::string& script, const std::vector<std::string>& args) 
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// tbf's bucket: 128 KiB, two GSO packets, so a link never runs faster than its rate, as a NIC's
-// wire cannot (64 KiB would be smaller than one GSO packet with its headers: tbf would cut
-// each into MTU segments itself, which TCP sees reordered and retransmits). The bed's default (10 ms of the rate, 1.25 MB at 1 Gbit/s) lets a step's whole
-// bucket of gradients through at memory speed once the link has idled for 10 ms, which a
-// training step does between its all-reduces: the link then looks twice as fast as it is.
-constexpr int kBurstBytes = 131072;
+// tbf's bucket: the smallest the bed allows (`--burst 0`, two GSO packets), so a link never
+// runs faster than its rate, as a NIC's wire cannot. The bed's default (10 ms of the rate,
+// 1.25 MB at 1 Gbit/s) lets a step's whole bucket of gradients through at memory speed once
+// the link has idled for 10 ms, which a training step does between its all-reduces: the link
+// then looks twice as fast as it is.
 
 std::string fmt_ms(double s) { return s > 0 ? fmt::format("{:.1f}", 1e3 * s) : "-"; }
 std::string fmt_pct(double p) { return std::isfinite(p) ? fmt::format("{:+.1f}%", p) : "-"; }
@@ -152,7 +151,7 @@ NetnsBed::NetnsBed(const std::string& script, int nodes, const std::string& rate
   ::sigaction(SIGTERM, &sa, &g_old_term);
   g_bed_up = 1;  // from here a signal takes down whatever `up` made (up also cleans up itself)
   const int rc =
-      run_script(script_, {"--name", name_, "--rate", rate, "--burst", std::to_string(kBurstBytes),
+      run_script(script_, {"--name", name_, "--rate", rate, "--burst", "0",
                            "up", std::to_string(nodes)});
   if (rc != 0) {
     g_bed_up = 0;

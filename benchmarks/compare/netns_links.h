@@ -1,7 +1,8 @@
 // netns_links.h: `dplab-compare --links netns[:RATE]`, real links beside the emulated ones.
 // Every DDP rank runs in a network namespace of its own (a "node", one rank per node) that
 // scripts/netns_cluster.sh builds, behind a veth link shaped by tc tbf to RATE in each
-// direction (a 128 KiB bucket: never faster than RATE, as a NIC). The ranks meet through a FileStore (namespaces share the file system) and run
+// direction (the smallest bucket, 128 KiB: never faster than RATE, as a NIC). The ranks meet
+// through a FileStore (namespaces share the file system) and run
 // dplab's own algorithms on the node transport (gloo's TCP wire between the namespaces), so
 // the parameter server's master really pushes (N-1)x a worker's bytes through one link.
 // Each DDP mode then runs twice, on the emulated link (transport/link_model.h) and on the

@@ -4,8 +4,8 @@
 # the same DPLAB_JOB_TOKEN; waits for every launcher (bounded), prints each node's output,
 # and exits 0 only if every launcher exited 0 and, with --min-link-bytes, every node's link
 # carried at least that many bytes (the job did cross the links, not /dev/shm).
-#   run_job.sh [--rate R [--burst BYTES]] [--min-link-bytes B] [--skip-if REGEX] NETNS_CLUSTER_SH DPLAB_RUN \
-#              K N -- PROGRAM ARGS...
+#   run_job.sh [--rate R [--burst BYTES]] [--min-link-bytes B] [--skip-if REGEX] \
+#              NETNS_CLUSTER_SH DPLAB_RUN K N -- PROGRAM ARGS...
 # --skip-if: a launcher that failed with output matching REGEX (an engine that refuses to
 # span nodes, or that this build lacks) makes the run exit 77 (SKIP) with that line; a run
 # that succeeds is checked in full whatever REGEX says, so a skip never hides a pass.
