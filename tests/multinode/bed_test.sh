@@ -56,6 +56,13 @@ tc -n $P-br qdisc show dev v0 | grep -q "tbf.*rate 100Mbit" || fail "no tbf on t
 "$S" --name $P down || fail "down exited $?"
 [[ -z $(ours $P) ]] || fail "down left: $(ours $P)"
 
+# the smallest bucket (--burst 0) still holds a 64 KiB GSO packet with its headers; a smaller
+# one makes tbf cut packets itself, and TCP retransmits on the reordering
+"$S" --name $P up 1 --rate 1gbit --burst 0 || fail "up 1 --burst 0 exited $?"
+burst=$(tc -j -n $P-n0 qdisc show dev eth0 | grep -o '"burst":[0-9]*' | cut -d: -f2)
+((${burst:-0} >= 66000)) || fail "--burst 0 gave a bucket of ${burst:-?} bytes, less than a GSO packet"
+"$S" --name $P down || fail "down exited $?"
+
 # interrupted: `run` tears the bed down on SIGINT and SIGTERM, and stops its command
 set -m  # a background job's SIGINT is not ignored under job control
 for sig in INT TERM; do
