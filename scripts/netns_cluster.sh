@@ -7,7 +7,7 @@
 # shaping (tc tbf for the rate, netem for a delay where the kernel has it) sits on each
 # node's link in both directions. Namespaces share the host's files and /dev/shm: they
 # separate the network only. Documentation: docs/multinode_testbed.md.
-#   netns_cluster.sh up K [--rate 1gbit [--burst BYTES]] [--delay 100us] [--name PREFIX]
+#   netns_cluster.sh up K [--rate 1gbit [--burst BYTES]] [--delay 100us] [--cc reno] [--name PREFIX]
 #   netns_cluster.sh run K [--rate ...] [--name PREFIX] -- CMD...   (up, CMD on this host, down)
 #   netns_cluster.sh exec I CMD... | addr I | ns I | nodes | down      [--name PREFIX]
 # Exit codes: 2 usage, 3 not root, 4 no ip/tc, 5 no network namespaces, 6 --delay without
@@ -27,7 +27,7 @@ usage() {
 }
 
 PREFIX=${NETNS_CLUSTER_NAME:-dplab}
-RATE="" DELAY="" BURST=""
+RATE="" DELAY="" BURST="" CC=reno
 
 check_prefix() {
   [[ $PREFIX =~ ^[a-z][a-z0-9]{0,9}$ ]] ||
@@ -71,11 +71,24 @@ rate_bytes() {
 
 # Shapes the egress of `dev` inside namespace `ns`: tbf for the rate (a 10 ms burst, or
 # --burst BYTES; --burst 0 for the smallest bucket, a link that never runs faster than its
-# rate), netem for the delay (netem alone when both). The bucket is at least MIN_BURST: a
-# 64 KiB GSO packet plus its headers must fit, or tbf cuts every such packet into MTU
-# segments itself, TCP sees them reordered and retransmits, and the link carries far less
-# than its rate.
-MIN_BURST=131072
+# rate), netem for the delay (netem alone when both). The bucket is at least two of the
+# largest packets a node sends (gso_max_size, set on every link): a packet larger than the
+# bucket is cut into MTU segments by tbf itself, TCP sees them reordered and retransmits,
+# and the link carries far less than its rate. A full bucket passes at memory speed after
+# the link idles, which a NIC's wire cannot, so on slow links the packets are smaller: about
+# 1 ms of the rate (as the kernel sizes TSO packets to a flow's pacing rate), 64 KiB at most
+# (the kernel's own limit) and 16 KiB at least (smaller ones cost the two cores more than
+# the link). At 1 Gbit/s: 64 KiB packets, a 128 KiB bucket (1 ms); at 250 Mbit/s 28 KiB, 56
+# KiB (1.8 ms).
+gso_max() {
+  local g=65536
+  if [[ -n $RATE ]]; then
+    g=$(( $(rate_bytes "$RATE") / 1000 / 4096 * 4096 ))
+    ((g > 65536)) && g=65536
+    ((g < 16384)) && g=16384
+  fi
+  echo $g
+}
 shape() {
   local ns=$1 dev=$2
   if [[ -n $DELAY ]]; then
@@ -87,7 +100,7 @@ shape() {
     local bytes burst
     bytes=$(rate_bytes "$RATE")
     burst=${BURST:-$((bytes / 100))}
-    ((burst < MIN_BURST)) && burst=$MIN_BURST
+    ((burst < 2 * $(gso_max))) && burst=$((2 * $(gso_max)))
     tc -n "$ns" qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" latency 100ms ||
       die 1 "tc tbf on $ns/$dev failed"
   fi
@@ -122,6 +135,15 @@ cmd_up() {
     ip -n "$br" link set "v$i" master br0 up
     ip -n "$ns" addr add "$(node_addr "$i")/24" dev eth0
     ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set dev eth0 gso_max_size "$(gso_max)" || die 1 "cannot set gso_max_size on $ns/eth0"
+    ip -n "$br" link set dev "v$i" gso_max_size "$(gso_max)" || die 1 "cannot set gso_max_size on v$i"
+    # TCP's congestion control, the same on every bed whatever the host's default (--cc; a
+    # namespace may only pick one the host allows). bbr, which models the path's rate, paced
+    # the flows that start after an idle gap (a parameter server's, one peer after another)
+    # below the link's rate, by up to half and differently from run to run; reno, driven by
+    # loss, sees none on these links and sends at the rate.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$CC" ||
+      die $E_USAGE "--cc $CC: a namespace may use only the host's allowed ones ($(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control))"
     if [[ -n $RATE || -n $DELAY ]]; then
       shape "$ns" eth0     # node -> bridge
       shape "$br" "v$i"    # bridge -> node
@@ -164,8 +186,10 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE=${2:-}; shift 2 || usage ;;
     --burst)
       BURST=${2:-}; shift 2 || usage
-      [[ $BURST =~ ^[0-9]+$ ]] || die $E_USAGE "--burst expects bytes (0: the smallest bucket, 128 KiB), got '$BURST'" ;;
+      [[ $BURST =~ ^[0-9]+$ ]] || die $E_USAGE "--burst expects bytes (0: the smallest bucket, two packets), got '$BURST'" ;;
     --delay) DELAY=${2:-}; shift 2 || usage ;;
+    --cc) CC=${2:-}; shift 2 || usage
+      [[ $CC =~ ^[a-z0-9_]+$ ]] || die $E_USAGE "--cc expects a congestion control's name (reno, cubic, bbr), got '$CC'" ;;
     -h | --help) usage ;;
     *)
       if [[ -z $cmd ]]; then

@@ -1,8 +1,8 @@
 // netns_links.h: `dplab-compare --links netns[:RATE]`, real links beside the emulated ones.
 // Every DDP rank runs in a network namespace of its own (a "node", one rank per node) that
 // scripts/netns_cluster.sh builds, behind a veth link shaped by tc tbf to RATE in each
-// direction (the smallest bucket, 128 KiB: never faster than RATE, as a NIC). The ranks meet
-// through a FileStore (namespaces share the file system) and run
+// direction (the smallest bucket, two packets, 1-2 ms of RATE: never much faster, as a
+// NIC). The ranks meet through a FileStore (namespaces share the file system) and run
 // dplab's own algorithms on the node transport (gloo's TCP wire between the namespaces), so
 // the parameter server's master really pushes (N-1)x a worker's bytes through one link.
 // Each DDP mode then runs twice, on the emulated link (transport/link_model.h) and on the
@@ -76,7 +76,7 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
                         const std::string& bed, const std::string& self_exe,
                         const std::vector<std::string>& worker_args);
 // The real links' alpha-beta: alpha from the fit (the small messages), beta from the largest
-// message alone (16 MiB), the sustained rate. tbf's bucket (128 KiB here) passes a message
+// message alone (16 MiB), the sustained rate. tbf's bucket (128 KiB at 1 Gbit/s) passes a message
 // that fits it at memory speed after an idle round trip, so mid-sized messages look faster
 // than the link, and a fit over all sizes would take that for the link's rate.
 AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples);

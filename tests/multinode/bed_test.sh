@@ -56,11 +56,19 @@ tc -n $P-br qdisc show dev v0 | grep -q "tbf.*rate 100Mbit" || fail "no tbf on t
 "$S" --name $P down || fail "down exited $?"
 [[ -z $(ours $P) ]] || fail "down left: $(ours $P)"
 
-# the smallest bucket (--burst 0) still holds a 64 KiB GSO packet with its headers; a smaller
-# one makes tbf cut packets itself, and TCP retransmits on the reordering
+# the smallest bucket (--burst 0) still holds the largest packet a node sends (its link's
+# gso_max_size, with the headers of its MTU segments); a smaller one makes tbf cut packets
+# itself, and TCP retransmits on the reordering. Every node runs reno (--cc's default), whatever
+# the host's default is.
 "$S" --name $P up 1 --rate 1gbit --burst 0 || fail "up 1 --burst 0 exited $?"
 burst=$(tc -j -n $P-n0 qdisc show dev eth0 | grep -o '"burst":[0-9]*' | cut -d: -f2)
-((${burst:-0} >= 66000)) || fail "--burst 0 gave a bucket of ${burst:-?} bytes, less than a GSO packet"
+gso=$(ip -n $P-n0 -d link show eth0 | grep -o 'gso_max_size [0-9]*' | cut -d' ' -f2)
+packet=$(( ${gso:-65536} + (${gso:-65536} / 1448 + 1) * 66 ))
+((${burst:-0} >= packet)) ||
+  fail "--burst 0 gave a bucket of ${burst:-?} bytes, less than a ${gso:-?}-byte GSO packet ($packet on the wire)"
+cc=$("$S" --name $P exec 0 sysctl -n net.ipv4.tcp_congestion_control)
+[[ $cc == reno ]] || fail "the node runs TCP congestion control '$cc', expected reno"
+"$S" --name $P --cc nosuchcc up 1 2>/dev/null && fail "--cc nosuchcc was accepted"
 "$S" --name $P down || fail "down exited $?"
 
 # interrupted: `run` tears the bed down on SIGINT and SIGTERM, and stops its command
