@@ -40,6 +40,11 @@ struct ProjectionRow {
   double imbalance = 1;  // ps: the busiest server's share over the even one
   int buckets = 0;
   StepTimeline step{};
+  // One master (the star, a ps with one co-located server): the step when its link serves
+  // the leaves one after another instead of fairly (projection.cpp), the fastest this
+  // algorithm gets; the step itself otherwise.
+  bool one_master = false;
+  double pipelined_step_s = 0;
   parallel::LinkLoad load{};  // bytes per step through the busiest link of each kind
 };
 

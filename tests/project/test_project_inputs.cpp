@@ -170,3 +170,29 @@ TEST_CASE("projection: N devices fill nodes of G; whole tensors unbalance the se
   CHECK(whole[1].imbalance == doctest::Approx(2));
   CHECK(whole[1].step.step_s > even[1].step.step_s);
 }
+
+TEST_CASE("one master: the pipelined step hides all pushes but the last leaf's behind the pulls") {
+  // N = 4 nodes of one device, 1 Gbit/s and alpha 50 us, one bucket of 8 MB after backward:
+  // fair, compute + 2(N-1)(alpha + S·beta); pipelined, compute + N(alpha + S·beta)
+  ProjectionInputs in{.devices_per_node = 1};
+  in.intra = level_link(100, 0);
+  in.inter = level_link(1, 50);
+  in.ns = {2, 4};
+  in.gradient_bytes = 8e6;
+  in.bucket_cap_bytes = 8e6;
+  in.compute = {.forward_s = 0.01, .backward_s = 0.02};
+  in.servers = 1;
+  in.algorithms = {dplab::parallel::ClusterAlgorithm::Star, dplab::parallel::ClusterAlgorithm::ParameterServer,
+                   dplab::parallel::ClusterAlgorithm::Ring};
+  const std::vector<ProjectionRow> rows = run_projection(in);
+  REQUIRE(rows.size() == 6);
+  const double message = 50e-6 + 8e6 * 8 / 1e9;
+  for (int i : {1, 3}) {  // star and ps S=1 at N = 4
+    CHECK(rows[i].one_master);
+    CHECK(rows[i].step.step_s == doctest::Approx(0.03 + 6 * message));
+    CHECK(rows[i].pipelined_step_s == doctest::Approx(0.03 + 4 * message));
+  }
+  CHECK(rows[0].pipelined_step_s == doctest::Approx(rows[0].step.step_s));  // N = 2: nothing to hide
+  CHECK(!rows[5].one_master);
+  CHECK(rows[5].pipelined_step_s == rows[5].step.step_s);  // the ring has no master
+}
