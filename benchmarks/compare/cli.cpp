@@ -162,7 +162,7 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
                                  "over a {:g} Gbit/s emulated link", link) : "dplab-compare ping-pong over shm"}});
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     add_predictions(runs, *ab, cfg, cores);
-    if (real_ab) add_real_link_predictions(runs, *real_ab, cfg, cores);
+    if (real_ab) add_real_link_predictions(runs, *real_ab, cfg);
     const RunResult& first = runs.front();
     double base_compute = first.compute_s;
     for (const RunResult& r : runs)

@@ -23,6 +23,7 @@
 #include <regex>
 #include <sstream>
 
+#include "benchmarks/project/projection.h"
 #include "framework/error.h"
 #include "parallel/transport/gloo_transport.h"
 
@@ -265,15 +266,29 @@ AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples) {
 }
 
 void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& real,
-                               const Config& cfg, int cores) {
+                               const Config& cfg) {
+  using parallel::ClusterAlgorithm;
   for (RunResult& r : runs) {
     if (r.link != "netns") continue;
-    r.predicted_step_s = -1;
-    if (r.mode != "ring" && r.mode != "star") continue;
-    r.predicted_step_s = step_seconds(real, r.mode == "ring" ? Pattern::Ring : Pattern::Star, r.n,
-                                      r.compute_s, 4.0 * double(r.param_count),
-                                      cfg.bucket_cap_mb * (1 << 20), /*overlap=*/true,
-                                      std::max(1, cores));
+    r.predicted_step_s = r.predicted_low_s = -1;
+    const bool ps = r.mode.rfind("ps-s", 0) == 0;  // co-located (runs_on_netns)
+    if (r.mode != "ring" && r.mode != "star" && !ps) continue;
+    // dplab-project's model (benchmarks/project/projection.h): N nodes of one device behind
+    // the real links' alpha and beta, this run's compute (split 1:2, as dplab-project's
+    // --compute-ms), DDP's buckets; the ps exchanges its whole gradient after backward
+    projection::ProjectionInputs in{
+        .inter = {.alpha = real.alpha, .beta = real.beta},
+        .ns = {r.n},
+        .gradient_bytes = 4.0 * double(r.param_count),
+        .bucket_cap_bytes = ps ? 4.0 * double(r.param_count) : cfg.bucket_cap_mb * (1 << 20),
+        .compute = {.forward_s = r.compute_s / 3, .backward_s = 2 * r.compute_s / 3},
+        .algorithms = {r.mode == "ring"   ? ClusterAlgorithm::Ring
+                       : r.mode == "star" ? ClusterAlgorithm::Star
+                                          : ClusterAlgorithm::ParameterServer},
+        .servers = ps ? std::stoi(r.mode.substr(4)) : 0};
+    const projection::ProjectionRow row = projection::run_projection(in).at(0);
+    r.predicted_step_s = row.step.step_s;
+    if (row.one_master) r.predicted_low_s = row.pipelined_step_s;
   }
 }
 
@@ -314,7 +329,7 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
       "formula for S gradient bytes: ring 2(N-1)/N S, star master (N-1) S; the wire column is "
       "what the kernel counted on dev0's link (headers and acknowledgements included).\n\n",
       links.rate, links.rate);
-  f << "| mode | N | emulated step ms | real step ms | emulated error | alpha-beta (real fit) ms "
+  f << "| mode | N | emulated step ms | real step ms | emulated error | dplab-project (real fit) ms "
        "| its error | dev0 sent MiB (real) | formula | busiest other (real) | formula | dev0 "
        "link out/in MiB (wire) |\n";
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -341,7 +356,9 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
     f << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", r.mode,
                      r.n, emu ? fmt_ms(emu->step_s()) : "-", fmt_ms(r.step_s()),
                      emu ? fmt_pct(emulated_error_pct(*emu, runs)) : "-",
-                     fmt_ms(r.predicted_step_s), fmt_pct(pred_err), dev0,
+                     r.predicted_low_s > 0 ? fmt_ms(r.predicted_low_s) + ".." + fmt_ms(r.predicted_step_s)
+                                           : fmt_ms(r.predicted_step_s),
+                     fmt_pct(pred_err), dev0,
                      std::isfinite(f0) ? fmt::format("{:.3f}", f0) : "-", other,
                      std::isfinite(f1) ? fmt::format("{:.3f}", f1) : "-", wire);
   }
@@ -350,7 +367,11 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
         "\nPing-pong between two nodes of the bed: alpha = {:.1f} us (the fit), beta = {:.3f} "
         "ns/byte from the 16 MiB message, the sustained rate ({:.3f} Gbit/s of TCP payload "
         "against the {:g} Gbit/s the links are shaped to; every size: "
-        "runs/pingpong_netns_n2.txt); calibration.csv carries these terms for dplab-project.\n",
+        "runs/pingpong_netns_n2.txt); calibration.csv carries these terms for dplab-project. The "
+        "dplab-project column is its step timeline (tutorials/23_will_it_scale.md) on these terms "
+        "and each run's own compute; for one master (star, ps S=1) a range: from its pipelined "
+        "step (the leaves served first push while the others still pull, as the bed's FIFO "
+        "links allow) to its step on a fairly shared link; the error is against the second.\n",
         1e6 * real->alpha, 1e9 * real->beta, 8 * real->bandwidth_gbs(), links.gbps);
 }
 

@@ -80,10 +80,11 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
 // that fits it at memory speed after an idle round trip, so mid-sized messages look faster
 // than the link, and a fit over all sizes would take that for the link's rate.
 AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples);
-// The real-link rows' predictions from the real links' alpha-beta fit (the emulated rows
-// keep theirs, from the emulated ping-pong).
-void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& real,
-                               const Config& cfg, int cores);
+// The real-link rows' predictions (ring, star, co-located ps): dplab-project's step timeline
+// on N nodes behind the real links' alpha-beta fit, with each run's own compute; for one
+// master (star, ps S=1) also its pipelined step (predicted_low_s). The emulated rows keep
+// theirs, from the emulated ping-pong.
+void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& real, const Config& cfg);
 
 // 100 (emulated step - real step) / real step for an emulated row that has a real-link twin
 // (same mode and N); NAN otherwise.
