@@ -4,7 +4,7 @@
 // two). Started by dplab-run on every node (run_job.sh).
 //   step_nodes OUT_DIR GRAD_BYTES BUCKETS FORWARD_MS BACKWARD_MS STEPS ALGO...
 // First the calibration: rank 0 ping-pongs rank 1 (on its node, when nodes hold 2 ranks or
-// more) and the first rank of node 1; alpha from 8-byte messages, beta from 4 MiB ones, to
+// more) and the first rank of node 1; alpha from 8-byte messages, beta from 2 MiB ones, to
 // OUT_DIR/calibration.csv (dplab-project's calibration file, benchmarks/project/links.h).
 // Then each ALGO, one after the other, to OUT_DIR/ALGO.txt (rank 0: the median step in ms,
 // the slowest rank's; an ALGO named twice runs twice, a line each):
@@ -48,7 +48,10 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One way, seconds: the median half round trip of `bytes` between ranks a and b (others idle).
+// One way, seconds: the shortest half round trip of `bytes` between ranks a and b (others
+// idle). The shortest, not the median: the link's own cost, without the waits for a core
+// that other programs on the machine add to some rounds (the steps overlap those with
+// their sleeps).
 double one_way(ProcessGroup& pg, int a, int b, int64_t bytes, int rounds) {
   Tensor t = zeros({std::max<int64_t>(1, bytes / 4)});
   std::vector<double> times;
@@ -58,7 +61,7 @@ double one_way(ProcessGroup& pg, int a, int b, int64_t bytes, int rounds) {
     else if (pg.rank() == b) pg.recv(t, a), pg.send(t, a);
     times.push_back(seconds_since(t0) / 2);
   }
-  return median(times);
+  return *std::min_element(times.begin(), times.end());
 }
 
 void calibrate(ProcessGroup& pg, const std::string& out) {
@@ -67,10 +70,12 @@ void calibrate(ProcessGroup& pg, const std::string& out) {
               "calibrate: expected at least two nodes, got {} ranks of {} per node", pg.size(), per_node);
   std::string csv = "level,alpha_us,gbps,source\n";
   auto level = [&](const char* name, int peer) {
-    const int64_t big = 4 << 20;
-    one_way(pg, 0, peer, big, 2);  // warm the connection and TCP's window
+    // large enough that the tbf bucket it gets free after each idle turn (1-2 ms of the rate,
+    // netns_cluster.sh) is a few % of it
+    const int64_t big = 2 << 20;
+    one_way(pg, 0, peer, big, 1);  // warm the connection and TCP's window
     const double alpha = one_way(pg, 0, peer, 8, 30);
-    const double large = one_way(pg, 0, peer, big, 5);
+    const double large = one_way(pg, 0, peer, big, 3);
     const double gbps = 8e-9 * double(big) / std::max(1e-9, large - alpha);
     csv += fmt::format("{},{:.2f},{:.4f},step_nodes ping-pong rank 0 <-> {}\n", name, 1e6 * alpha, gbps, peer);
   };
