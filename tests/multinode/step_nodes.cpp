@@ -108,7 +108,7 @@ double time_steps(ProcessGroup& pg, const std::string& algo, int64_t elems, int 
   ServerPlan plan;
   if (ps) plan = make_server_plan(elems, pg.size(), std::stoi(algo.substr(3)), /*colocated=*/true);
   const Algorithm all_reduce = ps ? Algorithm::Ring : algorithm_of(algo);
-  const int warmup = 3;
+  const int warmup = 2;
   std::vector<double> times;
   for (int s = 0; s < warmup + steps; ++s) {
     const auto t0 = Clock::now();
