@@ -8,13 +8,14 @@
 // OUT_DIR/calibration.csv (dplab-project's calibration file, benchmarks/project/links.h).
 // Then each ALGO, one after the other, to OUT_DIR/ALGO.txt (rank 0: the median step in ms,
 // the slowest rank's; an ALGO named twice runs twice, a line each):
-//   ring | star | hierarchical   forward sleeps, then backward sleeps BACKWARD_MS / BUCKETS
-//       per bucket and hands each bucket, once "computed", to an async all-reduce (in
-//       backward order, on the group's one worker thread: DDP's reducer); the step ends when
-//       every bucket is back.
-//   ps:S   forward and backward, then the sharded parameter server's push and pull of the
-//       whole gradient (S co-located servers: ddp/parameter_server.h's exchange).
-// Read next: check_projection.py, benchmarks/project/timeline.h.
+//   ring | hierarchical   forward sleeps, then backward sleeps BACKWARD_MS / BUCKETS per
+//       bucket and hands each bucket, once "computed", to an async all-reduce (in backward
+//       order, on the group's one worker thread: DDP's reducer); the step ends when every
+//       bucket is back.
+//   star | ps:S   forward and backward, then one exchange of the whole gradient, as a
+//       parameter server makes it: the star all-reduce, or the sharded server's push and
+//       pull (S co-located servers: ddp/parameter_server.h's exchange).
+// STEP_NODES_VERBOSE=1 prints every rank's every step. Read next: check_projection.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
