@@ -117,7 +117,8 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
   return out;
 }
 
-double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores) {
+double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores,
+                         bool wire) {
   const parallel::Algorithm algo =
       p == Pattern::Ring ? parallel::Algorithm::Ring : parallel::Algorithm::Star;
   // the model auto uses (the reduction's gamma, the wake-ups past `cores`, the shm slots for
@@ -126,18 +127,19 @@ double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, in
   link.alpha = ab.alpha;
   link.beta = ab.beta;
   link.segment = double(parallel::shm_segment_bytes(n, cores));
+  link.wire = wire;
   return parallel::all_reduce_seconds(algo, n, bytes, link);
 }
 
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,
-                    double bucket_bytes, bool overlap, int cores) {
+                    double bucket_bytes, bool overlap, int cores, bool wire) {
   // Buckets of bucket_bytes, the last (launched last, holding the first layers) the remainder.
   const double full = std::floor(grad_bytes / bucket_bytes);
   double last_bytes = grad_bytes - full * bucket_bytes;
   double full_buckets = full;
   if (last_bytes <= 0) last_bytes = bucket_bytes, full_buckets -= 1;
-  const double last = allreduce_seconds(ab, p, n, last_bytes, cores);
-  const double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores) + last;
+  const double last = allreduce_seconds(ab, p, n, last_bytes, cores, wire);
+  const double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores, wire) + last;
   if (!overlap) return compute_s + comm;
   return std::max(compute_s, comm - last) + last;
 }

@@ -51,10 +51,13 @@ std::vector<PingPongSample> run_pingpong(const Config& cfg, const std::string& s
 
 enum class Pattern { Ring, Star };
 // Seconds of one all-reduce of `bytes` over n ranks sharing `cores` CPUs (a cluster: cores = n).
-double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores);
+// wire: the bytes cross a link (the emulated one sleeps for them) rather than the cores
+// copying them (shm): cost.h's LinkCost::wire.
+double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores,
+                         bool wire = false);
 // Seconds of one DDP step: `compute_s`, gradients of `grad_bytes` in buckets of `bucket_bytes`.
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,
-                    double bucket_bytes, bool overlap, int cores);
+                    double bucket_bytes, bool overlap, int cores, bool wire = false);
 
 struct ProjectionRow {
   std::string model;

@@ -136,9 +136,10 @@ void add_predictions(std::vector<RunResult>& runs, const AlphaBeta& ab, const Co
     // caches, DDP's bucket copies, the communication threads): no alpha-beta model knows
     // that, and it is not what the model is about. The model predicts what communication
     // adds to C.
+    // on an emulated link the wire's time is a sleep, not the shared cores' work
     r.predicted_step_s = step_seconds(ab, r.mode == "ring" ? Pattern::Ring : Pattern::Star, r.n,
                                       r.compute_s, 4.0 * double(r.param_count), bucket_bytes,
-                                      /*overlap=*/true, std::max(1, cores));
+                                      /*overlap=*/true, std::max(1, cores), r.link_gbps > 0);
   }
 }
 

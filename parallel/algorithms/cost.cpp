@@ -303,9 +303,11 @@ double wakeups(Algorithm algo, int n, double bytes, const LinkCost& link) {
 double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& link) {
   if (n <= 1 || bytes <= 0) return 0;
   double busiest = 0, all = 0;
+  LinkCost cpu = link;  // what the cores must do themselves
+  if (link.wire) cpu.beta = 0;
   for (const RankWork& w : work_of(algo, n, bytes)) {
     busiest = std::max(busiest, w.seconds(link));
-    all += w.seconds(link);
+    all += w.seconds(cpu);
   }
   // with more ranks than cores, the cores must do everyone's work: at best all / cores; and
   // each crowded hand-off waits for the scheduler

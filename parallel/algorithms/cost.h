@@ -89,6 +89,10 @@ struct LinkCost {
   int cores = 1;     // CPUs the ranks share (transport/mailbox_transport.h's cpu_cores())
   double wake = 0;   // seconds a hand-off takes when the rank it waits for has no core
   double segment = kSegmentBytes;  // bytes per hand-off: the transport's slot
+  // true: the bytes cross a wire (a NIC, an emulated link's sleep), which moves them while
+  // the cores do other work, so bytes·beta is on the critical path but not in the cores'
+  // bound; false: the cores copy them (shared memory)
+  bool wire = false;
 };
 // dplab's shm transport on the 2-core machines of this project (cost.cpp has the values):
 // bench_allreduce fits alpha and beta + gamma from its recursive-doubling rows at N = 2, and
@@ -109,7 +113,8 @@ LinkCost shm_link_cost(int cores);
 //   the cores: the work of all ranks together divided by `cores`: N ranks on C < N cores
 //     time-share, so an algorithm in which every rank is busy every step (the ring) slows
 //     by N/C, while one whose ranks idle (the star's leaves, the fold's waiting ranks)
-//     leaves its cores to the others;
+//     leaves its cores to the others (on a `wire` link the bytes' time is the wire's, not
+//     the cores': only the hand-offs and the reduction count here);
 //   the wake-ups: a hand-off (one segment of a step) in which more ranks must run than
 //     there are cores waits, in the measured cases, for the scheduler to bring back a rank
 //     that has no core: `wake` each. The ring at N = 3 on 2 cores pays it 4 times per

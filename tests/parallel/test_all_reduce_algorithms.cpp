@@ -227,6 +227,14 @@ TEST_CASE("the alpha-beta model: the formulas of cost.h, time-sharing, and auto'
   // ... while the star's leaves idle and leave the cores to rank 0: its path stays the bound
   CHECK(near(all_reduce_seconds(Algorithm::Star, 4, S, two),
              all_reduce_seconds(Algorithm::Star, 4, S, wide)));
+  // ... and on a wire (a NIC, an emulated link) the bytes' time is the wire's: only the
+  // hand-offs time-share, 4 ranks x 6 steps x alpha over 2 cores, here below the path
+  LinkCost wired = two;
+  wired.wire = true;
+  CHECK(near(all_reduce_seconds(Algorithm::Ring, 4, S, wired),
+             all_reduce_seconds(Algorithm::Ring, 4, S, wide)));
+  wired.alpha = 1e-3;  // hand-offs that cost more than the bytes: the cores bound again
+  CHECK(near(all_reduce_seconds(Algorithm::Ring, 4, S, wired), 4 * 6 * 1e-3 / 2));
   CHECK(all_reduce_seconds(Algorithm::Ring, 1, S, two) == 0);
   CHECK(all_reduce_seconds(Algorithm::Ring, 4, 0, two) == 0);
   // gamma: the bytes each rank adds in, (N-1)/N·S for the ring, log2(P)·S for recursive doubling
