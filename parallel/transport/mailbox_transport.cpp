@@ -16,6 +16,7 @@
 #include <charconv>
 #include <climits>
 #include <cstdio>
+#include <exception>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -211,14 +212,21 @@ void MailboxTransport::wait_for(std::atomic<uint32_t>& word, std::atomic<uint32_
       now = back;
     }
   }
-  // filed while we sleep, so a rank that times out can follow who waits on whom
+  // filed while we sleep, so a rank that times out can follow who waits on whom. A wait that
+  // ends in an error (a timeout, a dead peer) leaves it filed: this rank gave up waiting on
+  // that peer, and a rank that times out after it must follow the chain through it to the
+  // rank that stopped, not stop at it ("waits on no rank")
   struct Waiting {
     RankStatus& me;
+    const int errors_before = std::uncaught_exceptions();
     Waiting(RankStatus& s, int peer) : me(s) {
       me.heartbeat_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
       me.waiting_on.store(peer + 1, std::memory_order_release);
     }
-    ~Waiting() { me.waiting_on.store(0, std::memory_order_release); }
+    ~Waiting() {
+      if (std::uncaught_exceptions() == errors_before)
+        me.waiting_on.store(0, std::memory_order_release);
+    }
   } waiting(statuses_[rank_], peer);
   auto start = Clock::now();
   auto next_pid_check = start;
