@@ -24,21 +24,6 @@ parallel::Cluster cluster_for(int n, const ProjectionInputs& in) {
           .inter = in.inter};
 }
 
-namespace {
-// One master's other bound. all_reduce_stages shares the master's link fairly among its
-// N-1 leaves, so every pull ends with the last one and the next exchange's N-1 pushes queue
-// behind it. A link without fair queuing (a FIFO: the namespace bed's tbf, a NIC with one
-// queue) lets TCP serve some leaves first, and those push their next gradients while the
-// others still pull: at best all pushes but the last leaf's hide behind the pulls, and a push
-// costs one leaf's share, 1/(N-1) of the stage. Where between the two a run lands depends
-// on how the kernel's queues serve the flows, which no input here says.
-std::vector<parallel::Stage> pipelined(std::vector<parallel::Stage> stages, int n) {
-  for (parallel::Stage& st : stages)
-    if (st.name == "push") st.seconds /= (n - 1);
-  return stages;
-}
-}  // namespace
-
 std::vector<ProjectionRow> run_projection(const ProjectionInputs& in) {
   DPLAB_CHECK(!in.ns.empty(), "expected at least one device count");
   DPLAB_CHECK(!in.algorithms.empty(), "expected at least one algorithm");
@@ -61,8 +46,10 @@ std::vector<ProjectionRow> run_projection(const ProjectionInputs& in) {
       row.step = simulate_step(in.compute, in.profile, buckets, stages, ps && in.ps_barrier);
       row.pipelined_step_s = row.step.step_s;
       row.one_master = n > 1 && (star || (ps && servers.colocated && row.servers == 1));
-      if (row.one_master) {
-        auto best = [&](double bytes) { return pipelined(stages(bytes), n); };
+      if (row.one_master) {  // its other bound: the link serves the leaves one after another
+        parallel::Servers fifo = servers;
+        fifo.pipelined = true;
+        auto best = [&](double bytes) { return parallel::all_reduce_stages(a, c, fifo, bytes); };
         row.pipelined_step_s = simulate_step(in.compute, in.profile, buckets, best, ps && in.ps_barrier).step_s;
       }
       row.load = parallel::link_load(a, c, servers, in.gradient_bytes);

@@ -41,7 +41,7 @@ struct ProjectionRow {
   int buckets = 0;
   StepTimeline step{};
   // One master (the star, a ps with one co-located server): the step when its link serves
-  // the leaves one after another instead of fairly (projection.cpp), the fastest this
+  // the leaves one after another instead of fairly (Servers::pipelined), the fastest this
   // algorithm gets; the step itself otherwise.
   bool one_master = false;
   double pipelined_step_s = 0;

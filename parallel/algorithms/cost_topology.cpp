@@ -161,7 +161,11 @@ std::vector<Stage> all_reduce_stages(ClusterAlgorithm a, const Cluster& c, const
       const double t = ps_push_seconds(c, server_count(a, c, s), colocated, imbalance, bytes);
       // co-located, push and pull each use both directions of the servers' NICs (shares in
       // and the node's own shares out): one after the other. Separate: opposite directions.
-      if (colocated) return {{"push", t, Channel::Both}, {"pull", t, Channel::Both}};
+      if (colocated) {
+        const bool one_master = server_count(a, c, s) == 1;
+        const double push = one_master && s.pipelined ? t / (c.devices() - 1) : t;
+        return {{"push", push, Channel::Both}, {"pull", t, Channel::Both}};
+      }
       return {{"push", t, Channel::Up}, {"pull", t, Channel::Down}};
     }
   }

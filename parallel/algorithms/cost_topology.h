@@ -50,10 +50,17 @@ ClusterAlgorithm cluster_algorithm_from_name(const std::string& name);
 // (1: perfectly even). A server that holds whole tensors, as TensorFlow's
 // replica_device_setter places variables, holds at least the largest one: imbalance >=
 // largest·S_v / S (projection.cpp computes it so from --largest-tensor-mb).
+// One master (the star, one co-located server) shares its link fairly among its N-1 leaves
+// by default, so every pull ends with the last and the next push queues behind it all.
+// `pipelined`: the link serves the leaves one after another (a FIFO, as the namespace bed's
+// tbf, which TCP fills unevenly), and those served first push their next gradients while the
+// others still pull: at best all pushes but the last leaf's hide, and the push stage costs
+// one leaf's share, 1/(N-1) of it. Ignored with more than one server.
 struct Servers {
   int count = 1;
   bool colocated = true;
   double imbalance = 1;
+  bool pipelined = false;
 };
 
 // Bytes one all-reduce of S bytes puts through the busiest link of each kind, in its busier
