@@ -40,23 +40,15 @@ P=nar$$
 trap '"$S" --name $P down >/dev/null 2>&1' EXIT INT TERM
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for K in ${NODES//,/ }; do
+  log=$OUT/nodes$K.log
+  # dplab's ring and gloo's: one dplab-run launcher per node, on a bed of its own
+  bash tests/multinode/run_job.sh --rate "$RATE" --burst 0 --timeout 300 "$S" \
+    $B/parallel/launch/exe/dplab-run "$K" 1 -- \
+    $B/benchmarks/allreduce_nodes --engines ring,gloo --trials "$TRIALS" "${SIZES[@]}" \
+    >"$OUT/nodes$K.dplab.log" 2>&1 || { cat "$OUT/nodes$K.dplab.log" >&2; exit 1; }
+  grep -hE "^\[rank 0\] (ring|gloo) [0-9]+ " "$OUT/nodes$K.dplab.log" | awk '{print $3, $4, $5}' >"$log"
   "$S" --name $P up "$K" --rate "$RATE" --burst 0 >/dev/null
   A0=$("$S" --name $P addr 0)
-  log=$OUT/nodes$K.log
-  : >"$log"
-  # dplab's ring and gloo's: one dplab-run launcher per node, torchrun-style
-  token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
-  pids=()
-  for ((i = 0; i < K; i++)); do
-    "$S" --name $P exec $i env DPLAB_JOB_TOKEN="$token" timeout 300 $B/parallel/launch/exe/dplab-run \
-      --nnodes "$K" --node-rank $i --nproc-per-node 1 --master-addr "$A0" --master-port 29500 \
-      $B/benchmarks/allreduce_nodes --engines ring,gloo --trials "$TRIALS" "${SIZES[@]}" \
-      >"$OUT/nodes$K.node$i.log" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || { cat "$OUT"/nodes$K.node*.log >&2; exit 1; }; done
-  grep -hE "^(\[rank 0\] )?(ring|gloo) [0-9]+ " "$OUT/nodes$K.node0.log" | sed 's/^\[rank 0\] //' |
-    awk '{print $1, $2, $3}' >>"$log"
   # MPI_Allreduce over TCP: mpirun on node 0, the other nodes' daemons through the agent
   hosts=$(for ((i = 0; i < K; i++)); do printf '%s:1,' "$("$S" --name $P addr $i)"; done)
   NETNS_CLUSTER_NAME=$P MASTER_ADDR=$A0 timeout 300 "$S" --name $P exec 0 mpirun --oversubscribe \

@@ -81,12 +81,6 @@ int run_script(const std::string& script, const std::vector<std::string>& args) 
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// tbf's bucket: the smallest the bed allows (`--burst 0`, two GSO packets), so a link never
-// runs faster than its rate, as a NIC's wire cannot. The bed's default (10 ms of the rate,
-// 1.25 MB at 1 Gbit/s) lets a step's whole bucket of gradients through at memory speed once
-// the link has idled for 10 ms, which a training step does between its all-reduces: the link
-// then looks twice as fast as it is.
-
 std::string fmt_ms(double s) { return s > 0 ? fmt::format("{:.1f}", 1e3 * s) : "-"; }
 std::string fmt_pct(double p) { return std::isfinite(p) ? fmt::format("{:+.1f}%", p) : "-"; }
 
@@ -151,9 +145,12 @@ NetnsBed::NetnsBed(const std::string& script, int nodes, const std::string& rate
   if (g_old_int.sa_handler != SIG_IGN) ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, &g_old_term);
   g_bed_up = 1;  // from here a signal takes down whatever `up` made (up also cleans up itself)
-  const int rc =
-      run_script(script_, {"--name", name_, "--rate", rate, "--burst", "0",
-                           "up", std::to_string(nodes)});
+  // tbf's bucket: the smallest the bed allows (`--burst 0`, two packets), so a link never
+  // runs much faster than its rate, as a NIC's wire cannot. The bed's default (10 ms of the
+  // rate) lets a step's whole bucket of gradients through at memory speed once the link has
+  // idled for 10 ms, which a training step does between its all-reduces.
+  const int rc = run_script(
+      script_, {"--name", name_, "--rate", rate, "--burst", "0", "up", std::to_string(nodes)});
   if (rc != 0) {
     g_bed_up = 0;
     ::sigaction(SIGINT, &g_old_int, nullptr);

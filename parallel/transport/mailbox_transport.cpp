@@ -16,9 +16,9 @@
 #include <charconv>
 #include <climits>
 #include <cstdio>
-#include <exception>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <thread>
 

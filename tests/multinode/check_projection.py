@@ -62,16 +62,6 @@ def project(tool, k, l, algo, grad_bytes, calibration, out):
 
 def main():
     argv = sys.argv[1:]
-    if "--keep" not in argv and len(argv) == 5 and os.geteuid() == 0:
-        work = tempfile.mkdtemp(prefix="check_projection.")
-        try:
-            return run(argv + ["--keep", work])
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return run(argv)
-
-
-def run(argv):
     keep = None
     if "--keep" in argv:
         i = argv.index("--keep")
@@ -80,12 +70,22 @@ def run(argv):
     if len(argv) != 5:
         print(__doc__, file=sys.stderr)
         return 2
-    bed, dplab_run, run_job, step_nodes, tool = argv
     if os.geteuid() != 0:
         print("SKIP: the namespace bed needs root (network namespaces, veth, tc)")
         return 77
-    work = keep or tempfile.mkdtemp(prefix="check_projection.")  # (main() removes its own)
-    os.makedirs(work, exist_ok=True)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        return check(argv, keep)
+    work = tempfile.mkdtemp(prefix="check_projection.")
+    try:
+        return check(argv, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check(paths, work):
+    """Every rate and layout's runs and predictions; 0 when all are within TOLERANCE."""
+    bed, dplab_run, run_job, step_nodes, tool = paths
     rows, bad = [], []
     for rate, gbps in RATES.items():
         grad = int(2 * (1 << 20) * gbps) // (4 * BUCKETS) * (4 * BUCKETS)

@@ -5,19 +5,21 @@
 # and exits 0 only if every launcher exited 0 and, with --min-link-bytes, every node's link
 # carried at least that many bytes (the job did cross the links, not /dev/shm).
 #   run_job.sh [--rate R [--burst BYTES]] [--min-link-bytes B] [--skip-if REGEX] \
-#              NETNS_CLUSTER_SH DPLAB_RUN K N -- PROGRAM ARGS...
+#              [--timeout SECONDS] NETNS_CLUSTER_SH DPLAB_RUN K N -- PROGRAM ARGS...
+# --timeout: how long each launcher may run (default 100 s).
 # --skip-if: a launcher that failed with output matching REGEX (an engine that refuses to
 # span nodes, or that this build lacks) makes the run exit 77 (SKIP) with that line; a run
 # that succeeds is checked in full whatever REGEX says, so a skip never hides a pass.
 # Read next: launch_test.sh, ddp_nodes.cpp.
 set -u
-RATE=() MIN_BYTES=0 SKIP_RE=""
+RATE=() MIN_BYTES=0 SKIP_RE="" LIMIT=100
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --rate) RATE+=(--rate "$2"); shift 2 ;;
     --burst) RATE+=(--burst "$2"); shift 2 ;;  # tbf's bucket (netns_cluster.sh)
     --min-link-bytes) MIN_BYTES=$2; shift 2 ;;
     --skip-if) SKIP_RE=$2; shift 2 ;;
+    --timeout) LIMIT=$2; shift 2 ;;
     *) echo "run_job.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +44,7 @@ token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 pids=()
 for ((i = 0; i < K; i++)); do
   "$S" --name $P exec $i env DPLAB_JOB_TOKEN="$token" DPLAB_TIMEOUT=${DPLAB_TIMEOUT:-30} \
-    timeout 100 "$RUN" --nnodes "$K" --node-rank $i --nproc-per-node "$N" --master-addr "$A0" \
+    timeout "$LIMIT" "$RUN" --nnodes "$K" --node-rank $i --nproc-per-node "$N" --master-addr "$A0" \
     --master-port 29500 --node-timeout 5 --tee "$@" >"$LOGS/node$i.log" 2>&1 &
   pids+=($!)
 done
