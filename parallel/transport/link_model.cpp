@@ -70,27 +70,42 @@ class PacedTransport : public Transport {
   void mark_failed(const std::string& why) override { inner_->mark_failed(why); }
   void mark_left() override { inner_->mark_left(); }
 
-  // The segment leaves once the egress link has room in its queue for it.
+  // The segment leaves once the egress link has room in its queue for it, noted with the
+  // moment its bytes start down the wire.
   void send_segment(int peer, const void* src, std::size_t len) override {
     if (across_ && !across_(peer)) return inner_->send_segment(peer, src, len);  // same node
     const auto end = egress_.reserve(static_cast<int64_t>(len));
-    const auto queue = std::chrono::duration_cast<LinkClock::duration>(
-        std::chrono::duration<double>(kQueuedSegments * double(segment_bytes()) / bytes_per_s_));
-    sleep_on_link(end - queue);
-    inner_->send_segment(peer, src, len);
+    const auto on_wire = end - wire_time(len);
+    sleep_on_link(end - wire_time(kQueuedSegments * segment_bytes()));
+    inner_->send_noted(peer, src, len, uint64_t(on_wire.time_since_epoch().count()));
   }
 
   // The segment is usable once the ingress link has carried it; the slot stays taken
-  // meanwhile, so a fast sender is held back by a slow receiver, as on a wire.
+  // meanwhile, so a fast sender is held back by a slow receiver, as on a wire. The ingress
+  // link takes the bytes from the moment the sender put them on its wire, not from when this
+  // rank looked: a NIC receives while its process waits for a core, and that wait must not
+  // lengthen the wire (with more ranks than cores, or when the scheduler wakes this rank on
+  // the core of the busy sender, it would, at every hand-off). A transport that carries no
+  // note leaves the start at now.
   void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
     if (across_ && !across_(peer)) return inner_->recv_segment(peer, use);  // same node
     inner_->recv_segment(peer, [&](const void* data, std::size_t len) {
-      sleep_on_link(ingress_.reserve(static_cast<int64_t>(len)));
+      const uint64_t note = inner_->received_note(peer);
+      const auto on_wire = note == 0 ? LinkClock::now() : sent_at(note);
+      sleep_on_link(ingress_.reserve(static_cast<int64_t>(len), on_wire));
       use(data, len);
     });
   }
 
  private:
+  static LinkClock::time_point sent_at(uint64_t note) {
+    return LinkClock::time_point(LinkClock::duration(static_cast<LinkClock::rep>(note)));
+  }
+  LinkClock::duration wire_time(std::size_t bytes) const {
+    return std::chrono::duration_cast<LinkClock::duration>(
+        std::chrono::duration<double>(double(bytes) / bytes_per_s_));
+  }
+
   std::unique_ptr<Transport> inner_;
   double bytes_per_s_;
   LinkDirection egress_, ingress_;

@@ -54,7 +54,10 @@ class LinkModel {
 // Wraps a transport so that this rank's sends use its egress link and its receives its
 // ingress link, each at `gbps`. The sender may run ahead of its link by a couple of
 // segments (what a NIC's queue holds); the receiver consumes a segment only once its
-// ingress link has carried it, so the slowest end of every transfer sets the pace.
+// ingress link has carried it, so the slowest end of every transfer sets the pace. Each
+// segment goes with a note of when its bytes start down the sender's wire
+// (Transport::send_noted), and the ingress carries them from then on, whether or not the
+// receiver is looking, as a NIC fills its buffer while its process still computes.
 // `across(peer)`, when given, says which peers sit behind the link: segments to and from
 // the others (ranks of this rank's node, ProcessGroupOptions::ranks_per_node) go straight
 // through the inner transport, at memory speed. Each rank keeps a link of its own (a NIC per

@@ -288,6 +288,10 @@ std::string MailboxTransport::hang_report(int peer) const {
 }
 
 void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) {
+  send_noted(peer, src, len, 0);
+}
+
+void MailboxTransport::send_noted(int peer, const void* src, std::size_t len, uint64_t note) {
   DPLAB_CHECK(peer >= 0 && peer < size_ && peer != rank_,
               "send_segment: peer must be another rank in [0, {}), got {} (I am rank {})", size_,
               peer, rank_);
@@ -302,6 +306,7 @@ void MailboxTransport::send_segment(int peer, const void* src, std::size_t len) 
       "a free slot towards");
   slot_fill(peer, w, src, len);
   l.lens[w % kSlots] = static_cast<uint32_t>(len);
+  l.notes[w % kSlots] = note;
   l.written.store(w + 1, std::memory_order_seq_cst);  // publishes the bytes and the length
   if (l.receiver_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.written);
 }
@@ -321,6 +326,12 @@ void MailboxTransport::recv_segment(
   slot_read_done();  // e.g. a GPU reduce of the slot has finished: it may be overwritten
   l.consumed.store(c + 1, std::memory_order_seq_cst);  // the slot may be refilled now
   if (l.sender_sleeping.load(std::memory_order_seq_cst)) futex_wake(&l.consumed);
+}
+
+// Inside recv_segment's use(), `consumed` still counts the slot being read.
+uint64_t MailboxTransport::received_note(int peer) const {
+  const LinkHeader& l = link(peer, rank_);
+  return l.notes[l.consumed.load(std::memory_order_relaxed) % kSlots];
 }
 
 void MailboxTransport::mark_left() {

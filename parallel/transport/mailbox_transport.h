@@ -48,6 +48,7 @@ struct alignas(64) LinkHeader {
   alignas(64) std::atomic<uint32_t> consumed;  // segments the receiver has freed
   std::atomic<uint32_t> sender_sleeping;       // 1 while the sender sleeps on `consumed`
   uint32_t lens[kSlots];                       // bytes in each slot, set before `written`
+  uint64_t notes[kSlots];                      // each slot's note (Transport::send_noted)
 };
 
 // How a wait spends its time before it sleeps (why, in this order: tutorials/16_ps_vs_ring.md,
@@ -109,6 +110,8 @@ class MailboxTransport : public Transport {
   void send_segment(int peer, const void* src, std::size_t len) override;
   void recv_segment(int peer,
                     const std::function<void(const void* data, std::size_t len)>& use) override;
+  void send_noted(int peer, const void* src, std::size_t len, uint64_t note) override;
+  uint64_t received_note(int peer) const override;
   void mark_failed(const std::string& why) override;
   void mark_left() override;
 

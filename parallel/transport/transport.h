@@ -39,6 +39,15 @@ class Transport {
   virtual void recv_segment(int peer,
                             const std::function<void(const void* data, std::size_t len)>& use) = 0;
 
+  // A segment with one word beside it, read back by the receiver inside `use` with
+  // received_note(peer): the emulated link sends the moment the segment's bytes start down
+  // its wire (link_model.cpp). A transport that cannot carry a note drops it (the receiver
+  // reads 0); the mailbox transports carry it.
+  virtual void send_noted(int peer, const void* src, std::size_t len, uint64_t /*note*/) {
+    send_segment(peer, src, len);
+  }
+  virtual uint64_t received_note(int /*peer*/) const { return 0; }
+
   // Tells every peer this rank failed (they stop waiting and name it), with the reason.
   virtual void mark_failed(const std::string& why) = 0;
   // Tells every peer this rank is done: a peer still waiting on it will wait in vain.
