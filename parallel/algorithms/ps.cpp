@@ -10,11 +10,15 @@
  *         ddp/parameter_server.cpp), between the halves.
  *   pull: every server sends its updated shard to every worker, which copies it in place.
  *
- * The schedule, both halves: N-1 steps; at step t rank r sends to r+t and receives from r-t
- * (mod N), wherever the roles say a message goes (push: worker -> server, pull: server ->
- * worker). Rank r's send at step t is what its receiver r+t takes at step t, so the pairs
- * match, and one step streams out while the other streams in, segment by segment (p2p.cpp's
- * send_recv): no cycle of waits, and every server's link busy at once.
+ * The schedule: N-1 steps; in the pull, at step t rank r sends to r+t and receives from r-t
+ * (mod N), wherever the roles say a message goes (server -> worker); in the push the other
+ * way round, r sends to r-t and receives from r+t (worker -> server). Rank r's send at step
+ * t is what its receiver takes at step t, so the pairs match, and one step streams out while
+ * the other streams in, segment by segment (p2p.cpp's send_recv): no cycle of waits, and
+ * every server's link busy at once. The mirror makes a server take the pushes in the order
+ * it served the pulls (server 0: workers 1, 2, ...): the worker it answered first computes
+ * first and pushes first, while the server's link still sends to the others, as a real
+ * server's replies and requests overlap on its full-duplex NIC.
  *
  * Cost per half (b_s: shard s in bytes): a worker sends (push) or receives (pull) every shard
  * it does not hold itself; server s takes in (push) or sends (pull) b_s per worker other than
@@ -56,7 +60,7 @@ void ps_push(Exchange& ex, Block buffer, const ServerPlan& plan) {
   // a working server starts from its own gradient; a separate one from the first it receives
   bool have_first = plan.is_worker(r);
   for (int t = 1; t < n; ++t) {
-    const int to = mod(r + t, n), from = mod(r - t, n);
+    const int to = mod(r - t, n), from = mod(r + t, n);
     // step t: my shard of `to` out, if I work and it serves; `from`'s copy of my shard in
     const bool out = plan.is_worker(r) && plan.is_server(to);
     const bool in = mine >= 0 && plan.is_worker(from);

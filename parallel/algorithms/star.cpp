@@ -1,6 +1,9 @@
 // star.cpp: the parameter-server patterns, on the same transport as the ring.
 // All-reduce as a star: every rank streams its buffer to rank 0, which reduces the N-1
-// copies into its own, then streams the result back to each.
+// copies into its own, then streams the result back to each. Rank 0 takes the leaves one
+// after another, in the order it answers them (1, 2, ...), as a server serves requests:
+// the leaf answered first starts its next step first, and its next push comes in while
+// rank 0 still sends to the others (over links: tutorials/23_will_it_scale.md, "one master").
 // Cost: 2 phases of (N-1) transfers of S bytes through rank 0. A leaf rank sends S and
 // receives S; rank 0 receives (N-1)S and sends (N-1)S: (N-1)x a leaf's traffic, all through
 // one link-end, which is why the ring scales and the star does not.
@@ -18,13 +21,9 @@ void star_reduce(Exchange& ex, Block buffer, int root) {
     send_block(ex, root, buffer);  // leaf: my whole buffer to the root
     return;
   }
-  // root: segment by segment, reduce each leaf's copy into mine (leaves stream in parallel)
-  const int64_t seg = ex.segment_elems();
-  for (int64_t off = 0; off < buffer.elems; off += seg) {
-    Block part{buffer.data + off * ex.elem(), std::min(seg, buffer.elems - off)};
-    for (int p = 0; p < n; ++p)
-      if (p != root) recv_reduce(ex, p, part);
-  }
+  // root: each leaf's copy into mine, one leaf after another, as a server takes requests
+  for (int p = 0; p < n; ++p)
+    if (p != root) recv_reduce(ex, p, buffer);
 }
 
 void star_all_reduce(Exchange& ex, Block buffer) {
@@ -35,11 +34,7 @@ void star_all_reduce(Exchange& ex, Block buffer) {
     recv_copy(ex, 0, buffer);  // phase 2: the result back from rank 0
     return;
   }
-  const int64_t seg = ex.segment_elems();
-  for (int64_t off = 0; off < buffer.elems; off += seg) {
-    Block part{buffer.data + off * ex.elem(), std::min(seg, buffer.elems - off)};
-    for (int p = 1; p < n; ++p) send_block(ex, p, part);
-  }
+  for (int p = 1; p < n; ++p) send_block(ex, p, buffer);
 }
 
 void star_gather(Exchange& ex, std::vector<Block>& outputs, int root) {
