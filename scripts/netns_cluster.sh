@@ -144,6 +144,17 @@ cmd_up() {
     # loss, sees none on these links and sends at the rate.
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$CC" ||
       die $E_USAGE "--cc $CC: a namespace may use only the host's allowed ones ($(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control))"
+    # A node's link sends what its program writes in the order written, as a NIC's one queue
+    # does (and as the emulated link and dplab-project's pipelined step assume). With the
+    # kernel's defaults it would not: a flow whose packets wait behind another flow's gets a
+    # long round trip, TCP then lets it queue only about 1 ms of its own rate (the pacing rate,
+    # ratio x window / round trip), and it holds a flow's next writes back while earlier ones
+    # still queue (autocorking). So a server's replies to several peers took turns, unevenly
+    # and differently from run to run. With autocorking off and the pacing ratio at its
+    # maximum (10x) they go out one after another (bed_test.sh checks it; the measurements,
+    # and what slower links keep of it: docs/multinode_testbed.md).
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_autocorking=0 net.ipv4.tcp_pacing_ss_ratio=1000 \
+      net.ipv4.tcp_pacing_ca_ratio=1000 || die 1 "cannot set TCP's queueing sysctls in $ns"
     if [[ -n $RATE || -n $DELAY ]]; then
       shape "$ns" eth0     # node -> bridge
       shape "$br" "v$i"    # bridge -> node

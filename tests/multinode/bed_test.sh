@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bed_test.sh: the namespace bed itself (scripts/netns_cluster.sh). Two nodes at 100 Mbit/s:
 # node 0 pings node 1; neither reaches the host's own address nor the outside (no route);
-# a TCP transfer runs at the shaped rate +-25 % in each direction; `down` leaves no
+# a TCP transfer runs at the shaped rate +-25 % in each direction; a node's link sends its
+# replies to two peers in the order written; `down` leaves no
 # namespace behind; a bed whose `run` gets SIGINT or SIGTERM takes itself down; --delay
 # works (netem) or is refused with exit 6 leaving nothing; a non-root
 # user is told and gets exit code 3. Exit 77 (skip) where the bed cannot be built here.
@@ -69,6 +70,23 @@ packet=$(( ${gso:-65536} + (${gso:-65536} / 1448 + 1) * 66 ))
 cc=$("$S" --name $P exec 0 sysctl -n net.ipv4.tcp_congestion_control)
 [[ $cc == reno ]] || fail "the node runs TCP congestion control '$cc', expected reno"
 "$S" --name $P --cc nosuchcc up 1 2>/dev/null && fail "--cc nosuchcc was accepted"
+"$S" --name $P down || fail "down exited $?"
+
+# a node's link sends in the order its program writes: node 0 answers nodes 1 and 2 with
+# 0.9 MiB each, in turn, at 1 Gbit/s; node 1's reply is in at about half the time node 2's
+# takes (7 and 15 ms). With the kernel's defaults the replies took turns on the link and
+# node 1's came at three quarters (11 of 15 ms).
+"$S" --name $P up 3 --rate 1gbit --burst 0 || fail "up 3 --burst 0 exited $?"
+out=$(mktemp)
+for i in 1 2; do "$S" --name $P exec $i timeout 20 python3 "$T" replies 5300 12 900 & done
+"$S" --name $P exec 0 timeout 20 python3 "$T" serve 12 900 "$("$S" --name $P addr 1):5300" \
+  "$("$S" --name $P addr 2):5300" >"$out" || fail "serve from node 0 failed"
+wait
+read -r first second <"$out"
+rm -f "$out"
+echo "replies in turn: node 1's in after $first ms, node 2's after $second ms"
+awk -v a="$first" -v b="$second" 'BEGIN { exit !(a > 0 && b > 0 && a < 0.6 * b) }' ||
+  fail "node 1's reply took $first ms of node 2's $second: the link did not send in the order written"
 "$S" --name $P down || fail "down exited $?"
 
 # interrupted: `run` tears the bed down on SIGINT and SIGTERM, and stops its command

@@ -7,6 +7,11 @@ standard library (the bed has no ping, iperf or nc).
   nettool.py send ADDR PORT MBYTES     connect (retrying up to 10 s) and send MBYTES MiB
   nettool.py stranger ADDR PORT        connect, send junk instead of the job token, report
                                        whether the server closed the connection
+  nettool.py replies PORT ROUNDS KIB   take one connection; after each KIB KiB read, answer
+                                       with the monotonic clock (the nodes share the kernel's)
+  nettool.py serve ROUNDS KIB ADDR:PORT...  a server answering several peers: each round,
+                                       KIB KiB to each peer in turn; prints each peer's median
+                                       arrival after the round began, in ms
 Every wait has a timeout. Read next: bed_test.sh."""
 import errno
 import os
@@ -120,9 +125,51 @@ def stranger(addr, port):
     return 0
 
 
+def recv_exactly(conn, n):
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = conn.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("closed after %d of %d bytes" % (got, n))
+        got += k
+    return bytes(buf)
+
+
+def replies(port, rounds, kib):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", int(port)))
+    srv.listen(1)
+    srv.settimeout(15.0)
+    conn, _ = srv.accept()
+    conn.settimeout(15.0)
+    for _ in range(int(rounds)):
+        recv_exactly(conn, int(kib) << 10)
+        conn.sendall(struct.pack("d", time.monotonic()))
+    return 0
+
+
+def serve(rounds, kib, *peers):
+    conns = [connect_retrying(*p.split(":")) for p in peers]
+    for c in conns:
+        c.settimeout(15.0)
+    data = b"\x5a" * (int(kib) << 10)
+    arrivals = [[] for _ in conns]
+    for _ in range(int(rounds)):
+        start = time.monotonic()
+        for c in conns:
+            c.sendall(data)
+        for i, c in enumerate(conns):
+            arrivals[i].append(struct.unpack("d", recv_exactly(c, 8))[0] - start)
+        time.sleep(0.02)  # the links idle between rounds, as between training steps
+    print(" ".join("%.2f" % (1e3 * sorted(a)[len(a) // 2]) for a in arrivals))
+    return 0
+
+
 if __name__ == "__main__":
     cmds = {"ping": ping, "unreachable": unreachable, "sink": sink, "send": send,
-            "stranger": stranger}
+            "stranger": stranger, "replies": replies, "serve": serve}
     if len(sys.argv) < 2 or sys.argv[1] not in cmds:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
