@@ -78,7 +78,7 @@ struct RunResult {
   double test_accuracy = 0, test_loss = 0;
   int64_t param_count = 0;
   double predicted_step_s = -1;  // alpha-beta prediction (DDP rows), -1: none
-  double predicted_low_s = -1;   // real links, one master: the pipelined step (-1: none)
+  double predicted_fair_s = -1;  // real links, one master: its step on a fairly shared link
   double link_gbps = 0;          // the emulated link this run crossed (0: none)
   int servers = 0;                // ps: S; 0 for the other modes
   bool separate_servers = false;  // ps: the S servers are processes of their own

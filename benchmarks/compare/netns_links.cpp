@@ -267,7 +267,7 @@ void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& re
   using parallel::ClusterAlgorithm;
   for (RunResult& r : runs) {
     if (r.link != "netns") continue;
-    r.predicted_step_s = r.predicted_low_s = -1;
+    r.predicted_step_s = r.predicted_fair_s = -1;
     const bool ps = r.mode.rfind("ps-s", 0) == 0;  // co-located (runs_on_netns)
     if (r.mode != "ring" && r.mode != "star" && !ps) continue;
     // dplab-project's model (benchmarks/project/projection.h): N nodes of one device behind
@@ -284,8 +284,8 @@ void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& re
                                           : ClusterAlgorithm::ParameterServer},
         .servers = ps ? std::stoi(r.mode.substr(4)) : 0};
     const projection::ProjectionRow row = projection::run_projection(in).at(0);
-    r.predicted_step_s = row.step.step_s;
-    if (row.one_master) r.predicted_low_s = row.pipelined_step_s;
+    r.predicted_step_s = row.one_master ? row.pipelined_step_s : row.step.step_s;
+    if (row.one_master) r.predicted_fair_s = row.step.step_s;
   }
 }
 
@@ -353,8 +353,9 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
     f << fmt::format("| {} | {} | {} | {} | {} | {} | {} | {:.3f} | {} | {:.3f} | {} | {} |\n", r.mode,
                      r.n, emu ? fmt_ms(emu->step_s()) : "-", fmt_ms(r.step_s()),
                      emu ? fmt_pct(emulated_error_pct(*emu, runs)) : "-",
-                     r.predicted_low_s > 0 ? fmt_ms(r.predicted_low_s) + ".." + fmt_ms(r.predicted_step_s)
-                                           : fmt_ms(r.predicted_step_s),
+                     r.predicted_fair_s > 0 ? fmt_ms(r.predicted_step_s) + " (fair " +
+                                                  fmt_ms(r.predicted_fair_s) + ")"
+                                            : fmt_ms(r.predicted_step_s),
                      fmt_pct(pred_err), dev0,
                      std::isfinite(f0) ? fmt::format("{:.3f}", f0) : "-", other,
                      std::isfinite(f1) ? fmt::format("{:.3f}", f1) : "-", wire);
@@ -366,9 +367,10 @@ void write_netns_section(std::ostream& f, const NetnsLinks& links,
         "against the {:g} Gbit/s the links are shaped to; every size: "
         "runs/pingpong_netns_n2.txt); calibration.csv carries these terms for dplab-project. The "
         "dplab-project column is its step timeline (tutorials/23_will_it_scale.md) on these terms "
-        "and each run's own compute; for one master (star, ps S=1) a range: from its pipelined "
-        "step (the leaves served first push while the others still pull, as the bed's FIFO "
-        "links allow) to its step on a fairly shared link; the error is against the second.\n",
+        "and each run's own compute. For one master (star, ps S=1) it is the pipelined step: the "
+        "bed's links send the master's replies in the order written, so a leaf served first "
+        "pushes its next gradient while the others still pull; in brackets its step on a link "
+        "shared fairly among the replies, as a queue per flow (fq_codel) would.\n",
         1e6 * real->alpha, 1e9 * real->beta, 8 * real->bandwidth_gbs(), links.gbps);
 }
 

@@ -81,9 +81,11 @@ RunResult run_ddp_netns(const Config& cfg, const std::string& mode, int n, const
 // than the link, and a fit over all sizes would take that for the link's rate.
 AlphaBeta fit_real_links(const std::vector<PingPongSample>& samples);
 // The real-link rows' predictions (ring, star, co-located ps): dplab-project's step timeline
-// on N nodes behind the real links' alpha-beta fit, with each run's own compute; for one
-// master (star, ps S=1) also its pipelined step (predicted_low_s). The emulated rows keep
-// theirs, from the emulated ping-pong.
+// on N nodes behind the real links' alpha-beta fit, with each run's own compute. For one
+// master (star, ps S=1) the prediction is its pipelined step, as the bed's links send a
+// master's replies in the order written (scripts/netns_cluster.sh), and predicted_fair_s its
+// step on a link shared fairly among them. The emulated rows keep theirs, from the emulated
+// ping-pong.
 void add_real_link_predictions(std::vector<RunResult>& runs, const AlphaBeta& real, const Config& cfg);
 
 // 100 (emulated step - real step) / real step for an emulated row that has a real-link twin
