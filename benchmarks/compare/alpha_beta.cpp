@@ -138,8 +138,17 @@ double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, dou
   double last_bytes = grad_bytes - full * bucket_bytes;
   double full_buckets = full;
   if (last_bytes <= 0) last_bytes = bucket_bytes, full_buckets -= 1;
-  const double last = allreduce_seconds(ab, p, n, last_bytes, cores, wire);
-  const double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores, wire) + last;
+  double last = allreduce_seconds(ab, p, n, last_bytes, cores, wire);
+  double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores, wire) + last;
+  // One master behind links answers its leaves one after another (star.cpp), and a leaf
+  // answered early pushes its next gradient while the master still answers the others: of
+  // the pushes only the last leaf's is exposed, N leaf transfers a step instead of 2(N-1)
+  // (dplab-project's pipelined step, cost_topology.h's Servers::pipelined).
+  if (p == Pattern::Star && wire && n > 2) {
+    const double pipelined = double(n) / (2.0 * (n - 1));
+    comm *= pipelined;
+    last *= pipelined;
+  }
   if (!overlap) return compute_s + comm;
   return std::max(compute_s, comm - last) + last;
 }

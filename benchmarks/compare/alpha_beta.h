@@ -56,6 +56,8 @@ enum class Pattern { Ring, Star };
 double allreduce_seconds(const AlphaBeta& ab, Pattern p, int n, double bytes, int cores,
                          bool wire = false);
 // Seconds of one DDP step: `compute_s`, gradients of `grad_bytes` in buckets of `bucket_bytes`.
+// The star behind links (wire) is pipelined: its leaves push while the master still answers
+// the others, N leaf transfers a step, not 2(N-1).
 double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, double grad_bytes,
                     double bucket_bytes, bool overlap, int cores, bool wire = false);
 
