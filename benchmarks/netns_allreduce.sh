@@ -48,14 +48,8 @@ for K in ${NODES//,/ }; do
     >"$OUT/nodes$K.dplab.log" 2>&1 || { cat "$OUT/nodes$K.dplab.log" >&2; exit 1; }
   grep -hE "^\[rank 0\] (ring|gloo) [0-9]+ " "$OUT/nodes$K.dplab.log" | awk '{print $3, $4, $5}' >"$log"
   "$S" --name $P up "$K" --rate "$RATE" --burst 0 >/dev/null
-  A0=$("$S" --name $P addr 0)
   # MPI_Allreduce over TCP: mpirun on node 0, the other nodes' daemons through the agent
-  hosts=$(for ((i = 0; i < K; i++)); do printf '%s:1,' "$("$S" --name $P addr $i)"; done)
-  NETNS_CLUSTER_NAME=$P MASTER_ADDR=$A0 timeout 300 "$S" --name $P exec 0 mpirun --oversubscribe \
-    --bind-to none --host "${hosts%,}" -np "$K" -x MASTER_ADDR \
-    --mca plm_rsh_agent tests/multinode/netns_agent.sh --mca btl self,tcp \
-    --mca btl_tcp_if_include 198.18.0.0/24 --mca oob_tcp_if_include 198.18.0.0/24 \
-    $B/benchmarks/allreduce_mpi "${SIZES[@]}" --trials "$TRIALS" >"$OUT/nodes$K.mpi.log" 2>&1 ||
+  timeout 300 bash tests/multinode/netns_mpirun.sh "$S" $P 1 -- $B/benchmarks/allreduce_mpi "${SIZES[@]}" --trials "$TRIALS" >"$OUT/nodes$K.mpi.log" 2>&1 ||
     { cat "$OUT/nodes$K.mpi.log" >&2; exit 1; }
   grep -hE "^[0-9]+ [0-9.e+-]+$" "$OUT/nodes$K.mpi.log" | awk '{print "mpi", $1, $2}' >>"$log"
   "$S" --name $P down >/dev/null

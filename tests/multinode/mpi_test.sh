@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# mpi_test.sh: mpirun across two namespace "machines" with no ssh. mpirun runs on node 0 and
-# starts node 1's daemon through netns_agent.sh (plm_rsh_agent), which enters node 1's
-# namespace; --host names the nodes by their addresses, and OpenMPI's TCP BTL and its
-# out-of-band channel are held to the bed's range. The program is tests/ddp's DDP test on
+# mpi_test.sh: mpirun across two namespace "machines" with no ssh (netns_mpirun.sh: mpirun on
+# node 0 starts node 1's daemon through netns_agent.sh, which enters node 1's namespace). The
+# program is tests/ddp's DDP test on
 # the mpi engine at 2 nodes x 2 ranks; it compares every rank's parameters with one process
 # trained on the whole batch. Asserts: it passes, ranks 0-1 ran in node 0's namespace and
 # 2-3 in node 1's, OpenMPI saw 2 ranks per node, and node 1's link carried > 16 KiB.
-#   mpi_test.sh NETNS_CLUSTER_SH NETNS_AGENT_SH MPIRUN TEST_DDP_MPI
-# Read next: netns_agent.sh, tests/ddp/test_ddp_mpi.cpp.
+#   mpi_test.sh NETNS_CLUSTER_SH NETNS_MPIRUN_SH MPIRUN TEST_DDP_MPI
+# Read next: netns_mpirun.sh, tests/ddp/test_ddp_mpi.cpp.
 set -u
-S=$1 AGENT=$2 MPIRUN=$3 PROG=$4
+S=$1 NETNS_MPIRUN=$2 PROG=$4
+export MPIRUN=$3
 P=mpi$$
 fail() { echo "FAIL: $*" >&2; exit 1; }
 trap '"$S" --name $P down 2>/dev/null' EXIT
@@ -17,22 +17,14 @@ trap '"$S" --name $P down 2>/dev/null' EXIT
 rc=$?
 if [[ $rc -ge 3 && $rc -le 5 ]]; then echo "SKIP: the namespace bed cannot be built here (exit $rc)"; exit 77; fi
 [[ $rc -eq 0 ]] || fail "up 2 exited $rc"
-A0=$("$S" --name $P addr 0) A1=$("$S" --name $P addr 1)
 link_bytes() {
   "$S" --name $P exec 1 cat /sys/class/net/eth0/statistics/rx_bytes /sys/class/net/eth0/statistics/tx_bytes |
     awk '{ s += $1 } END { print s }'
 }
 before=$(link_bytes)
 out=$(mktemp)
-# MASTER_ADDR: where rank 0's store binds across nodes (docs/store.md); unset, it would
-# advertise the host name, which in a namespace resolves to the host, not to node 0.
-export NETNS_CLUSTER_NAME=$P OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MASTER_ADDR=$A0
 # each rank says where it runs, then becomes the test
-timeout 110 "$S" --name $P exec 0 "$MPIRUN" --oversubscribe --bind-to none \
-  --host "$A0:2,$A1:2" -np 4 -x MASTER_ADDR --mca plm_rsh_agent "$AGENT" \
-  --mca btl self,vader,tcp --mca btl_tcp_if_include 198.18.0.0/24 \
-  --mca oob_tcp_if_include 198.18.0.0/24 \
-  bash -c 'echo "rank $OMPI_COMM_WORLD_RANK runs in $(ip netns identify) with $OMPI_COMM_WORLD_LOCAL_SIZE local ranks"; exec "$0" "$@"' "$PROG" \
+timeout 110 bash "$NETNS_MPIRUN" "$S" $P 2 -- bash -c 'echo "rank $OMPI_COMM_WORLD_RANK runs in $(ip netns identify) with $OMPI_COMM_WORLD_LOCAL_SIZE local ranks"; exec "$0" "$@"' "$PROG" \
   >"$out" 2>&1
 rc=$?
 after=$(link_bytes)
