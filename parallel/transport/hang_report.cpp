@@ -52,9 +52,10 @@ bool dead(char state) { return state == 'Z' || state == 'X'; }
 
 // A rank whose own wait is no evidence of progress: the chain of waits ends there.
 bool ends_chain(const RankProgress& p) {
-  return p.waiting_on < 0 || stopped(p.process_state) || dead(p.process_state) ||
-         p.silent_s > kSilentAfterSeconds;
+  return p.waiting_on < 0 || stopped(p.process_state) || dead(p.process_state);
 }
+// A rank whose wait has not woken for long: not running, stopped or starved of a core.
+bool silent(const RankProgress& p) { return p.silent_s > kSilentAfterSeconds; }
 
 std::string state_words(const RankProgress& p) {
   if (stopped(p.process_state)) return "its process is stopped (SIGSTOP or a debugger)";
@@ -86,15 +87,26 @@ std::string describe_hang(int me, int peer, const std::vector<RankProgress>& ran
   const int n = static_cast<int>(ranks.size());
   // Follow the waits from the peer: the rank at the end waits on nobody, so it is the one
   // that stopped making progress. A cycle means the ranks wait on each other (a deadlock:
-  // different collectives, or different orders of them).
+  // different collectives, or different orders of them). A silent rank ends the chain too,
+  // unless the waits it filed lead on to a stopped or dead process: that is the better
+  // evidence (on a loaded machine a rank starved of a core for a second looks silent, while
+  // the rank it waits on is the one a signal stopped).
   std::vector<bool> seen(static_cast<size_t>(n), false);
   seen[me] = true;
   std::vector<int> chain{me};
+  size_t first_silent = 0;  // its index in chain; 0: none
   int at = peer;
   while (at >= 0 && at < n && !seen[at]) {
     seen[at] = true;
     chain.push_back(at);
+    if (first_silent == 0 && silent(ranks[at])) first_silent = chain.size() - 1;
     at = ends_chain(ranks[at]) ? -1 : ranks[at].waiting_on;
+  }
+  const RankProgress& last = ranks[chain.back()];
+  const bool gone = at < 0 && (stopped(last.process_state) || dead(last.process_state));
+  if (first_silent > 0 && !gone) {
+    chain.resize(first_silent + 1);
+    at = -1;
   }
   std::string waits;
   for (size_t i = 0; i + 1 < chain.size(); ++i)

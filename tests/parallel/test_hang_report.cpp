@@ -77,6 +77,26 @@ TEST_CASE("a stopped process or a silent wait ends the chain even while it 'wait
   CHECK(has(s, "has not woken up for 4.0 s"));
 }
 
+TEST_CASE("past a silent rank, a stopped process further down its waits is the one named") {
+  // rank 1 timed out on 0; 0 has not run for 2.9 s (4 jobs on 2 cores), but its filed wait
+  // leads through 3 to rank 2, whose process a signal stopped: rank 2 is named
+  auto ranks = snapshot({3, 0, -1, 2});
+  ranks[0].silent_s = 2.9;
+  ranks[2].process_state = 'T';
+  std::string s = describe_hang(1, 0, ranks);
+  CAPTURE(s);
+  CHECK(has(s, "rank 2 stopped making progress"));
+  CHECK(has(s, "its process is stopped"));
+  CHECK(has(s, "rank 1 waits on rank 0, rank 0 waits on rank 3, rank 3 waits on rank 2"));
+  // leading only to a rank that waits on nobody (busy, or as starved): the silent one stays
+  ranks[2].process_state = 'S';
+  s = describe_hang(1, 0, ranks);
+  CAPTURE(s);
+  CHECK(has(s, "rank 0 stopped making progress"));
+  CHECK(has(s, "has not woken up for 2.9 s"));
+  CHECK(has(s, "(rank 1 waits on rank 0)"));
+}
+
 TEST_CASE("waits that close a cycle are reported as a deadlock, not as one rank's fault") {
   std::string s = describe_hang(0, 1, snapshot({1, 2, 0}));
   CAPTURE(s);
