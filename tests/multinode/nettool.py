@@ -69,7 +69,8 @@ def unreachable(addr, port):
     return 1
 
 
-def sink(port):
+def accept_one(port):
+    """Listens on PORT and takes one connection (within 15 s): (socket, peer address)."""
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", int(port)))
@@ -77,6 +78,11 @@ def sink(port):
     srv.settimeout(15.0)
     conn, peer = srv.accept()
     conn.settimeout(15.0)
+    return conn, peer
+
+
+def sink(port):
+    conn, peer = accept_one(port)
     total, first = 0, None
     while True:
         chunk = conn.recv(1 << 20)
@@ -137,13 +143,7 @@ def recv_exactly(conn, n):
 
 
 def replies(port, rounds, kib):
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", int(port)))
-    srv.listen(1)
-    srv.settimeout(15.0)
-    conn, _ = srv.accept()
-    conn.settimeout(15.0)
+    conn, _ = accept_one(port)
     for _ in range(int(rounds)):
         recv_exactly(conn, int(kib) << 10)
         conn.sendall(struct.pack("d", time.monotonic()))
