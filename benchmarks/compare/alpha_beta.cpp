@@ -18,6 +18,7 @@
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 #include "parallel/algorithms/cost.h"
+#include "parallel/algorithms/cost_topology.h"  // pipelined_push_share
 #include "parallel/comm/init.h"
 #include "parallel/launch/spawn.h"
 #include "parallel/transport/mailbox_transport.h"  // shm_segment_bytes
@@ -142,12 +143,12 @@ double step_seconds(const AlphaBeta& ab, Pattern p, int n, double compute_s, dou
   double comm = full_buckets * allreduce_seconds(ab, p, n, bucket_bytes, cores, wire) + last;
   // One master behind links answers its leaves one after another (star.cpp), and a leaf
   // answered early pushes its next gradient while the master still answers the others: of
-  // the pushes only the last leaf's is exposed, N leaf transfers a step instead of 2(N-1)
-  // (dplab-project's pipelined step, cost_topology.h's Servers::pipelined).
-  if (p == Pattern::Star && wire && n > 2) {
-    const double pipelined = double(n) / (2.0 * (n - 1));
-    comm *= pipelined;
-    last *= pipelined;
+  // the push half only the last leaf's share is exposed, N leaf transfers a step instead of
+  // 2(N-1) (dplab-project's pipelined step, cost_topology.h's Servers::pipelined).
+  if (p == Pattern::Star && wire) {
+    const double exposed = (1.0 + parallel::pipelined_push_share(n)) / 2;  // of push + pull
+    comm *= exposed;
+    last *= exposed;
   }
   if (!overlap) return compute_s + comm;
   return std::max(compute_s, comm - last) + last;

@@ -163,7 +163,7 @@ std::vector<Stage> all_reduce_stages(ClusterAlgorithm a, const Cluster& c, const
       // and the node's own shares out): one after the other. Separate: opposite directions.
       if (colocated) {
         const bool one_master = server_count(a, c, s) == 1;
-        const double push = one_master && s.pipelined ? t / (c.devices() - 1) : t;
+        const double push = one_master && s.pipelined ? t * pipelined_push_share(c.devices()) : t;
         return {{"push", push, Channel::Both}, {"pull", t, Channel::Both}};
       }
       return {{"push", t, Channel::Up}, {"pull", t, Channel::Down}};

@@ -52,16 +52,21 @@ ClusterAlgorithm cluster_algorithm_from_name(const std::string& name);
 // largest·S_v / S (projection.cpp computes it so from --largest-tensor-mb).
 // One master (the star, one co-located server) shares its link fairly among its N-1 leaves
 // by default, so every pull ends with the last and the next push queues behind it all.
-// `pipelined`: the link serves the leaves one after another (a FIFO, as the namespace bed's
-// tbf, which TCP fills unevenly), and those served first push their next gradients while the
-// others still pull: at best all pushes but the last leaf's hide, and the push stage costs
-// one leaf's share, 1/(N-1) of it. Ignored with more than one server.
+// `pipelined`: the master serves the leaves one after another (dplab's star and ps do, and
+// the namespace bed's links send in that order), and those served first push their next
+// gradients while the others still pull: all pushes but the last leaf's hide, and the push
+// stage costs one leaf's share of it, pipelined_push_share(N). Ignored with more than one
+// server.
 struct Servers {
   int count = 1;
   bool colocated = true;
   double imbalance = 1;
   bool pipelined = false;
 };
+
+// The share of one master's push stage a step still waits for when the master serves its
+// n-1 leaves in turn: one leaf's, 1/(n-1) (all of it at n = 2).
+inline double pipelined_push_share(int n) { return n > 2 ? 1.0 / (n - 1) : 1.0; }
 
 // Bytes one all-reduce of S bytes puts through the busiest link of each kind, in its busier
 // direction. The textbook volumes, checked against cost.h's per-rank formulas in

@@ -10,9 +10,11 @@ prediction must be within TOLERANCE of its measurement (issue 35). Root only: ot
 exit 77 (SKIP). The gradient scales with the rate, so every case moves about the same time.
 One master (the star): dplab-project's step shares the master's link fairly among its N-1
 leaves, so all pulls end together and the next step's pushes start after them; its
-pipelined step lets the leaves served first push while the others still pull. The bed's
-link is a FIFO (tbf), which TCP fills unevenly, so a run lands between the two: there the
-measurement must lie in that range, or within TOLERANCE of its nearer end. The star and the
+pipelined step lets the leaves served first push while the others still pull. The star
+serves its leaves in turn and the bed's links send in that order, but at these rates TCP
+still lets the last replies share the link (docs/multinode_testbed.md), so a run lands
+between the two: there the measurement must lie in that range, or within TOLERANCE of its
+nearer end. The star and the
 ps exchange the whole gradient after backward (one bucket), as the parameter server does.
   check_projection.py NETNS_CLUSTER_SH DPLAB_RUN RUN_JOB_SH STEP_NODES DPLAB_PROJECT [--keep DIR]
 Read next: step_nodes.cpp, benchmarks/project/timeline.h, parallel/algorithms/cost_topology.h.
