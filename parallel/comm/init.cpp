@@ -37,22 +37,36 @@ Global& global() {
 
 }  // namespace
 
-Seconds resolve_timeout(std::optional<Seconds> given) {
+namespace {
+
+// `given` when set, else the variable's seconds when it is set, else `fallback`.
+Seconds timeout_from(std::optional<Seconds> given, const char* variable, const char* option,
+                     Seconds fallback) {
   if (given) {
     DPLAB_CHECK(std::isfinite(given->count()) && given->count() > 0 && *given <= kMaxTimeout,
-                "init_process_group: timeout must be a number of seconds in (0, {:.0f}], got {}",
-                kMaxTimeout.count(), given->count());
+                "init_process_group: {} must be a number of seconds in (0, {:.0f}], got {}",
+                option, kMaxTimeout.count(), given->count());
     return *given;
   }
-  const char* v = std::getenv("DPLAB_TIMEOUT");
-  if (v == nullptr) return kDefaultTimeout;
+  const char* v = std::getenv(variable);
+  if (v == nullptr) return fallback;
   char* end = nullptr;
   double secs = std::strtod(v, &end);
   DPLAB_CHECK(
       end != v && *end == '\0' && std::isfinite(secs) && secs > 0 && secs <= kMaxTimeout.count(),
-      "DPLAB_TIMEOUT='{}' is not a number of seconds in (0, {:.0f}] (e.g. DPLAB_TIMEOUT=30)", v,
-      kMaxTimeout.count());
+      "{}='{}' is not a number of seconds in (0, {:.0f}] (e.g. {}=30)", variable, v,
+      kMaxTimeout.count(), variable);
   return Seconds(secs);
+}
+
+}  // namespace
+
+Seconds resolve_timeout(std::optional<Seconds> given) {
+  return timeout_from(given, "DPLAB_TIMEOUT", "timeout", kDefaultTimeout);
+}
+
+Seconds resolve_rendezvous_timeout(std::optional<Seconds> given, Seconds timeout) {
+  return timeout_from(given, "DPLAB_RENDEZVOUS_TIMEOUT", "rendezvous_timeout", timeout);
 }
 
 namespace {
@@ -117,6 +131,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
               "destroy_process_group() first",
               g.pg->rank(), g.pg->size());
   const Seconds timeout = resolve_timeout(opts.timeout);
+  // Start-up (reaching the store, every rank checking in) may take longer than a collective
+  // on a loaded machine: processes are exec'd and load their programs. Its own timeout, when
+  // set, covers it; the store then goes back to the collectives' timeout.
+  const Seconds joining = resolve_rendezvous_timeout(opts.rendezvous_timeout, timeout);
   int rank = opts.rank, world_size = opts.world_size, ranks_per_node = 0;
   std::shared_ptr<Store> store;
   if (opts.engine == "mpi") {
@@ -128,8 +146,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
                 w.rank, w.size, rank, world_size);
     rank = w.rank;
     world_size = w.size;
-    store = opts.init_method == "env://" ? mpi_store(w, timeout)
-                                         : make_store(opts.init_method, rank, world_size, timeout);
+    store = opts.init_method == "env://" ? mpi_store(w, joining)
+                                         : make_store(opts.init_method, rank, world_size, joining);
   } else {
     if (rank < 0 || world_size < 0) {
       RankInfo info = rank_info_from_env();
@@ -141,9 +159,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& opts) {
     }
     DPLAB_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
                 "init_process_group: rank {} is not in [0, world_size {})", rank, world_size);
-    store = make_store(opts.init_method, rank, world_size, timeout);
+    store = make_store(opts.init_method, rank, world_size, joining);
   }
-  rendezvous(*store, rank, world_size, timeout);
+  rendezvous(*store, rank, world_size, joining);
+  store->set_timeout(timeout);
   g.pg = create_process_group(
       store, rank, world_size,
       ProcessGroupOptions{.engine = opts.engine,

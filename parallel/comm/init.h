@@ -29,6 +29,10 @@ struct InitOptions {
   // Rendezvous and every later collective wait. A value set here wins; left unset, the
   // environment variable DPLAB_TIMEOUT (seconds) decides, else 60 s.
   std::optional<Seconds> timeout = std::nullopt;
+  // Reaching the store and every rank checking in (torchrun's rendezvous timeout). Left unset:
+  // DPLAB_RENDEZVOUS_TIMEOUT (seconds) when set, else the timeout above. A job whose
+  // collectives must fail fast (tests, fault drills) still gives slow start-ups time.
+  std::optional<Seconds> rendezvous_timeout = std::nullopt;
   double link_gbps = 0;  // > 0: emulate a link per rank (transport/link_model.h)
 };
 
@@ -54,6 +58,8 @@ int get_world_size();
 // the variable is set, else 60 s. Throws Error on a malformed or out-of-range timeout
 // (either source): it must be a number of seconds in (0, kMaxTimeout].
 Seconds resolve_timeout(std::optional<Seconds> given);
+// The rendezvous's: `given`, else DPLAB_RENDEZVOUS_TIMEOUT, else `timeout`; the same rule.
+Seconds resolve_rendezvous_timeout(std::optional<Seconds> given, Seconds timeout);
 inline constexpr Seconds kMaxTimeout{7 * 24 * 3600.0};  // a week: longer is a typo
 
 }  // namespace dplab::parallel

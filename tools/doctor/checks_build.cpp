@@ -68,6 +68,7 @@ void build_checks(Report& r) {
   std::string settings;
   for (const char* name : {"DPLAB_GEMM", "DPLAB_GEMM_ISA", "DPLAB_CONV", "DPLAB_FUSE",
                            "DPLAB_NUM_THREADS", "DPLAB_WAIT", "DPLAB_SEGMENT_KB", "DPLAB_TIMEOUT",
+                           "DPLAB_RENDEZVOUS_TIMEOUT",
                            "DPLAB_DEVICE_MEMORY", "DPLAB_VIRTUAL_GPUS", "DPLAB_DATA"})
     if (const char* v = std::getenv(name); v != nullptr)
       settings += fmt::format("{}{}={}", settings.empty() ? "" : " ", name, v);
