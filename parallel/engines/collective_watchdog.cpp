@@ -12,14 +12,14 @@
 
 namespace dplab::parallel {
 
-using Clock = std::chrono::steady_clock;
-
 Seconds CollectiveWatchdog::grace(Seconds timeout) { return late_rank_grace(timeout); }
 
 CollectiveWatchdog::CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
-                                       std::function<void(const std::string&)> on_hang)
+                                       std::function<void(const std::string&)> on_hang,
+                                       Options options)
     : connect_(std::move(connect)), rank_(rank), size_(size), timeout_(timeout),
-      on_hang_(std::move(on_hang)) {
+      grace_(options.grace.value_or(grace(timeout))),
+      now_(options.now ? std::move(options.now) : Clock::now), on_hang_(std::move(on_hang)) {
   thread_ = std::thread([this] { watch(); });
 }
 
@@ -36,7 +36,7 @@ void CollectiveWatchdog::begin(const std::string& collective) {
   std::lock_guard<std::mutex> lock(mu_);
   ++number_;
   collective_ = collective;
-  began_ = Clock::now();
+  began_ = now_();
   in_collective_ = true;
 }
 
@@ -49,10 +49,10 @@ void CollectiveWatchdog::watch() {
   const auto tick = std::chrono::duration_cast<Clock::duration>(
       std::clamp(timeout_ / 10, Seconds(0.01), Seconds(0.5)));
   std::unique_lock<std::mutex> lock(mu_);
-  auto last_wake = Clock::now();
+  auto last_wake = now_();
   while (!stopping_) {
     cv_.wait_for(lock, tick);
-    const auto now = Clock::now();
+    const auto now = now_();
     // Woken far later than asked: this process itself was stopped (SIGSTOP, a debugger).
     // Its collective's clock starts again, or it would blame the others when continued.
     if (now - last_wake > 2 * tick + std::chrono::seconds(1)) began_ = now;
@@ -68,17 +68,16 @@ void CollectiveWatchdog::watch() {
 }
 
 std::string CollectiveWatchdog::diagnose(uint64_t number, const std::string& collective) {
-  const Seconds grace_s = grace(timeout_);
   const std::string head = fmt::format("rank {}: {} #{} did not finish within {:.1f} s", rank_,
                                        collective, number, timeout_.count());
   try {
-    std::shared_ptr<Store> store = connect_(grace_s);
-    return head + "; " + find_late_ranks(*store, "", rank_, size_, number, collective, grace_s);
+    std::shared_ptr<Store> store = connect_(grace_);
+    return head + "; " + find_late_ranks(*store, "", rank_, size_, number, collective, grace_);
   } catch (const std::exception& e) {
     // rank 0 hosts the store: a store that does not answer means rank 0 is not running
     return fmt::format("{}; rank 0 stopped making progress: the rendezvous store it hosts did "
                        "not answer within {:.1f} s (rank 0 is stopped or hung; {})",
-                       head, grace_s.count(), e.what());
+                       head, grace_.count(), e.what());
   }
 }
 

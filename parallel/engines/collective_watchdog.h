@@ -9,10 +9,12 @@
 // does not answer, its host (rank 0) is the one that stopped.
 // Read next: collective_watchdog.cpp; mpi_engine.cpp uses it.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -27,8 +29,19 @@ class CollectiveWatchdog {
   // made only when a collective hangs: a view whose keys are the watchdog's alone
   // (PrefixStore "dplab/pg0/watchdog"), one per rank ("0", "1", ...).
   using Connect = std::function<std::shared_ptr<Store>(Seconds timeout)>;
+  using Clock = std::chrono::steady_clock;
+  struct Options {
+    // How long a rank whose collective timed out waits for the others to file theirs
+    // (default grace(timeout)). A rank that files later is named as the late one, so where
+    // the watch threads may run late (a loaded machine) a longer grace keeps that honest.
+    std::optional<Seconds> grace;
+    // The clock collectives are timed on (default Clock::now). A test passes one it moves
+    // itself, so that a collective times out when the test says, not when the scheduler
+    // happens to pause the thread between begin() and end().
+    std::function<Clock::time_point()> now;
+  };
   CollectiveWatchdog(Connect connect, int rank, int size, Seconds timeout,
-                     std::function<void(const std::string&)> on_hang);
+                     std::function<void(const std::string&)> on_hang, Options options = {});
   ~CollectiveWatchdog();
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -47,7 +60,8 @@ class CollectiveWatchdog {
 
   Connect connect_;
   int rank_, size_;
-  Seconds timeout_;
+  Seconds timeout_, grace_;
+  std::function<Clock::time_point()> now_;
   std::function<void(const std::string&)> on_hang_;
 
   std::mutex mu_;
@@ -56,7 +70,7 @@ class CollectiveWatchdog {
   bool in_collective_ = false;
   uint64_t number_ = 0;  // collectives begun: the current one is #number_
   std::string collective_;
-  std::chrono::steady_clock::time_point began_;
+  Clock::time_point began_;
   std::thread thread_;
 };
 

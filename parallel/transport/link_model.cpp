@@ -38,13 +38,14 @@ LinkModel::LinkModel(int endpoints, double gbps)
     : gbps_(gbps), egress_(endpoints, LinkDirection(link_bytes_per_s(gbps))),
       ingress_(endpoints, LinkDirection(link_bytes_per_s(gbps))) {}
 
-LinkClock::time_point LinkModel::book(int from, int to, int64_t bytes) {
+LinkClock::time_point LinkModel::book(int from, int to, int64_t bytes,
+                                      LinkClock::time_point earliest) {
   DPLAB_CHECK(from >= 0 && to >= 0 && from < int(egress_.size()) && to < int(ingress_.size()),
               "LinkModel: endpoints must be in [0, {}), got {} -> {}", egress_.size(), from, to);
-  if (from == to || bytes == 0) return LinkClock::now();  // no link crossed
+  if (from == to || bytes == 0) return earliest;  // no link crossed
   // Both ends are booked together: the copy starts when both are free, and ends for both.
   std::lock_guard<std::mutex> lock(mu_);
-  const auto end = ingress_[to].reserve(bytes, egress_[from].reserve(0));
+  const auto end = ingress_[to].reserve(bytes, egress_[from].reserve(0, earliest));
   egress_[from].reserve(0, end);  // egress busy until the same end
   return end;
 }
@@ -58,9 +59,10 @@ constexpr int kQueuedSegments = 2;
 
 class PacedTransport : public Transport {
  public:
-  PacedTransport(std::unique_ptr<Transport> inner, double gbps, std::function<bool(int)> across)
+  PacedTransport(std::unique_ptr<Transport> inner, double gbps, std::function<bool(int)> across,
+                 LinkObserver observe)
       : inner_(std::move(inner)), bytes_per_s_(link_bytes_per_s(gbps)), egress_(bytes_per_s_),
-        ingress_(bytes_per_s_), across_(std::move(across)) {}
+        ingress_(bytes_per_s_), across_(std::move(across)), observe_(std::move(observe)) {}
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -92,7 +94,9 @@ class PacedTransport : public Transport {
     inner_->recv_segment(peer, [&](const void* data, std::size_t len) {
       const uint64_t note = inner_->received_note(peer);
       const auto on_wire = note == 0 ? LinkClock::now() : sent_at(note);
-      sleep_on_link(ingress_.reserve(static_cast<int64_t>(len), on_wire));
+      const auto carried = ingress_.reserve(static_cast<int64_t>(len), on_wire);
+      sleep_on_link(carried);
+      if (observe_) observe_(LinkArrival{peer, len, on_wire, carried});
       use(data, len);
     });
   }
@@ -110,14 +114,17 @@ class PacedTransport : public Transport {
   double bytes_per_s_;
   LinkDirection egress_, ingress_;
   std::function<bool(int)> across_;  // empty: every peer is behind the link
+  LinkObserver observe_;             // empty: nobody asked
 };
 
 }  // namespace
 
 std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps,
-                                                std::function<bool(int peer)> across) {
+                                                std::function<bool(int peer)> across,
+                                                LinkObserver observe) {
   DPLAB_CHECK(inner != nullptr, "make_paced_transport: no transport to wrap");
-  return std::make_unique<PacedTransport>(std::move(inner), gbps, std::move(across));
+  return std::make_unique<PacedTransport>(std::move(inner), gbps, std::move(across),
+                                          std::move(observe));
 }
 
 }  // namespace dplab::parallel

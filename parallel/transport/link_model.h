@@ -39,8 +39,12 @@ class LinkDirection {
 class LinkModel {
  public:
   LinkModel(int endpoints, double gbps);
-  // Books a copy of `bytes` from endpoint `from` to `to`; returns when it would end.
-  LinkClock::time_point book(int from, int to, int64_t bytes);
+  // Books a copy of `bytes` from endpoint `from` to `to`, asked for at `earliest`; returns
+  // when it would end (`earliest` itself when it crosses no link). Copies asked for at one
+  // instant pass the same `earliest`: their ends then depend on the links alone, not on
+  // when each call happened to run (tests read the model's arithmetic off them).
+  LinkClock::time_point book(int from, int to, int64_t bytes,
+                             LinkClock::time_point earliest = LinkClock::now());
   // book(), then sleeps until then: a synchronous copy.
   void transfer(int from, int to, int64_t bytes);
   double gbps() const { return gbps_; }
@@ -50,6 +54,18 @@ class LinkModel {
   std::mutex mu_;
   std::vector<LinkDirection> egress_, ingress_;
 };
+
+// One segment a paced receive took, on the link's virtual clock: its bytes started down the
+// sender's wire at `on_wire`, and this rank's ingress had carried them at `carried`
+// (on_wire + bytes / bandwidth, or later if the ingress was still busy with earlier bytes).
+// It says what the link did whenever the scheduler ran either rank: tests check the model's
+// arithmetic on these instead of on a wall clock.
+struct LinkArrival {
+  int peer = -1;
+  std::size_t bytes = 0;
+  LinkClock::time_point on_wire, carried;
+};
+using LinkObserver = std::function<void(const LinkArrival&)>;
 
 // Wraps a transport so that this rank's sends use its egress link and its receives its
 // ingress link, each at `gbps`. The sender may run ahead of its link by a couple of
@@ -62,8 +78,10 @@ class LinkModel {
 // the others (ranks of this rank's node, ProcessGroupOptions::ranks_per_node) go straight
 // through the inner transport, at memory speed. Each rank keeps a link of its own (a NIC per
 // rank, as a GPU server gives each GPU its NIC), not one shared by its node.
+// `observe`, when given, hears of every segment the ingress carried, on the receiving thread.
 std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, double gbps,
-                                                std::function<bool(int peer)> across = {});
+                                                std::function<bool(int peer)> across = {},
+                                                LinkObserver observe = {});
 
 // gbps in bytes per second (1 Gbit/s = 1.25e8 B/s); checks gbps > 0.
 double link_bytes_per_s(double gbps);

@@ -1,6 +1,7 @@
 // launch_child.cpp: the program test_launch.cpp starts under dplab-run. One mode per test:
 //   print                 print this rank's launcher variables
-//   fail RANK CODE        rank RANK exits with CODE after 0.3 s; the others sleep 60 s
+//   fail RANK CODE        rank RANK exits with CODE after 0.3 s; the others print "rank R
+//                         sleeps" (the test's sign that they are up), then sleep 60 s
 //   stubborn RANK CODE    like fail, but the others ignore SIGTERM (only SIGKILL stops them)
 //   lines                 two stdout lines (the second without a newline) and one stderr line
 //   rendezvous            meet through the TCPStore at MASTER_ADDR:MASTER_PORT, exchange
@@ -33,8 +34,10 @@ static int store_exchange(bool lie_about_world) {
   par::RankInfo info = par::rank_info_from_env();
   int world = info.world_size;
   if (lie_about_world && info.rank == info.world_size - 1) world += 1;
-  auto store = par::make_store("env://", info.rank, world, par::Seconds(5.0));
-  par::rendezvous(*store, info.rank, world, par::Seconds(5.0));
+  // 30 s: long enough for the last rank to start on a loaded machine; a world-size lie is
+  // found as soon as both sides are there, without waiting for it
+  auto store = par::make_store("env://", info.rank, world, par::Seconds(30.0));
+  par::rendezvous(*store, info.rank, world, par::Seconds(30.0));
   store->set("value/" + std::to_string(info.rank), std::to_string(10 * (info.rank + 1)));
   int64_t sum = 0;
   for (int r = 0; r < world; ++r) sum += std::stoll(store->get("value/" + std::to_string(r)));
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         return std::atoi(argv[3]);
       }
+      std::printf("rank %d sleeps\n", rank);
+      std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::seconds(60));
       return 0;
     }
@@ -83,7 +88,7 @@ int main(int argc, char** argv) {
     if (mode == "init" && (argc == 3 || argc == 4)) {
       par::init_process_group({.engine = argc == 4 ? argv[3] : "ring",
                                .init_method = argv[2],
-                               .timeout = par::Seconds(10.0)});
+                               .timeout = par::Seconds(30.0)});  // a guard: they all come
       dplab::Tensor t = dplab::full({5}, static_cast<double>(par::get_rank() + 1));
       par::default_process_group().all_reduce(t);
       std::printf("rank %d of %d all_reduce %.0f\n", par::get_rank(), par::get_world_size(),
@@ -93,7 +98,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (mode == "mpi-early-exit") {
-      par::init_process_group({.engine = "mpi", .timeout = par::Seconds(2.0)});
+      // 5 s: rank 1's exit barrier gives up after 5 s, rank 0's watchdog only after 5 s plus
+      // its 2.5 s grace, so rank 1's reason is the one that ends the job even if it runs late
+      par::init_process_group({.engine = "mpi", .timeout = par::Seconds(5.0)});
       if (par::get_rank() == 1) {
         std::fprintf(stderr, "rank 1 leaves early\n");
         return 1;  // MPI_Finalize at exit would wait for rank 0 forever without the exit barrier

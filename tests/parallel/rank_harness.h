@@ -31,20 +31,33 @@ inline std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) {
   return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {});
 }
 
-// Runs body on `n` threads, one process group each; rethrows the first rank's exception.
-// Start-up and collectives wait kHarnessTimeout unless a test asks for less: long enough to
-// hold on a loaded machine (load 7 on 2 cores made 10 s too short for a forked start-up),
-// and a test that expects a timeout sets its own short one.
+// Start-up waits kHarnessTimeout, and so do collectives unless a test asks for less: long
+// enough to hold on a loaded machine (load 7 on 2 cores made 10 s too short for a forked
+// start-up); a test that expects a timeout sets its own short one, which then only ever
+// measures its collectives (start_together).
 inline constexpr Seconds kHarnessTimeout{30.0};
 
+// Every rank checks in on the store (whose timeout is kHarnessTimeout) before any group is
+// made: a thread or a child that the scheduler starts late cannot run out a test's short
+// timeout before the test's first collective, and the group's own set-up then meets ranks
+// that are all there.
+inline void start_together(Store& store, int rank, int n) {
+  store.set("harness/here/" + std::to_string(rank), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back("harness/here/" + std::to_string(r));
+  store.wait(keys);
+}
+
+// Runs body on `n` threads, one process group each; rethrows the first rank's exception.
 inline void run_threads(int n, const RankBody& body, ProcessGroupOptions opts = {}) {
   if (opts.timeout == kDefaultTimeout) opts.timeout = kHarnessTimeout;
-  auto store = std::make_shared<HashStore>(opts.timeout);
+  auto store = std::make_shared<HashStore>(kHarnessTimeout);
   std::vector<std::exception_ptr> errors(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
+        start_together(*store, r, n);
         auto pg = create_process_group(store, r, n, opts);
         body(*pg);
       } catch (...) {
@@ -87,7 +100,8 @@ inline std::vector<Outcome> run_processes(int n, const RankBody& body,
       std::string msg = "ok";
       int code = 0;
       try {
-        auto store = std::make_shared<FileStore>(path, n, opts.timeout);
+        auto store = std::make_shared<FileStore>(path, n, kHarnessTimeout);
+        start_together(*store, r, n);
         auto pg = create_process_group(store, r, n, opts);
         body(*pg);
       } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 // test_collectives_shm.cpp: the shm transport with real forked processes, N = 1..4:
 // all_reduce ring and star, broadcast, all_gather, reduce_scatter, barrier, send/recv
 // against a serial reference; a rank that throws and a rank that is SIGKILLed make the
-// others fail with a CommError naming it well within the timeout; nothing is left in
+// others fail with a CommError naming it, propagated rather than timed out; nothing is left in
 // /dev/shm afterwards. The thread tests cover the protocol in depth; these cover processes.
 // Read next: benchmarks/allreduce.cpp.
 #include <dirent.h>
@@ -10,7 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -203,10 +202,13 @@ TEST_CASE("shm: broadcast, all_gather, reduce_scatter, barrier, send/recv") {
   }
 }
 
+// In the two tests below the collectives wait the harness's long timeout (30 s): failing
+// fast shows in the message, which says the failure was propagated (the failed rank's own
+// reason, or that its process died) and not "timed out", whatever the load made of the
+// seconds. A group that did not propagate would end only at the timeout, saying so.
 TEST_CASE("shm: a rank that throws makes the others fail fast with a message naming it") {
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
-    auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
+    CAPTURE(algorithm_name(a));
     auto out = run_processes(
         4,
         [](ProcessGroup& pg) {
@@ -214,26 +216,23 @@ TEST_CASE("shm: a rank that throws makes the others fail fast with a message nam
       Tensor t = make(pg.rank(), 300000);
       pg.all_reduce(t);
         },
-        opts);
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    CHECK(secs < 2.5);
+        {.engine = algorithm_name(a)});
     CHECK(out[2].message == "rank 2 failed on purpose");
     for (int r : {0, 1, 3}) {
       CAPTURE(r);
       CAPTURE(out[r].message);
       CHECK_FALSE(out[r].ok);
-      CHECK(out[r].message.find("rank 2") != std::string::npos);
       CHECK(out[r].message.find("all_reduce") != std::string::npos);
+      CHECK(out[r].message.find("failed because rank 2 failed") != std::string::npos);
+      CHECK(out[r].message.find("timed out") == std::string::npos);
     }
   }
 }
 
-TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
+TEST_CASE("shm: a SIGKILLed rank is detected by its peers, not waited for until the timeout") {
   const int before = dplab_segments_in_dev_shm();
   for (Algorithm a : {Algorithm::Ring, Algorithm::Star}) {
     CAPTURE(algorithm_name(a));
-    auto start = std::chrono::steady_clock::now();
-    ProcessGroupOptions opts{.engine = algorithm_name(a), .timeout = Seconds(3.0)};
     auto out = run_processes(
         4,
         [](ProcessGroup& pg) {
@@ -242,15 +241,15 @@ TEST_CASE("shm: a SIGKILLed rank is detected by its peers within the timeout") {
       if (pg.rank() == 3) raise(SIGKILL);
       pg.all_reduce(t);
         },
-        opts);
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    CHECK(secs < 3.0);
+        {.engine = algorithm_name(a)});
     CHECK(out[3].signal == SIGKILL);
     for (int r : {0, 1, 2}) {
       CAPTURE(r);
       CAPTURE(out[r].message);
       CHECK_FALSE(out[r].ok);
       CHECK(out[r].message.find("rank 3") != std::string::npos);
+      CHECK(out[r].message.find("died") != std::string::npos);
+      CHECK(out[r].message.find("timed out") == std::string::npos);
     }
   }
   CHECK(dplab_segments_in_dev_shm() == before);

@@ -1,13 +1,15 @@
 // test_hang_report.cpp: naming the rank that stopped making progress. The diagnosis itself
 // on hand-made snapshots (chains of waits, a stopped process, a silent wait, a cycle, ranks
 // a collective behind), then ranks as threads where one rank skips a collective: every
-// other rank's error must name it, not the neighbour it happened to wait on. And the
-// timeout's environment variable, DPLAB_TIMEOUT.
+// other rank's error must name it, not the neighbour it happened to wait on; the mpi
+// engine's watchdog, which names the rank that never reports being stuck. And the
+// timeout's environment variables, DPLAB_TIMEOUT and DPLAB_RENDEZVOUS_TIMEOUT.
 // Read next: tests/faults/test_faults.cpp (the same with real processes and SIGSTOP).
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <latch>
 #include <mutex>
 #include <thread>
 
@@ -116,11 +118,16 @@ TEST_CASE("ranks a collective behind the others are listed as out of step, NCCL-
 }
 
 TEST_CASE("threads: a rank that skips a collective is named by every rank that waited on it") {
+  // Ranks 1-3 wait for rank 0 in all_reduce #2, which rank 0 never calls. The report is
+  // right only if all three are inside #2 when the first one times out: a latch lets them
+  // start #2 together, and the timeout (3 s, which also covers making the group and #1)
+  // is far longer than the moment from the latch into the collective, whatever the load.
   for (Algorithm algo : {Algorithm::Ring, Algorithm::Star}) {
     CAPTURE(algorithm_name(algo));
     constexpr int kRanks = 4;
     std::vector<std::string> messages(kRanks);
     std::atomic<int> finished{0};
+    std::latch at_second(kRanks - 1);
     run_threads(
         kRanks,
         [&](ProcessGroup& pg) {
@@ -130,6 +137,7 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
         while (finished < kRanks - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         return;
       }
+      at_second.arrive_and_wait();
       try {
         pg.all_reduce(t, ReduceOp::Sum, algo);
       } catch (const CommError& e) {
@@ -137,7 +145,7 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
       }
       ++finished;
         },
-        {.engine = "ring", .timeout = Seconds(0.5)});
+        {.engine = "ring", .timeout = Seconds(3.0)});
     for (int r = 1; r < kRanks; ++r) {
       CAPTURE(messages[r]);
       CHECK(has(messages[r], "rank 0 stopped making progress"));
@@ -150,30 +158,46 @@ TEST_CASE("threads: a rank that skips a collective is named by every rank that w
 namespace {
 
 // n watchdogs over one HashStore, as the ranks of an mpi group would have; messages[r] gets
-// what rank r's watchdog reports (the mpi engine would print it and abort).
+// what rank r's watchdog reports (the mpi engine would print it and abort). Their clock is
+// the test's: it stands still until time_out() moves it past the 0.3 s timeout, so only the
+// collectives the test leaves open time out, however long the scheduler pauses the test
+// between a begin() and its end(). A rank whose collective timed out then waits kGrace for
+// the others to file theirs: 5 s, not the 1 s grace(0.3 s) would give, so that a stuck
+// rank's watch thread that runs late still files in time and only the rank that is not
+// stuck at all is named. Ranks that all file end the wait at once.
+constexpr Seconds kGrace{5.0};
 struct Watchdogs {
+  using Clock = CollectiveWatchdog::Clock;
   std::shared_ptr<HashStore> store = std::make_shared<HashStore>();
   std::vector<std::string> messages;
   std::mutex mu;
+  const Clock::time_point start = Clock::now();
+  std::atomic<Clock::rep> moved{0};  // how far time_out() moved the clock
   std::vector<std::unique_ptr<CollectiveWatchdog>> dogs;
   Watchdogs(int n, CollectiveWatchdog::Connect connect = nullptr) : messages(n) {
     // the watchdogs' own view of the store, as create_process_group gives them
     auto view = std::make_shared<PrefixStore>("pg0/watchdog", store);
     if (!connect) connect = [view](Seconds) -> std::shared_ptr<Store> { return view; };
+    auto now = [this] { return start + Clock::duration(moved.load()); };
     for (int r = 0; r < n; ++r)
-      dogs.push_back(std::make_unique<CollectiveWatchdog>(connect, r, n, Seconds(0.3),
-                                                          [this, r](const std::string& why) {
+      dogs.push_back(std::make_unique<CollectiveWatchdog>(
+          connect, r, n, Seconds(0.3),
+          [this, r](const std::string& why) {
         std::lock_guard<std::mutex> lock(mu);
         messages[r] = why;
-      }));
+          },
+          CollectiveWatchdog::Options{.grace = kGrace, .now = now}));
   }
+  // Every collective open now has run past the timeout.
+  void time_out() { moved += std::chrono::duration_cast<Clock::duration>(Seconds(0.31)).count(); }
   std::string message(int r) {
     std::lock_guard<std::mutex> lock(mu);
     return messages[r];
   }
-  // waits until the given ranks have reported (grace is 1 s at this timeout)
+  // waits until the given ranks have reported (a watch tick, then at most kGrace); the
+  // deadline only guards against a hang
   void wait_for(std::vector<int> ranks) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     for (int r : ranks)
       while (message(r).empty() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -190,13 +214,15 @@ TEST_CASE("watchdog (mpi engine): the rank that never reports being stuck is the
   }
   w.dogs[1]->begin("all_reduce");  // ranks 1 and 2 block in #2; rank 0 is busy elsewhere
   w.dogs[2]->begin("all_reduce");
+  w.time_out();
   w.wait_for({1, 2});
   for (int r : {1, 2}) {
     CAPTURE(w.message(r));
     CHECK(has(w.message(r), fmt::format("rank {}: all_reduce #2 did not finish within 0.3 s", r)));
     CHECK(has(w.message(r), "rank 0 stopped making progress: it did not report"));
+    CHECK(has(w.message(r), "in a collective within 5.0 s"));  // the grace it was given
   }
-  CHECK(w.message(0).empty());  // never in a collective long enough
+  CHECK(w.message(0).empty());  // not in a collective when the clock moved
   // the reports went under the watchdogs' own keys: the view's prefix, then the rank
   CHECK(w.store->check({"pg0/watchdog/1", "pg0/watchdog/2"}));
 }
@@ -206,6 +232,7 @@ TEST_CASE("watchdog: ranks in different collectives are reported out of step") {
   w.dogs[0]->begin("broadcast");
   w.dogs[1]->begin("all_reduce");
   w.dogs[2]->begin("all_reduce");
+  w.time_out();
   w.wait_for({0, 1, 2});
   for (int r = 0; r < 3; ++r) {
     CAPTURE(w.message(r));
@@ -220,6 +247,7 @@ TEST_CASE("watchdog: a store that does not answer names its host, rank 0") {
     throw CommError("connecting to 127.0.0.1:1 timed out");
   });
   w.dogs[1]->begin("barrier");
+  w.time_out();
   w.wait_for({1});
   CAPTURE(w.message(1));
   CHECK(has(w.message(1),
@@ -245,4 +273,21 @@ TEST_CASE("DPLAB_TIMEOUT decides when no timeout is given; a given one wins; jun
                        doctest::Contains("timeout must be a number "
                                          "of seconds in (0, 604800], got 1e+308"),
                        Error);
+}
+
+TEST_CASE(
+    "the rendezvous has its own timeout: given, else DPLAB_RENDEZVOUS_TIMEOUT, else the timeout") {
+  ::unsetenv("DPLAB_RENDEZVOUS_TIMEOUT");
+  CHECK(resolve_rendezvous_timeout(std::nullopt, Seconds(3.0)).count() == doctest::Approx(3.0));
+  ::setenv("DPLAB_RENDEZVOUS_TIMEOUT", "90", 1);
+  CHECK(resolve_rendezvous_timeout(std::nullopt, Seconds(3.0)).count() == doctest::Approx(90.0));
+  CHECK(resolve_rendezvous_timeout(Seconds(5.0), Seconds(3.0)).count() == doctest::Approx(5.0));
+  ::setenv("DPLAB_RENDEZVOUS_TIMEOUT", "nan", 1);
+  CHECK_THROWS_WITH_AS(
+      resolve_rendezvous_timeout(std::nullopt, Seconds(3.0)),
+      doctest::Contains("DPLAB_RENDEZVOUS_TIMEOUT='nan' is not a number of seconds in (0, 604800]"),
+      Error);
+  ::unsetenv("DPLAB_RENDEZVOUS_TIMEOUT");
+  CHECK_THROWS_WITH_AS(resolve_rendezvous_timeout(Seconds(-1.0), Seconds(3.0)),
+                       doctest::Contains("rendezvous_timeout must be a number of seconds"), Error);
 }

@@ -1,14 +1,17 @@
 // test_link_model.cpp: the emulated per-rank link (transport/link_model.h).
-// The virtual clock's arithmetic is checked exactly; the rest is checked through the
-// bounds the model guarantees: a wait never ends early, so a transfer of b bytes on a link
-// of B bytes/s takes at least b/B, and the ring and the star must spend at least their
+// The virtual clock's arithmetic is checked exactly, on the times the model books (LinkModel's
+// bookings, PacedTransport's arrivals), which no scheduler delay can move; the rest through
+// the bounds the model guarantees: a wait never ends early, so a transfer of b bytes on a
+// link of B bytes/s takes at least b/B, and the ring and the star must spend at least their
 // textbook volumes over the busiest link: ring 2(N-1)/N * S per rank, star 2(N-1) * S at
-// the master. Their ratio, N at large sizes, is checked with a wide margin.
+// the master. No check here has an upper bound on wall time.
 // Read next: test_collectives_threads.cpp.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "framework/error.h"
 #include "framework/ops/ops.h"
@@ -27,6 +30,7 @@ namespace {
 double seconds_since(LinkClock::time_point t) {
   return std::chrono::duration<double>(LinkClock::now() - t).count();
 }
+double ms(LinkClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // Wall time of one all_reduce of `elems` floats on `n` threads with links of `gbps`;
 // checks the sums too (every rank adds 1..n, so each element is n(n+1)/2).
@@ -50,8 +54,10 @@ double timed_all_reduce(int n, int64_t elems, double gbps, Algorithm algo) {
 }
 
 // Two ranks on threads, joined by the thread transport (a mailbox), wrapped in a paced link
-// of `gbps` unless gbps is 0; body(rank, transport) runs on each.
-void run_pair(double gbps, const std::function<void(int, Transport&)>& body) {
+// of `gbps` unless gbps is 0; body(rank, transport) runs on each. `observe` hears what
+// rank 1's ingress carried.
+void run_pair(double gbps, const std::function<void(int, Transport&)>& body,
+              LinkObserver observe = {}) {
   HashStore store(Seconds{30});
   std::exception_ptr errors[2];
   std::vector<std::thread> threads;
@@ -59,7 +65,8 @@ void run_pair(double gbps, const std::function<void(int, Transport&)>& body) {
     threads.emplace_back([&, r] {
       try {
         std::unique_ptr<Transport> t = make_thread_transport(store, r, 2, Seconds{30});
-        if (gbps > 0) t = make_paced_transport(std::move(t), gbps);
+        if (gbps > 0)
+          t = make_paced_transport(std::move(t), gbps, {}, r == 1 ? observe : LinkObserver{});
         body(r, *t);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -90,31 +97,53 @@ TEST_CASE("a mailbox segment carries its note to the receiver") {
 
 TEST_CASE("an emulated link carries bytes while their receiver is busy elsewhere") {
   // 0.01 Gbit/s = 1.25e6 bytes/s: a segment of 125000 bytes is 100 ms on the wire. Rank 0
-  // sends two at once (the second queues behind the first on its egress: 100..200 ms).
-  // Rank 1 takes the first at once: never before its 100 ms. It then looks for the second
-  // only at 500 ms, when the bytes are long in: they are usable then, not 100 ms later, as
-  // a NIC's buffer would hold them while the process computed.
+  // sends two at once: the second queues behind the first on its egress and starts down the
+  // wire when the first is through. Rank 1 takes the first, then is busy elsewhere until
+  // 300 ms after rank 0 has sent both, when the second is long in: its ingress carried it
+  // from the moment it was on the wire, as a NIC's buffer fills while its process computes,
+  // so it was usable at on_wire + 100 ms, not 100 ms after rank 1 looked. The times are
+  // the link's bookings (virtual), which a late thread cannot move.
   const std::size_t bytes = 125000;
+  const double wire_ms = 100.0;
   std::vector<std::byte> buf(bytes);
-  double first = 0, second = 0;
-  const auto t0 = LinkClock::now();
-  run_pair(0.01, [&](int rank, Transport& t) {
+  std::vector<LinkArrival> arrivals;  // rank 1's, in order
+  std::atomic<bool> both_sent{false};
+  LinkClock::time_point first_used{}, looked{};
+  run_pair(
+      0.01,
+      [&](int rank, Transport& t) {
     if (rank == 0) {
       t.send_segment(1, buf.data(), bytes);
       t.send_segment(1, buf.data(), bytes);
+      both_sent = true;
       return;
     }
     auto ignore = [](const void*, std::size_t) {};
     t.recv_segment(0, ignore);
-    first = seconds_since(t0);
-    std::this_thread::sleep_until(t0 + std::chrono::milliseconds(500));
+    first_used = LinkClock::now();
+    while (!both_sent) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Busy elsewhere. The second segment starts down the wire at most 100 ms after rank 0's
+    // send returned (it queues behind the first), so it is in 200 ms after; rank 1 looks
+    // 300 ms after (a sleep never ends early), when the bytes are in whatever the scheduler did.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    looked = LinkClock::now();
     t.recv_segment(0, ignore);
-    second = seconds_since(t0);
-  });
-  MESSAGE("first segment at ", first * 1e3, " ms, second at ", second * 1e3, " ms");
-  CHECK(first >= 0.1);
-  CHECK(second >= 0.5);
-  CHECK(second < 0.57);  // from when the receiver looked it would be 0.6
+      },
+      [&](const LinkArrival& a) { arrivals.push_back(a); });
+  REQUIRE(arrivals.size() == 2);
+  const LinkArrival &first = arrivals[0], &second = arrivals[1];
+  MESSAGE("second segment on the wire ", ms(second.on_wire - first.on_wire),
+          " ms after the first, carried ", ms(second.carried - second.on_wire),
+          " ms after that; rank 1 looked ", ms(looked - second.carried), " ms after it was in");
+  CHECK(first.bytes == bytes);
+  CHECK(first.peer == 0);
+  CHECK(ms(first.carried - first.on_wire) == doctest::Approx(wire_ms));  // the ingress was idle
+  CHECK(first_used >= first.carried);  // a segment is usable once carried, never before
+  CHECK(ms(second.on_wire - first.on_wire) >= wire_ms - 1e-6);  // queued on rank 0's egress
+  // The property: carried from when it was on the wire. Had the ingress started it when
+  // rank 1 looked, it would be carried at looked + 100 ms, after rank 1 looked.
+  CHECK(ms(second.carried - second.on_wire) == doctest::Approx(wire_ms));
+  CHECK(second.carried < looked);
 }
 
 TEST_CASE("a link direction books transfers back to back on a virtual clock") {
@@ -131,28 +160,40 @@ TEST_CASE("a link direction books transfers back to back on a virtual clock") {
 }
 
 TEST_CASE("a link model serialises copies that share an endpoint, not others") {
-  // 2.5e7 bytes at 1 Gbit/s = 0.2 s per copy
+  // 2.5e7 bytes at 1 Gbit/s = 200 ms per copy. Two copies asked for at the same instant t0:
+  // when each would end, on the virtual clock.
   const int64_t bytes = 25'000'000;
-  auto run_pair = [&](int from_a, int to_a, int from_b, int to_b) {
+  const auto t0 = LinkClock::now();
+  auto ends = [&](int from_a, int to_a, int from_b, int to_b) {
     LinkModel links(4, 1.0);
-    auto start = LinkClock::now();
-    std::thread a([&] { links.transfer(from_a, to_a, bytes); });
-    std::thread b([&] { links.transfer(from_b, to_b, bytes); });
-    a.join();
-    b.join();
-    return seconds_since(start);
+    const double a = ms(links.book(from_a, to_a, bytes, t0) - t0);
+    const double b = ms(links.book(from_b, to_b, bytes, t0) - t0);
+    return std::vector<double>{a, b};
   };
-  CHECK(run_pair(1, 0, 2, 0) >= 0.4);         // both into device 0: its ingress carries 2 x 0.2 s
-  CHECK(run_pair(0, 1, 0, 2) >= 0.4);         // both out of device 0 (a broadcast from the master)
-  const double apart = run_pair(1, 0, 2, 3);  // disjoint endpoints: in parallel
-  CHECK(apart >= 0.2);
-  CHECK(apart < 0.35);
+  using doctest::Approx;
+  auto both_into_0 = ends(1, 0, 2, 0);  // device 0's ingress carries one after the other
+  CHECK(both_into_0[0] == Approx(200.0));
+  CHECK(both_into_0[1] == Approx(400.0));
+  auto both_out_of_0 = ends(0, 1, 0, 2);  // a broadcast from the master: its egress, in turn
+  CHECK(both_out_of_0[0] == Approx(200.0));
+  CHECK(both_out_of_0[1] == Approx(400.0));
+  auto apart = ends(1, 0, 2, 3);  // disjoint endpoints: side by side
+  CHECK(apart[0] == Approx(200.0));
+  CHECK(apart[1] == Approx(200.0));
   LinkModel links(2, 1.0);
-  auto start = LinkClock::now();
-  links.transfer(1, 1, bytes);  // a device to itself crosses no link
-  CHECK(seconds_since(start) < 0.1);
+  CHECK(links.book(1, 1, bytes, t0) == t0);  // a device to itself crosses no link
   CHECK_THROWS_WITH_AS(links.transfer(0, 2, 1), doctest::Contains("endpoints must be in [0, 2)"),
                        Error);
+
+  // transfer() books from two threads at once and waits for its booking's end: the second
+  // copy into device 0 cannot be done before 400 ms (a wait never ends early)
+  LinkModel shared(4, 1.0);
+  const auto start = LinkClock::now();
+  std::thread a([&] { shared.transfer(1, 0, bytes); });
+  std::thread b([&] { shared.transfer(2, 0, bytes); });
+  a.join();
+  b.join();
+  CHECK(seconds_since(start) >= 0.4);
 }
 
 TEST_CASE("over emulated links the star's master is the bottleneck the ring avoids") {
