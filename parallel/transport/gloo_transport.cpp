@@ -4,8 +4,11 @@
 // Receives on one pair and slot are matched in the order they were posted, and TCP keeps
 // the sender's order, so the k-th segment a rank sends to a peer fills that peer's k-th
 // posted receive: buffer k % kGlooDepth.
-// A wait that fails (timeout, or the peer's connection gone) becomes a CommError; the reason
-// a failed peer filed in the store ("failed/<rank>") is added when it is there. mark_failed
+// Every gloo error (a wait that times out, the peer's connection gone, a receive that could
+// not be posted, also by the constructor) becomes one CommError naming this rank, the peer
+// and the collective, with the reason a failed peer filed in the store ("failed/<rank>")
+// when it is there. A receive that cannot be posted (the peer reset the connection, perhaps
+// while this rank was still being set up) fails the wait that needs it. mark_failed
 // files the reason and asks for a hard close (gloo's Pair::close sets SO_LINGER 0): peers
 // stop waiting when this process exits and its connections reset, or at their timeout.
 // Read next: node_transport.cpp.
@@ -122,8 +125,7 @@ class GlooTransport final : public Transport {
         l.recv_mem[k].resize(8 + segment_);
         l.send[k] = context_->createUnboundBuffer(l.send_mem[k].data(), l.send_mem[k].size());
         l.recv[k] = context_->createUnboundBuffer(l.recv_mem[k].data(), l.recv_mem[k].size());
-        l.recv[k]->recv(p, kSlot);  // posted ahead: the peer's first segments land at once
-        l.recv_posted[k] = true;
+        post_recv(p, l, k);  // posted ahead: the peer's first segments land at once
       }
     }
   }
@@ -164,10 +166,7 @@ class GlooTransport final : public Transport {
                     const std::function<void(const void* data, std::size_t len)>& use) override {
     Link& l = link(peer);
     const int k = static_cast<int>(l.received++ % kGlooDepth);
-    if (!l.recv_posted[k])
-      throw CommError(fmt::format("rank {}: gloo transport: receive from rank {} in {} failed: "
-                                  "its connection was closed ({})",
-                                  rank(), peer, collective_, l.post_error));
+    if (!l.recv_posted[k]) fail(peer, "receive from", "its connection was closed: " + l.post_error);
     wait(peer, "receive from", [&] { l.recv[k]->waitRecv(ms()); });
     uint64_t n = 0;
     std::memcpy(&n, l.recv_mem[k].data(), 8);
@@ -176,15 +175,7 @@ class GlooTransport final : public Transport {
                                   "more than the {} this group's segments hold",
                                   rank(), peer, n, segment_));
     use(l.recv_mem[k].data() + 8, n);
-    // The buffer is free again: post it for a later segment. A peer that has finished and
-    // closed its connection refuses the post; that matters only if we wait on it again.
-    try {
-      l.recv[k]->recv(peer, kSlot);
-      l.recv_posted[k] = true;
-    } catch (const gloo::Exception& e) {
-      l.recv_posted[k] = false;
-      l.post_error = e.what();
-    }
+    post_recv(peer, l, k);  // the buffer is free again: post it for a later segment
   }
 
   void mark_failed(const std::string& why) override {
@@ -219,21 +210,38 @@ class GlooTransport final : public Transport {
   std::chrono::milliseconds ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(timeout_);
   }
-  // Runs one gloo wait; any failure becomes a CommError naming both ranks and the collective.
+  // Posts receive k from peer. A peer that has reset or closed its connection (it finished,
+  // or died, perhaps before this rank's constructor ran) refuses the post; that matters only
+  // if we wait on that buffer, and then the wait fails naming the peer (recv_segment).
+  void post_recv(int peer, Link& l, int k) {
+    try {
+      l.recv[k]->recv(peer, kSlot);
+      l.recv_posted[k] = true;
+    } catch (const gloo::Exception& e) {
+      l.recv_posted[k] = false;
+      l.post_error = e.what();
+    }
+  }
+  // Runs one gloo call; any failure becomes a CommError naming both ranks and the collective.
   template <class F>
   void wait(int peer, const char* what, F&& f) {
     try {
       f();
     } catch (const gloo::Exception& e) {
-      std::string reason = failure_of(peer);
-      throw CommError(fmt::format(
-          "rank {}: gloo transport: {} rank {} in {} failed{}: {}{}", rank(), what, peer,
-          collective_,
-          std::strstr(e.what(), "imed out")
-              ? fmt::format(" (no progress within the timeout, {:.1f} s)", timeout_.count())
-              : "",
-          e.what(), reason.empty() ? "" : "; " + reason));
+      fail(peer, what, e.what());
     }
+  }
+  // The one message of every failure: this rank, what it did with which peer, in which
+  // collective, gloo's words, and the reason a failed rank filed.
+  [[noreturn]] void fail(int peer, const char* what, const std::string& gloo_says) {
+    std::string reason = failure_of(peer);
+    throw CommError(fmt::format(
+        "rank {}: gloo transport: {} rank {} in {} failed{}: {}{}", rank(), what, peer,
+        collective_,
+        gloo_says.find("imed out") != std::string::npos
+            ? fmt::format(" (no progress within the timeout, {:.1f} s)", timeout_.count())
+            : "",
+        gloo_says, reason.empty() ? "" : "; " + reason));
   }
   // What a failed rank filed, the awaited peer's first; "" when nobody filed.
   std::string failure_of(int peer) {
