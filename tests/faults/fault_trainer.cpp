@@ -1,11 +1,13 @@
 // fault_trainer.cpp: the long-running DDP program that the fault-injection suite starts under
 // dplab-run (or mpirun) and then kills, stops or interrupts.
 //   fault_trainer BACKEND STEPS [CHECKPOINT_PATH CHECKPOINT_MB]
-// Every rank prints "rank R pid P ready" once its process group is up, so the suite knows
-// whom to hit; rank 0 prints "step S" after each step, and with a checkpoint path it saves a
-// CHECKPOINT_MB file there every step ("saving S" before, "saved S" after), which makes a
-// window a signal can land in. Ends with "done" on rank 0; an error exits 3 with the message.
-// The collectives' timeout comes from DPLAB_TIMEOUT (the suite sets a short one).
+// Every rank prints "rank R pid P ready" once the group it trains with is up, so the suite
+// knows whom to hit; rank 0 prints "step S" after each step, and with a checkpoint path it
+// saves a CHECKPOINT_MB file there every step ("saving S" before, "saved S" after), which
+// makes a window a signal can land in. Ends with "done" on rank 0; an error exits 3 with the
+// message.
+// Two timeouts: start-up waits DPLAB_RENDEZVOUS_TIMEOUT (the suite: 60 s), training's
+// collectives DPLAB_TIMEOUT (the suite: a short one, after which a stopped rank is named).
 // Read next: test_faults.cpp.
 #include <unistd.h>
 
@@ -24,15 +26,32 @@ namespace par = dplab::parallel;
 
 namespace {
 
+// The group that trains. The default group is made with the rendezvous timeout: exec'ing
+// and loading N ranks on a loaded machine, and their set-up (the shared block, or MPI's), are
+// not what a fault drill tests. Once every rank has met on it (a barrier), the training group
+// is made with the collectives' short timeout: its set-up then starts on every rank at once,
+// as a collective does.
+std::shared_ptr<par::ProcessGroup> training_group(const std::string& engine) {
+  const par::Seconds collectives = par::resolve_timeout(std::nullopt);
+  par::init_process_group(
+      {.engine = engine, .timeout = par::resolve_rendezvous_timeout(std::nullopt, collectives)});
+  par::default_process_group().barrier();
+  auto store = par::default_store();
+  auto group = par::create_process_group(store, par::get_rank(), par::get_world_size(),
+                                         {.engine = engine, .timeout = collectives});
+  store->set_timeout(collectives);  // as init_process_group leaves it
+  return group;
+}
+
 void train(const std::string& engine, int steps, const std::string& checkpoint, int checkpoint_mb) {
-  par::init_process_group({.engine = engine});
-  const int rank = par::get_rank();
+  auto group = training_group(engine);
+  const int rank = group->rank();
   std::printf("rank %d pid %d ready\n", rank, static_cast<int>(getpid()));
   std::fflush(stdout);
 
   manual_seed(static_cast<uint64_t>(rank));
   auto model = std::make_shared<models::MLP>(784, std::vector<int64_t>{128});
-  par::DistributedDataParallel ddp(model);
+  par::DistributedDataParallel ddp(model, {.process_group = group});
   optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = 0.9});
   Tensor x = randn({32, 784});
   Tensor y = randint(0, 10, {32}, {.dtype = DType::Int64});

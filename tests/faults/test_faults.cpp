@@ -2,8 +2,14 @@
 // (or mpirun), hits it at a random moment (kill -9 a rank, SIGSTOP a rank, kill or hang up
 // or interrupt the launcher, kill during the shared-memory set-up or a checkpoint save), and
 // asserts what a user would check: the exit status, that the message names the right rank,
-// how long the job took to end, that no process of the job is left (by session id), that
-// /dev/shm holds nothing of ours, and that a checkpoint's final path never holds half a file.
+// that the job ends, that no process of the job is left (by session id), that /dev/shm holds
+// nothing of ours, and that a checkpoint's final path never holds half a file.
+// No verdict rests on how fast a loaded machine is. Start-up has the long
+// DPLAB_RENDEZVOUS_TIMEOUT and only training's collectives the short DPLAB_TIMEOUT
+// (fault_trainer.cpp). dplab-run reaps every rank before it exits, so "nothing is left" is
+// checked the moment the launcher has ended; only where the launcher itself was killed do the
+// ranks end on their own (the parent-death signal), and there a generous guard waits for them.
+// Every other wait is a hang guard of tens of seconds, never a speed limit.
 // Timing is random (FAULT_SEED replays it; FAULT_TRIALS=k runs k times as many trials).
 // Read next: fault_harness.h, fault_trainer.cpp.
 #include <doctest/doctest.h>
@@ -23,8 +29,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr double kTimeout = 3.0;   // DPLAB_TIMEOUT for the ranks: a stopped rank is found after it
+constexpr double kTimeout = 3.0;   // DPLAB_TIMEOUT for training: a stopped rank is found after it
+constexpr double kStartUp = 60.0;  // DPLAB_RENDEZVOUS_TIMEOUT: exec, loading and meeting
 constexpr double kGrace = 1.0;     // dplab-run --grace-period: SIGTERM, then SIGKILL after it
+// How long a job may take to end, or its ranks to go, before we call it hung. Only a hang
+// takes this long; it is no verdict on speed. It stays below kStartUp, so that a rank left
+// waiting in the rendezvous for a peer that was never started is still caught.
+constexpr double kHangGuard = 30.0;
 constexpr int kForever = 1000000;  // steps: the job runs until we hit it
 
 std::string env_path(const char* var) {
@@ -33,8 +44,9 @@ std::string env_path(const char* var) {
   return p;
 }
 
-std::map<std::string, std::string> job_env() {
-  return {{"DPLAB_TIMEOUT", fmt::format("{}", kTimeout)},
+std::map<std::string, std::string> job_env(double timeout = kTimeout) {
+  return {{"DPLAB_TIMEOUT", fmt::format("{}", timeout)},
+          {"DPLAB_RENDEZVOUS_TIMEOUT", fmt::format("{}", kStartUp)},
           {"OMP_NUM_THREADS", "1"},
           {"DPLAB_NUM_THREADS", "1"}};
 }
@@ -53,9 +65,10 @@ std::vector<std::string> dplab_run(const std::string& engine, int n,
   return argv;
 }
 
-// Waits until all n ranks said "ready"; their pids by rank.
+// Waits until all n ranks said "ready"; their pids by rank. The guard is above the start-up's
+// own timeout: a start-up that fails says why in the output.
 std::map<int, pid_t> wait_ready(const Job& job, int n) {
-  auto deadline = Clock::now() + std::chrono::seconds(30);
+  auto deadline = Clock::now() + std::chrono::duration<double>(kStartUp + kHangGuard);
   std::map<int, pid_t> pids;
   while (Clock::now() < deadline && static_cast<int>(pids.size()) < n) {
     wait_for_output(job, "ready", 0.05);
@@ -66,11 +79,23 @@ std::map<int, pid_t> wait_ready(const Job& job, int n) {
 }
 
 // Every job must end whole: nothing of its session left, nothing of ours in /dev/shm.
-void check_nothing_left(const Job& job, double within_s, const std::string& what) {
-  auto gone = wait_session_gone(job.pid, within_s);
-  CHECK_MESSAGE(gone.has_value(), what << ": processes of the job still run " << within_s
-                                       << " s later:\n"
-                                       << output(job));
+// Called once dplab-run has ended by itself: it waits for every rank it started before it
+// exits, so a process of the job still alive now outlived it (no waiting: an event).
+void check_nothing_left(const Job& job, const std::string& what) {
+  const auto left = alive_in_session(job.pid);
+  CHECK_MESSAGE(left.empty(), what << ": " << left.size()
+                                   << " process(es) of the job outlived its launcher:\n"
+                                   << output(job));
+  CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
+}
+
+// The same where the launcher could not wait for its ranks (it was killed, and they end on
+// the parent-death signal; or mpirun, whose ranks end as MPI tears the job down): they must
+// be gone within the hang guard.
+void check_nothing_left_after_guard(const Job& job, const std::string& what) {
+  CHECK_MESSAGE(wait_session_gone(job.pid, kHangGuard).has_value(),
+                what << ": processes of the job still run " << kHangGuard << " s later:\n"
+                     << output(job));
   CHECK_MESSAGE(dplab_shm_entries().empty(), what << ": /dev/shm still holds dplab entries");
 }
 
@@ -81,8 +106,9 @@ struct Hit {
   int victim;
   pid_t pid;
 };
-Hit hit_random_rank(const std::vector<std::string>& argv, int n, int sig) {
-  Job job = start_job(argv, job_env());
+Hit hit_random_rank(const std::vector<std::string>& argv, int n, int sig,
+                    double timeout = kTimeout) {
+  Job job = start_job(argv, job_env(timeout));
   auto pids = wait_ready(job, n);
   std::this_thread::sleep_for(std::chrono::duration<double>(uniform(0.0, 0.5)));
   const int victim = std::uniform_int_distribution<int>(0, n - 1)(rng());
@@ -105,7 +131,7 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
     for (int t = 0; t < trials(2); ++t, ++count) {
       const auto [job, victim, pid] = hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGKILL);
       const auto hit = Clock::now();
-      auto st = wait_exit(job, kTimeout + kGrace + 5);
+      auto st = wait_exit(job, kHangGuard);
       const double took = std::chrono::duration<double>(Clock::now() - hit).count();
       worst = std::max(worst, took);
       const std::string what = fmt::format("{} N={} rank {} killed", s.engine, s.n, victim);
@@ -115,10 +141,11 @@ TEST_CASE("a rank killed by SIGKILL mid-training: the launcher names it and stop
                                                  pid)) != std::string::npos,
                     what << ":\n"
                          << output(job));
-      check_nothing_left(job, 2.0, what);
+      check_nothing_left(job, what);
       kill_job(job);
     }
   }
+  // a figure for the log, not a verdict: it depends on how busy the machine is
   fmt::print("kill -9 a rank: {} trials, the launcher ended at most {:.2f} s after the kill\n",
              count, worst);
 }
@@ -138,7 +165,7 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
       hits.emplace_back(s, hit_random_rank(dplab_run(s.engine, s.n), s.n, SIGSTOP));
   for (const auto& [s, hit] : hits) {
     const auto& [job, victim, pid] = hit;
-    auto st = wait_exit(job, kTimeout + kGrace + 10);
+    auto st = wait_exit(job, kTimeout + kGrace + kHangGuard);
     const std::string what = fmt::format("{} N={} rank {} stopped", s.engine, s.n, victim);
     REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
     CHECK(exit_code(*st) == 1);
@@ -148,7 +175,7 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by its peers and by the launcher") 
                       std::string::npos, what << ":\n" << out);
     CHECK_MESSAGE(out.find(fmt::format("rank {} (pid {}) is stopped", victim, pid)) !=
                       std::string::npos, what << ":\n" << out);
-    check_nothing_left(job, 2.0, what);
+    check_nothing_left(job, what);
   }
   fmt::print("SIGSTOP a rank: {} trials at once, each named the stopped rank\n", hits.size());
 }
@@ -171,20 +198,22 @@ TEST_CASE("the launcher killed, hung up or interrupted: no rank outlives it") {
         ::kill(job.pid, hit.sig);
         const std::string what =
             fmt::format("{} N={}, launcher got {}", s.engine, s.n, strsignal(hit.sig));
-        auto st = wait_exit(job, 5.0);
+        auto st = wait_exit(job, kHangGuard);
         REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end");
         CHECK_MESSAGE(exit_code(*st) == hit.expect_exit, what << ":\n" << output(job));
-        // the target: every rank gone within 5 s of the launcher's end
-        auto gone = wait_session_gone(job.pid, 5.0);
-        CHECK_MESSAGE(gone.has_value(), what << ": ranks outlived the launcher");
+        // The target: no rank outlives the launcher. A launcher that gets SIGHUP, SIGINT or
+        // SIGTERM forwards it and waits for its ranks, so none is left when it has ended. One
+        // killed by SIGKILL cannot: its ranks end on the parent-death signal, by themselves,
+        // and would otherwise train on forever, so the guard cannot hide one that stays.
+        if (hit.sig == SIGKILL) check_nothing_left_after_guard(job, what);
+        else check_nothing_left(job, what);
         worst = std::max(worst, std::chrono::duration<double>(Clock::now() - t0).count());
-        check_nothing_left(job, 0.1, what);
         kill_job(job);
       }
     }
   }
   fmt::print("launcher killed / hung up / interrupted / terminated: {} trials, every rank gone at "
-             "most {:.2f} s after the signal\n",
+             "most {:.2f} s after the signal (a figure, not a verdict)\n",
              count, worst);
 }
 
@@ -199,20 +228,28 @@ TEST_CASE("a rank killed, or Ctrl-C, during start-up (rendezvous, shared-memory 
       const bool interrupt = t % 2 == 1;
       std::string what = fmt::format("{} N={}, {} during start-up", s.engine, s.n,
                                      interrupt ? "Ctrl-C" : "kill -9 of a rank");
+      bool launcher_killed = false;
       if (interrupt) {
         ::kill(job.pid, SIGINT);
       } else {
         std::vector<pid_t> ranks;
         for (pid_t p : alive_in_session(job.pid))
           if (p != job.pid) ranks.push_back(p);
-        if (!ranks.empty())
+        if (!ranks.empty()) {
           ::kill(ranks[std::uniform_int_distribution<size_t>(0, ranks.size() - 1)(rng())], SIGKILL);
-        else ::kill(job.pid, SIGKILL);  // nothing started yet: the launcher itself
+        } else {  // nothing started yet: the launcher itself
+          ::kill(job.pid, SIGKILL);
+          launcher_killed = true;
+          what += " (the launcher: no rank was up yet)";
+        }
       }
-      auto st = wait_exit(job, kTimeout + kGrace + 10);
+      // A rank left waiting in the rendezvous for one that died would wait kStartUp (60 s):
+      // the launcher must stop it well before the guard runs out.
+      auto st = wait_exit(job, kHangGuard);
       REQUIRE_MESSAGE(st.has_value(), what << ": the launcher did not end:\n" << output(job));
       CHECK_MESSAGE(exit_code(*st) != 0, what << ": the job claims success:\n" << output(job));
-      check_nothing_left(job, 5.0, what);
+      if (launcher_killed) check_nothing_left_after_guard(job, what);
+      else check_nothing_left(job, what);
       kill_job(job);
     }
   }
@@ -239,8 +276,8 @@ TEST_CASE("killed during a checkpoint save: the final path is whole or absent, t
       // SIGINT as from Ctrl-C goes to the launcher, which forwards it; the others hit rank 0
       ::kill(sig == SIGINT ? job.pid : pids[0], sig);
       const std::string what = fmt::format("{} during save {}", strsignal(sig), step);
-      REQUIRE_MESSAGE(wait_exit(job, kTimeout + kGrace + 10).has_value(), what);
-      check_nothing_left(job, 5.0, what);
+      REQUIRE_MESSAGE(wait_exit(job, kHangGuard).has_value(), what);
+      check_nothing_left(job, what);
       if (fs::exists(ckpt)) {  // whole: it loads, and holds every byte of the padding
         auto loaded = dplab::load_safetensors(ckpt.string());
         CHECK(loaded.tensors.at("padding").numel() == (int64_t{kMb} << 18));
@@ -284,7 +321,12 @@ std::vector<std::string> mpirun(int n) {
 
 // kill -9 or SIGSTOP a random rank of an mpirun job: mpirun must end the job (the watchdog
 // aborts it when a rank is stopped, naming it), leaving nothing behind.
+// A stopped rank's job runs with a 10 s timeout: the ranks whose collective timed out give
+// each other timeout/2 (5 s) to file that they are stuck, and one that files later is named
+// as a stopped one too, so on a loaded machine, where a healthy rank's watchdog may wake a
+// second late, 3 s (a grace of 1.5 s) would name the wrong ranks.
 static void mpi_trials(int sig, const char* label) {
+  const double timeout = sig == SIGSTOP ? 10.0 : kTimeout;
   // The jobs are hit one after the other and then waited for together: a stopped rank's job
   // waits out the watchdog's timeout, and those waits overlap instead of adding up.
   std::vector<std::pair<int, Hit>> hits;
@@ -298,11 +340,12 @@ static void mpi_trials(int sig, const char* label) {
     }
   } kill_all{hits};
   for (int n : {2, 3})
-    for (int t = 0; t < trials(1); ++t) hits.emplace_back(n, hit_random_rank(mpirun(n), n, sig));
+    for (int t = 0; t < trials(1); ++t)
+      hits.emplace_back(n, hit_random_rank(mpirun(n), n, sig, timeout));
   for (const auto& [n, hit] : hits) {
     const auto& [job, victim, pid] = hit;
     const std::string what = fmt::format("mpi N={} rank {} got {}", n, victim, strsignal(sig));
-    auto st = wait_exit(job, kTimeout + 20);
+    auto st = wait_exit(job, timeout + kHangGuard);
     REQUIRE_MESSAGE(st.has_value(), what << ": mpirun did not end:\n" << output(job));
     CHECK(exit_code(*st) != 0);
     if (sig == SIGSTOP) {
@@ -310,7 +353,7 @@ static void mpi_trials(int sig, const char* label) {
                         std::string::npos, what << ":\n" << output(job));
       ::kill(pid, SIGCONT);  // if mpirun left it stopped, let kill_job's SIGKILL land
     }
-    check_nothing_left(job, 5.0, what);
+    check_nothing_left_after_guard(job, what);
   }
   fmt::print("mpi, {}: {} trials, the job ended each time{}\n", label, hits.size(),
              sig == SIGSTOP ? " and the watchdog named the stopped rank" : "");

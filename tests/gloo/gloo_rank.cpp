@@ -5,12 +5,20 @@
 //       algorithms/cost.h; then a store connection with a wrong token must be refused;
 //   ddp ENGINE: DDP trains exactly like one process on the whole batch (ddp_reference.h), and
 //       the all-reduce traffic of this rank equals cost.h's formula for the algorithm that ran;
-//   hang ENGINE: rank 1 stays out of an all_reduce; rank 0's CommError must name rank 1 as the
-//       rank that stopped, within the timeout and the grace period of the hang report;
-//   dead ENGINE: rank 1 exits before an all_reduce; rank 0's CommError must come within the
-//       timeout, naming rank 0 and the collective (and rank 1 on dplab's transport).
+//   hang ENGINE: rank 1 stays out of an all_reduce; rank 0's CommError must come from the
+//       timeout (not before it) and name rank 1 as the rank that stopped;
+//   dead ENGINE: rank 1 exits before an all_reduce; rank 0's CommError must come from the
+//       dead peer, not from the timeout, naming rank 0 and the collective (and rank 1 on
+//       dplab's transport).
+// In hang and dead modes the verdicts rest on events, not on how fast a loaded machine is:
+// start-up has the long DPLAB_RENDEZVOUS_TIMEOUT and only the group under test has the short
+// DPLAB_TIMEOUT (group_under_test); no other rank leaves before rank 0 has its error, and
+// rank 0 holds SIGTERM until it has said its verdict, so that its launcher, told by node 1's
+// that rank 1 died, cannot stop it first (run_two_nodes.sh gives the launchers a long grace
+// period before SIGKILL).
 // Prints "PASS <mode>" on success; any failed check exits 1 with the reason.
 // Read next: run_two_nodes.sh, tests/ddp/ddp_reference.h.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,7 +31,6 @@
 #include "framework/ops/ops.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
-#include "parallel/engines/collective_watchdog.h"
 #include "parallel/rendezvous/tcp_store.h"
 #include "tests/ddp/ddp_reference.h"
 
@@ -203,6 +210,94 @@ void check_ddp(std::shared_ptr<ProcessGroup> pg) {
            "transport: {}", pg->transport_name());
 }
 
+// The group hang and dead modes test. The default group is made with the rendezvous
+// timeout (the suite's 60 s): exec'ing and loading the ranks of two launchers, and gloo's
+// connect, are not what these modes check. After every rank has met on it (a barrier), the
+// group under test is made with DPLAB_TIMEOUT (the suite's short one): its set-up then
+// starts on every rank at once, as a collective does.
+std::shared_ptr<ProcessGroup> group_under_test(const std::string& engine) {
+  const Seconds collectives = resolve_timeout(std::nullopt);
+  init_process_group(
+      {.engine = engine, .timeout = resolve_rendezvous_timeout(std::nullopt, collectives)});
+  default_process_group().barrier();
+  const int world = get_world_size(), per_node = std::atoi(std::getenv("LOCAL_WORLD_SIZE"));
+  auto store = default_store();
+  auto pg = create_process_group(store, get_rank(), world,
+                                 {.engine = engine,
+                                  .timeout = collectives,
+                                  .ranks_per_node = per_node < world ? per_node : 0});
+  store->set_timeout(collectives);  // as init_process_group leaves it
+  return pg;
+}
+
+// Rank 0 files its verdict here before it prints it; the other ranks leave only after that,
+// so no rank's exit can reach rank 0 as an error of its own.
+const std::string kVerdictKey = "gloo_rank/rank0_has_its_error";
+
+// Returns once rank 0 has filed its verdict, or its store is gone (rank 0 exited), or after a
+// guard of 60 s against a hang.
+void wait_for_rank0_verdict() {
+  auto store = default_store();
+  const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  try {
+    while (!store->check({kVerdictKey}) && std::chrono::steady_clock::now() < guard)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } catch (const CommError&) {
+  }
+}
+
+void check_failure(ProcessGroup& pg, const std::string& mode, const std::string& engine) {
+  const double timeout = resolve_timeout(std::nullopt).count();
+  if (g_rank == 1) {
+    if (mode == "dead") std::_Exit(3);  // gone, without a word
+    wait_for_rank0_verdict();  // out of the all_reduce until rank 0 has its error
+    std::_Exit(0);
+  }
+  Tensor t = ramp(100000, g_rank);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    pg.all_reduce(t);
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g_rank != 0) {  // ranks 2 and 3 of the 2x2 case: they too wait on rank 1
+    std::printf("rank %d: after %.2f s: %s\n", g_rank, took, what.c_str());
+    std::fflush(stdout);
+    wait_for_rank0_verdict();
+    std::_Exit(what.empty() ? 1 : 0);
+  }
+  try {
+    default_store()->set(kVerdictKey, "1");
+  } catch (const CommError&) {
+  }
+  std::printf("rank %d: after %.2f s: %s\n", g_rank, took, what.c_str());
+  EXPECT(!what.empty(), "all_reduce with a {} peer did not throw", mode);
+  EXPECT(contains(what, fmt::format("rank {}", g_rank)) && contains(what, "all_reduce"),
+         "the error names neither this rank nor the collective: {}", what);
+  const bool timed_out = contains(what, "imed out") || contains(what, "within the timeout");
+  if (mode == "hang") {
+    // A wait cannot end before its timeout: an earlier error came from something else.
+    EXPECT(took >= timeout - 0.01, "the error came after {:.2f} s, before the timeout of {} s: {}",
+           took, timeout, what);
+    if (engine == "gloo") {  // the watchdog's diagnosis, then gloo's error
+      EXPECT(contains(what, "rank 1 stopped making progress"), "rank 1 not named: {}", what);
+    } else {  // the wait's timeout, then the node transport's diagnosis
+      EXPECT(timed_out && contains(what, "across the nodes: rank 1 stopped making progress"),
+             "rank 1 not named: {}", what);
+    }
+  } else {  // dead: the peer's closed connection ends the wait, not the timeout
+    EXPECT(!timed_out && !contains(what, "stopped making progress"),
+           "a dead peer was found by the timeout ({} s), not by its closed connection: {}",
+           timeout, what);
+    if (engine != "gloo") EXPECT(contains(what, "rank 1"), "peer not named: {}", what);
+  }
+  std::printf("PASS %s %s\n", mode.c_str(), engine.c_str());
+  std::fflush(stdout);
+  std::_Exit(0);  // the group is broken: no exit barrier with a rank that is gone
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,57 +306,32 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1], engine = argv[2];
+  const bool failure_mode = mode == "hang" || mode == "dead";
+  const char* env_rank = std::getenv("RANK");
+  if (failure_mode && env_rank != nullptr && std::atoi(env_rank) == 0) {
+    // Before any thread starts, so that every thread inherits it: SIGTERM from the launcher
+    // stays pending until rank 0 exits after its verdict (SIGKILL after the grace period
+    // still ends a hang).
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, nullptr);
+  }
   try {
+    if (failure_mode) {
+      auto pg = group_under_test(engine);
+      g_rank = pg->rank();
+      check_failure(*pg, mode, engine);
+    }
     auto pg = init_process_group({.engine = engine});
     g_rank = pg->rank();
     if (mode == "collectives") {
       check_collectives(*pg, engine);
     } else if (mode == "ddp") {
       check_ddp(pg);
-    } else if (mode == "hang" || mode == "dead") {
-      const double timeout = std::atof(std::getenv("DPLAB_TIMEOUT"));
-      if (g_rank == 1) {
-        if (mode == "dead") std::_Exit(3);  // gone, without a word
-        // silent past the slowest report (timeout + two grace periods, below), then gone
-        std::this_thread::sleep_for(std::chrono::duration<double>(
-            timeout + 2 * CollectiveWatchdog::grace(Seconds(timeout)).count() + 1.5));
-        std::_Exit(0);
-      }
-      Tensor t = ramp(100000, g_rank);
-      const auto t0 = std::chrono::steady_clock::now();
-      std::string what;
-      try {
-        pg->all_reduce(t);
-      } catch (const CommError& e) {
-        what = e.what();
-      }
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("rank %d: after %.2f s: %s\n", g_rank, took, what.c_str());
-      EXPECT(!what.empty(), "all_reduce with a {} peer did not throw", mode);
-      EXPECT(contains(what, fmt::format("rank {}", g_rank)) && contains(what, "all_reduce"),
-             "the error names neither this rank nor the collective: {}", what);
-      if (mode == "hang" && engine == "gloo") {  // the watchdog's diagnosis, then gloo's error
-        EXPECT(contains(what, "rank 1 stopped making progress"), "rank 1 not named: {}", what);
-        EXPECT(took < timeout + CollectiveWatchdog::grace(Seconds(timeout)).count() + 1.5,
-               "took {:.2f} s", took);
-      } else if (mode == "hang") {  // the wait's timeout, then the node transport's diagnosis
-        EXPECT((contains(what, "no progress within the timeout") || contains(what, "timed out")) &&
-                   contains(what, "across the nodes: rank 1 stopped making progress"),
-               "rank 1 not named: {}", what);
-        // a wait that began a step later times out later: up to a second grace on a busy machine
-        EXPECT(took < timeout + 2 * CollectiveWatchdog::grace(Seconds(timeout)).count() + 1,
-               "took {:.2f} s", took);
-      } else {
-        EXPECT(took < timeout, "a dead peer took {:.2f} s to notice (timeout {})", took, timeout);
-        if (engine != "gloo") EXPECT(contains(what, "rank 1"), "peer not named: {}", what);
-      }
-      std::printf("PASS %s %s\n", mode.c_str(), engine.c_str());
-      std::fflush(stdout);
-      std::_Exit(0);  // the group is broken: no exit barrier with a rank that is gone
     }
     destroy_process_group();
   } catch (const std::exception& e) {
-    const char* env_rank = std::getenv("RANK");
     std::fprintf(stderr, "rank %d: %s\n", g_rank >= 0 ? g_rank : env_rank ? std::atoi(env_rank) : -1,
                  e.what());
     return 1;

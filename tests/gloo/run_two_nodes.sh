@@ -7,6 +7,9 @@
 # "fail:TEXT": both launchers fail and their output holds TEXT.
 # Also: "refuse-no-token" checks that dplab-run refuses --nnodes 2 without DPLAB_JOB_TOKEN.
 # Exits 77 (skip) when dplab was built without gloo (GLOO_BUILT=0).
+# Each launcher is ended after 60 s (a hang), and stops its ranks with SIGTERM, then SIGKILL
+# after a grace period of 20 s (rank 0 of gloo_rank's failure modes holds SIGTERM until it has
+# its verdict); both well inside meson's 90 s, so that a hang still prints both nodes' output.
 # Read next: gloo_rank.cpp, docs/gloo.md.
 set -u
 [ "${GLOO_BUILT:-1}" = 1 ] || { echo "built without gloo: skipped"; exit 77; }
@@ -28,7 +31,7 @@ fi
 export DPLAB_JOB_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 pids=()
 for node in 0 1; do
-  timeout 60 "$RUN" --nnodes 2 --node-rank $node --nproc-per-node "$NPROC" \
+  timeout 60 "$RUN" --nnodes 2 --node-rank $node --nproc-per-node "$NPROC" --grace-period 20 \
     --master-addr 127.0.0.1 --master-port "$port" "$@" >"$out/node$node" 2>&1 &
   pids+=($!)
 done

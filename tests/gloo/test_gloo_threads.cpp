@@ -6,9 +6,13 @@
 //     and 1: every algorithm of dplab's engine against the serial reference, sizes that do not
 //     divide by N and several segments, and the traffic counters against cost.h;
 //   - the gloo engine with threads: all_reduce of every dtype reduction and op;
-//   - a world that does not divide by ranks_per_node is refused.
+//   - a world that does not divide by ranks_per_node is refused;
+//   - a gloo transport built on a connection its peer has already reset (the receives its
+//     constructor posts fail) says so at its first wait, naming the peer and the collective.
 // Skipped (doctest's skip) in a build without gloo. Read next: gloo_rank.cpp (real processes).
 #include <doctest/doctest.h>
+
+#include <thread>
 
 #include "framework/tensor/tensor.h"
 #include "parallel/algorithms/cost.h"
@@ -127,4 +131,74 @@ TEST_CASE("node transport: a world that ranks_per_node does not divide is refuse
   CHECK_THROWS_WITH_AS(create_process_group(store, 0, 3, {.ranks_per_node = 2}),
                        doctest::Contains("ranks_per_node must be 0 (one node) or divide world_size 3"),
                        Error);
+}
+
+// Issue 47 (4): a peer that dies right after gloo's connect resets the connection while this
+// rank's transport is still being built; the receives its constructor posts then fail. That
+// error must come out at the first wait like any other, naming the peer and the collective,
+// not as gloo's bare "Read error ...: Connection reset by peer" out of init_process_group.
+// Made deterministic by events: rank 1 resets the connection (mark_failed: a hard close)
+// only after rank 0's first transport has posted its receives, and rank 0 builds the second
+// transport only after the first one's posted receive has failed, so the reset has arrived.
+TEST_CASE("gloo transport: receives posted into a connection the peer reset fail at the first "
+          "wait, naming the peer and the collective" *
+          doctest::skip(kNoGloo)) {
+  auto store = std::make_shared<HashStore>(Seconds(20));
+  auto gloo_view = std::make_shared<PrefixStore>("gloo", store);
+  auto status = std::make_shared<PrefixStore>("status", store);
+  std::string peer_error;
+  std::thread peer([&] {
+    try {
+      auto context = make_gloo_context(gloo_view, 1, 2, Seconds(20), false);
+      auto transport = make_gloo_transport(context, status, {0}, Seconds(20), kSeg);
+      store->wait({"rank0/posted"});
+      transport->mark_failed("rank 1 failed on purpose");  // files why, then resets
+      store->wait({"rank0/done"});
+    } catch (const std::exception& e) {
+      peer_error = e.what();
+    }
+  });
+  struct Join {  // a failed REQUIRE below must not leave the thread running
+    std::thread& t;
+    std::shared_ptr<HashStore> store;
+    ~Join() {
+      store->set("rank0/done", "1");
+      if (t.joinable()) t.join();
+    }
+  } join{peer, store};
+  auto context = make_gloo_context(gloo_view, 0, 2, Seconds(20), false);
+  auto first = make_gloo_transport(context, status, {1}, Seconds(20), kSeg);
+  store->set("rank0/posted", "1");
+  first->set_context("barrier(probe)");
+  // the reset arrives: the receive posted before it fails (an event; 20 s only guard a hang)
+  CHECK_THROWS_AS(first->recv_segment(1, [](const void*, std::size_t) {}), CommError);
+  std::unique_ptr<Transport> second;
+  try {
+    second = make_gloo_transport(context, status, {1}, Seconds(20), kSeg);
+  } catch (const std::exception& e) {
+    FAIL("building a transport on a reset connection threw instead of failing at its first "
+         "wait: "
+         << std::string(e.what()));
+  }
+  second->set_context("all_reduce(ring, sum)");
+  for (const bool receive : {true, false}) {
+    CAPTURE(receive);
+    std::string what;
+    try {
+      const char byte = 0;
+      if (receive) second->recv_segment(1, [](const void*, std::size_t) {});
+      else second->send_segment(1, &byte, 1);
+    } catch (const CommError& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find(receive ? "rank 0: gloo transport: receive from rank 1 in "
+                                      "all_reduce(ring, sum) failed"
+                                    : "rank 0: gloo transport: send to rank 1 in "
+                                      "all_reduce(ring, sum) failed") != std::string::npos,
+                  what);
+    CHECK_MESSAGE(what.find("rank 1 failed: rank 1 failed on purpose") != std::string::npos, what);
+  }
+  store->set("rank0/done", "1");
+  peer.join();
+  CHECK_MESSAGE(peer_error.empty(), peer_error);
 }

@@ -19,6 +19,10 @@ namespace dplab::security {
 
 namespace par = dplab::parallel;
 
+// How long a read waits for bytes the test expects to come: a hang guard, not a speed limit
+// (every caller expects the reply or the close to come, so only a failure waits this long).
+inline constexpr int kReplyGuardMs = 60000;
+
 class RawClient {
  public:
   explicit RawClient(int port) {
@@ -49,7 +53,7 @@ class RawClient {
     return true;
   }
   // Exactly n bytes within timeout_ms; fewer if the server closed or went quiet.
-  std::string recv(size_t n, int timeout_ms = 5000) {
+  std::string recv(size_t n, int timeout_ms = kReplyGuardMs) {
     std::string out;
     while (out.size() < n) {
       pollfd p{fd_, POLLIN, 0};
@@ -62,7 +66,7 @@ class RawClient {
     return out;
   }
   // True when the server closed the connection within timeout_ms (reads and drops bytes).
-  bool closed_by_server(int timeout_ms = 5000) {
+  bool closed_by_server(int timeout_ms = kReplyGuardMs) {
     for (;;) {
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, timeout_ms) <= 0) return false;
@@ -90,7 +94,7 @@ class RawClient {
     return status[0];
   }
   // One reply: (status, body).
-  std::pair<int, std::string> reply(int timeout_ms = 5000) {
+  std::pair<int, std::string> reply(int timeout_ms = kReplyGuardMs) {
     std::string head = recv(5, timeout_ms);
     if (head.size() < 5) return {-1, ""};
     return {head[0], recv(par::detail::get_u32(head.data() + 1), timeout_ms)};

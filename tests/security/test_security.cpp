@@ -3,11 +3,14 @@
 // machine: it connects without the token, forges a shared-block record, holds 1,100
 // connections, never reads its replies, sends oversized values, and interrupts a launcher
 // in its start-up. Each case asserts the message, the exit status, and that nothing of the
-// job is left running (by session id, fault_harness.h).
+// job is left running (by session id, fault_harness.h). No verdict rests on how fast a
+// loaded machine is: waits for a job, a reply or a close are hang guards of tens of seconds.
 // Read next: store_attacker.h, docs/store.md.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include "framework/error.h"
 #include "framework/io/safetensors.h"
 #include "parallel/rendezvous/tcp_store.h"
+#include "parallel/transport/hang_report.h"
 #include "tests/faults/fault_harness.h"
 #include "tests/security/store_attacker.h"
 
@@ -29,6 +33,9 @@ namespace par = dplab::parallel;
 using par::detail::StoreOp;
 
 namespace {
+
+// How long a job, a reply or a close may take before we call it hung: never a speed limit.
+constexpr double kHangGuard = 60.0;
 
 std::string env_path(const char* var) {
   const char* p = std::getenv(var);
@@ -61,9 +68,10 @@ struct Victim {
       argv.insert(argv.begin(), {"/bin/sh", "-c", "ulimit -n 1024 && exec \"$0\" \"$@\""});
     job = start_job(argv, {{"DPLAB_JOB_TOKEN", token},
                            {"DPLAB_TIMEOUT", "30"},
+                           {"DPLAB_RENDEZVOUS_TIMEOUT", "60"},
                            {"OMP_NUM_THREADS", "1"},
                            {"DPLAB_NUM_THREADS", "1"}});
-    auto deadline = Clock::now() + std::chrono::seconds(60);
+    auto deadline = Clock::now() + std::chrono::duration<double>(60 + kHangGuard);
     while (Clock::now() < deadline && static_cast<int>(rank_pids(job).size()) < ranks)
       wait_for_output(job, "ready", 0.05);
     REQUIRE_MESSAGE(static_cast<int>(rank_pids(job).size()) == ranks, "the ranks did not start:\n"
@@ -75,18 +83,20 @@ struct Victim {
     fs::remove_all(dir, ec);
   }
   void let_go() { std::ofstream(go) << "go\n"; }
-  // Lets the job finish; asserts it ended with status 0 within timeout_s and left nothing.
-  void finishes_cleanly(double timeout_s, const std::string& what) {
+  // Lets the job finish; asserts it ended with status 0 and left nothing (the guard is for a
+  // hang; a store that stops serving is caught by asking it, see below).
+  void finishes_cleanly(const std::string& what) {
     let_go();
-    auto st = wait_exit(job, timeout_s);
-    REQUIRE_MESSAGE(st.has_value(), what << ": the job did not end within " << timeout_s << " s:\n"
+    auto st = wait_exit(job, kHangGuard);
+    REQUIRE_MESSAGE(st.has_value(), what << ": the job did not end within " << kHangGuard
+                                         << " s:\n"
                                          << output(job));
     CHECK_MESSAGE(exit_code(*st) == 0, what << ": exit status " << exit_code(*st) << "\n"
                                             << output(job));
     CHECK_MESSAGE(output(job).find("done") != std::string::npos, output(job));
-    CHECK_MESSAGE(wait_session_gone(job.pid, 5.0).has_value(),
-                  what << ": processes of the job still run:\n"
-                       << output(job));
+    // dplab-run waits for every rank before it exits: whatever is alive now outlived it
+    CHECK_MESSAGE(alive_in_session(job.pid).empty(), what << ": processes of the job still run:\n"
+                                                          << output(job));
   }
 };
 
@@ -121,12 +131,12 @@ TEST_CASE("store: a connection without the job token is refused and logged; trai
   }
   // TCPStore with another job's token is told so, and says what to do
   CHECK_THROWS_WITH_AS(
-      par::TCPStore("127.0.0.1", v.port, false, par::Seconds(5.0), "another-jobs-token-123456"),
+      par::TCPStore("127.0.0.1", v.port, false, par::Seconds(kHangGuard), "another-jobs-token-123456"),
       doctest::Contains("refused this rank: wrong job token: this store serves "
                         "only the ranks of its job; every rank of a job needs "
                         "the same DPLAB_JOB_TOKEN"),
       dplab::CommError);
-  v.finishes_cleanly(30.0, "after strangers were refused");
+  v.finishes_cleanly("after strangers were refused");
   const std::string out = output(v.job);
   CHECK_MESSAGE(out.find(refusal_line(v.port)) != std::string::npos, out);
   CHECK(out.find("it did not prove the job token (DPLAB_JOB_TOKEN differs, or not a rank)") !=
@@ -144,11 +154,20 @@ TEST_CASE("store: a client that never reads its replies does not stall the job")
   for (int i = 0; i < 32; ++i)
     gets += par::detail::encode_request(StoreOp::Get, {"1000", "stranger/big"});
   c.send(gets);
-  const auto t0 = Clock::now();
-  v.finishes_cleanly(30.0, "with a client that never reads");
-  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  CHECK_MESSAGE(took < 15.0, "the job took " << took << " s to finish");
-  CHECK(c.closed_by_server(5000));  // rank 0 closed its store on the way out
+  // The server has begun to answer them: the first reply is arriving (an event).
+  const auto guard = Clock::now() + std::chrono::duration<double>(kHangGuard);
+  int arrived = 0;
+  while (Clock::now() < guard && ::ioctl(c.fd(), FIONREAD, &arrived) == 0 && arrived == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE_MESSAGE(arrived > 0, "the store sent none of the replies");
+  // Another client is served while this one's replies pile up: a server that blocked on the
+  // full socket would answer nothing more (and the job itself would still end with status 0,
+  // its exit barrier having waited out the store's timeout: no stall shows in its status).
+  par::TCPStore other("127.0.0.1", v.port, false, par::Seconds(kHangGuard), v.token);
+  other.set("stranger/after", "1");
+  CHECK(other.get("stranger/after") == "1");
+  v.finishes_cleanly("with a client that never reads");
+  CHECK(c.closed_by_server());  // rank 0 closed its store on the way out
 }
 
 TEST_CASE("store: 1,100 idle connections do not break rank 0's checkpoint save") {
@@ -168,7 +187,7 @@ TEST_CASE("store: 1,100 idle connections do not break rank 0's checkpoint save")
   int connected = 0;
   for (const auto& c : crowd) connected += c->connected();
   CHECK(connected == 1100);
-  v.finishes_cleanly(60.0, "with 1,100 idle connections");
+  v.finishes_cleanly("with 1,100 idle connections");
   const std::string out = output(v.job);
   CHECK_MESSAGE(out.find("saved") != std::string::npos, out);
   CHECK(out.find("connections were waiting to prove the job token; closed the oldest") !=
@@ -180,7 +199,8 @@ TEST_CASE("store: 1,100 idle connections do not break rank 0's checkpoint save")
 
 TEST_CASE("store: oversized values, counts and totals are refused; the store serves on") {
   const std::string token = par::make_job_token();
-  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(2.0), token);
+  // no wait here is meant to expire: the timeout only guards against a hang
+  par::TCPStore server("127.0.0.1", 0, true, par::Seconds(kHangGuard), token);
   // the client refuses before sending
   CHECK_THROWS_WITH_AS(
       server.set("big", std::string(2 << 20, 'x')),
@@ -214,18 +234,38 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
     CHECK(status == 1);
     CHECK(body.find("wait with 4000000000 arguments (expected 1 to 65536)") != std::string::npos);
   }
-  // 65,536 empty keys, a few bytes at a time: parsed once, not again after every read
+  // 65,536 empty keys, a few bytes at a time: parsed once, not again after every read. The
+  // cost of a request of k keys must grow like k: against a request of k/8 keys sent the same
+  // way, to the same server, under the same load, it takes about 8 times as long; a server
+  // that parsed all it had so far after every read would take about 64 times as long. The
+  // best of 5 of each (interleaved) is what the machine lets them take, not a stall.
   {
     RawClient c(server.port());
     REQUIRE(c.prove(token) == 0);
-    std::vector<std::string> keys(65536);
-    const std::string req = par::detail::encode_request(StoreOp::Check, keys);
-    const auto t0 = Clock::now();
-    for (size_t off = 0; off < req.size(); off += 4096) c.send(req.substr(off, 4096));
-    auto [status, body] = c.reply();
-    CHECK(status == 0);
-    CHECK(body == "0");  // "" is a key nobody set
-    CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 5.0);
+    // each piece leaves at once: Nagle's wait for an ACK (40 ms) would be all we measured
+    const int one = 1;
+    REQUIRE(::setsockopt(c.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+    auto seconds_for = [&](size_t keys) {
+      const std::string req =
+          par::detail::encode_request(StoreOp::Check, std::vector<std::string>(keys));
+      const auto t0 = Clock::now();
+      for (size_t off = 0; off < req.size(); off += 4096) c.send(req.substr(off, 4096));
+      auto [status, body] = c.reply();
+      const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+      CHECK(status == 0);
+      CHECK(body == "0");  // "" is a key nobody set
+      return took;
+    };
+    double small = 1e9, large = 1e9;
+    for (int round = 0; round < 5; ++round) {
+      small = std::min(small, seconds_for(65536 / 8));
+      large = std::min(large, seconds_for(65536));
+    }
+    MESSAGE("check of 8,192 keys: " << small * 1e3 << " ms; of 65,536: " << large * 1e3
+                                    << " ms (best of 5)");
+    // the geometric middle of 8 (linear) and 64 (quadratic)
+    CHECK_MESSAGE(large < 22.6 * small, "8 times the keys took " << large / small
+                                                                 << " times as long: not linear");
   }
   // requests sent back to back before any reply is read: served in order, none forgotten
   {
@@ -255,29 +295,54 @@ TEST_CASE("store: oversized values, counts and totals are refused; the store ser
   CHECK(server.get("small") == "1");
 }
 
-TEST_CASE("dplab-run: SIGINT during the start-up of many ranks ends it within a second") {
+// The claim (docs/store.md): a signal during the start-up ends it at once, the ranks not yet
+// started never start, and those started are taken down by the forwarded signal. Checked by
+// events, not by the clock: the launcher is paused (SIGSTOP) while the test counts the ranks
+// it has forked and sends SIGINT, then continued; it must report that it started no more
+// than that count (plus the one fork it may have been about to make), and end. Its ranks are
+// `sleep 3600` and its grace period an hour, so it can end only because the forwarded SIGINT
+// ended them, not by the SIGKILL after the grace period or by the ranks ending on their own.
+TEST_CASE("dplab-run: SIGINT during the start-up of many ranks starts no more and ends those "
+          "started") {
   Job job = start_job({env_path("DPLAB_RUN"), "--nproc-per-node", "1000", "--nproc-limit", "1000",
-                       "--grace-period", "5", "sleep", "60"},
+                       "--grace-period", "3600", "sleep", "3600"},
                       {});
   // wait for the start-up to be under way: a few ranks exist
-  auto deadline = Clock::now() + std::chrono::seconds(20);
+  auto deadline = Clock::now() + std::chrono::duration<double>(kHangGuard);
   while (Clock::now() < deadline && alive_in_session(job.pid).size() < 6)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   REQUIRE(alive_in_session(job.pid).size() >= 6);
-  ::kill(job.pid, SIGINT);
+  ::kill(job.pid, SIGSTOP);
+  while (Clock::now() < deadline && par::process_state(job.pid) != 'T')
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE_MESSAGE(par::process_state(job.pid) == 'T', "dplab-run did not stop on SIGSTOP");
+  const int forked = static_cast<int>(alive_in_session(job.pid).size()) - 1;  // not the launcher
+  ::kill(job.pid, SIGINT);  // pending until it runs again; its handler runs first then
+  ::kill(job.pid, SIGCONT);
   const auto t0 = Clock::now();
-  auto st = wait_exit(job, 10.0);
+  auto st = wait_exit(job, kHangGuard);
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  REQUIRE_MESSAGE(st.has_value(), "dplab-run did not end 10 s after SIGINT");
-  CHECK_MESSAGE(took < 1.0, "dplab-run took " << took << " s to end after SIGINT");
-  MESSAGE("SIGINT to exit: " << took << " s");  // the figure docs/store.md's claim rests on
+  REQUIRE_MESSAGE(st.has_value(), "dplab-run did not end " << kHangGuard << " s after SIGINT:\n"
+                                                           << output(job));
+  MESSAGE("SIGINT to exit: " << took << " s, " << forked << " ranks up (a figure, not a verdict)");
   CHECK(exit_code(*st) == 130);
   const std::string out = output(job);
-  CHECK_MESSAGE(out.find("dplab-run: interrupted by signal 2 during the start-up: started ") !=
-                    std::string::npos,
-                out);
+  int started = -1, asked = -1;
+  const auto at = out.find("dplab-run: interrupted by signal 2 during the start-up: started ");
+  REQUIRE_MESSAGE(at != std::string::npos, out);
+  REQUIRE(std::sscanf(out.c_str() + at,
+                      "dplab-run: interrupted by signal 2 during the start-up: started %d of %d "
+                      "ranks",
+                      &started, &asked) == 2);
+  CHECK(asked == 1000);
   CHECK(out.find("of 1000 ranks, forwarded it to those") != std::string::npos);
-  CHECK_MESSAGE(wait_session_gone(job.pid, 2.0).has_value(), "ranks outlived the launcher");
+  // every rank it had forked counts; after the signal, at most the fork it had decided on
+  CHECK_MESSAGE(started >= forked, "it reports " << started << " started, but " << forked
+                                                 << " were running");
+  CHECK_MESSAGE(started <= forked + 1, forked << " ranks were running when SIGINT came, and it "
+                                              << "went on to start " << started);
+  // it waited for every rank it started: none outlived it
+  CHECK_MESSAGE(alive_in_session(job.pid).empty(), "ranks outlived the launcher");
   kill_job(job);
 }
 
@@ -286,10 +351,10 @@ TEST_CASE("dplab-run: --nproc-per-node has a limit; --grace-period must be finit
     std::vector<std::string> argv{env_path("DPLAB_RUN")};
     argv.insert(argv.end(), args.begin(), args.end());
     Job job = start_job(argv, {});
-    auto st = wait_exit(job, 10.0);
+    auto st = wait_exit(job, kHangGuard);
     REQUIRE(st.has_value());
     std::pair<int, std::string> out{exit_code(*st), output(job)};
-    CHECK(wait_session_gone(job.pid, 2.0).has_value());
+    CHECK(alive_in_session(job.pid).empty());
     kill_job(job);
     return out;
   };

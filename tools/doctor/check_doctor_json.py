@@ -16,13 +16,23 @@ import tempfile
 
 doctor = sys.argv[1]
 problems = []
+# A run that takes this long is hung: a guard, not a speed limit (the self-tests start
+# processes, which a loaded machine makes slow). Two runs together stay under meson's 200 s.
+HANG_GUARD_S = 80
 
 
 def run(env_extra):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "doctor.json")
         env = {**os.environ, **env_extra}
-        p = subprocess.run([doctor, "--json", out], env=env, capture_output=True, text=True, timeout=50)
+        try:
+            p = subprocess.run([doctor, "--json", out], env=env, capture_output=True, text=True,
+                               timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired as e:
+            partial = e.stdout or b""  # bytes, whatever text= says
+            print(partial.decode(errors="replace") if isinstance(partial, bytes) else partial)
+            print(f"FAIL: dplab-doctor did not end within {HANG_GUARD_S} s (hung) with {env_extra}")
+            sys.exit(1)
         with open(out) as f:
             return p, json.load(f)
 
