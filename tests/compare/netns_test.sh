@@ -22,7 +22,9 @@ namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^cmp[0-9]
 before=$(namespaces)
 fail() { echo "FAIL: $*"; exit 1; }
 
-DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off timeout 150 "$exe" --links netns:1gbit --modes star,ring \
+# 200 s: a hang guard, well inside meson's timeout (360 s) with the runs below, so the log's
+# tail is still printed
+DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off timeout 200 "$exe" --links netns:1gbit --modes star,ring \
   --ns 3 --steps 5 --warmup 1 --global-batch 48 --train-limit 240 --test-limit 200 \
   --bucket-cap-mb 0.25 --no-plots --out "$out/run" >"$out/log" 2>&1
 rc=$?

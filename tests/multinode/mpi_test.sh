@@ -23,8 +23,9 @@ link_bytes() {
 }
 before=$(link_bytes)
 out=$(mktemp)
-# each rank says where it runs, then becomes the test
-timeout 110 bash "$NETNS_MPIRUN" "$S" $P 2 -- bash -c 'echo "rank $OMPI_COMM_WORLD_RANK runs in $(ip netns identify) with $OMPI_COMM_WORLD_LOCAL_SIZE local ranks"; exec "$0" "$@"' "$PROG" \
+# each rank says where it runs, then becomes the test (150 s: a hang guard, well inside
+# meson's timeout, so the output below is still printed)
+timeout 150 bash "$NETNS_MPIRUN" "$S" $P 2 -- bash -c 'echo "rank $OMPI_COMM_WORLD_RANK runs in $(ip netns identify) with $OMPI_COMM_WORLD_LOCAL_SIZE local ranks"; exec "$0" "$@"' "$PROG" \
   >"$out" 2>&1
 rc=$?
 after=$(link_bytes)

@@ -6,13 +6,16 @@
 # carried at least that many bytes (the job did cross the links, not /dev/shm).
 #   run_job.sh [--rate R [--burst BYTES]] [--min-link-bytes B] [--skip-if REGEX] \
 #              [--timeout SECONDS] NETNS_CLUSTER_SH DPLAB_RUN K N -- PROGRAM ARGS...
-# --timeout: how long each launcher may run (default 100 s).
+# --timeout: how long each launcher may run (default 150 s), a hang guard that ends a stuck
+# job while meson's timeout (longer) still lets this script print every node's output.
+# The launchers watch each other with dplab-run's default --node-timeout (15 s): the
+# gradients that saturate the shaped links also carry the heartbeats (node_watch.h).
 # --skip-if: a launcher that failed with output matching REGEX (an engine that refuses to
 # span nodes, or that this build lacks) makes the run exit 77 (SKIP) with that line; a run
 # that succeeds is checked in full whatever REGEX says, so a skip never hides a pass.
 # Read next: launch_test.sh, ddp_nodes.cpp.
 set -u
-RATE=() MIN_BYTES=0 SKIP_RE="" LIMIT=100
+RATE=() MIN_BYTES=0 SKIP_RE="" LIMIT=150
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --rate) RATE+=(--rate "$2"); shift 2 ;;
@@ -45,7 +48,7 @@ pids=()
 for ((i = 0; i < K; i++)); do
   "$S" --name $P exec $i env DPLAB_JOB_TOKEN="$token" DPLAB_TIMEOUT=${DPLAB_TIMEOUT:-30} \
     timeout "$LIMIT" "$RUN" --nnodes "$K" --node-rank $i --nproc-per-node "$N" --master-addr "$A0" \
-    --master-port 29500 --node-timeout 5 --tee "$@" >"$LOGS/node$i.log" 2>&1 &
+    --master-port 29500 --tee "$@" >"$LOGS/node$i.log" 2>&1 &
   pids+=($!)
 done
 rcs=()
