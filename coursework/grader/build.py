@@ -160,7 +160,8 @@ def stage_headers(assignment, cache, include_dirs, defines, out_dir):
     precompiled form (PCH, used with -include) into out_dir. Returns the system headers
     among them (allowed to the student's files too). The staged folder is made once per
     cache and linked (else copied) into each grade's."""
-    roots = sorted({os.path.realpath(d) for d in include_dirs}, key=len)
+    # by length, then name: a set's order changes with PYTHONHASHSEED, and so would the key
+    roots = sorted({os.path.realpath(d) for d in include_dirs}, key=lambda d: (len(d), d))
     hw_dir = os.path.realpath(assignment.dir)
     names = assignment.student_headers
     key = cache.key("stage", hw_dir, *names, *roots, *STUDENT_FLAGS, *defines)

@@ -156,9 +156,8 @@ def result_of(run, assignment, symbolizer):
     parts, hung_at = [], None
     if run.timed_out:
         where, hung_at = hang_words(run, symbolizer)
-        parts.append(f"ran out of time after {run.limit:.0f} s: a loop that never ends, or ranks waiting on "
-                     f"each other" + (" (the shorter limit after an earlier test ran out of time)"
-                                      if run.limit < assignment.limits["test_timeout_s"] else ""))
+        parts.append(f"ran out of time after {run.limit:.0f} s{getattr(run, 'limit_words', '')}: a loop that never "
+                     f"ends, or ranks waiting on each other")
         if where:
             parts.append(where)
     elif crashes:

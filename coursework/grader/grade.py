@@ -54,7 +54,7 @@ def grade(assignment, student_dir, suites, opts):
     try:
         try:
             exe, symbolizer, src = build_program(assignment, student_dir, suites, opts, sandbox, private, shared,
-                                                 cache_dir)
+                                                 cache_dir, deadline)
         except build.BuildFailed as e:
             opts.log(str(e))
             return build_failure(str(e))
@@ -88,7 +88,7 @@ def grade(assignment, student_dir, suites, opts):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_dir):
+def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_dir, deadline):
     cflags, libs = build.dplab_flags(opts.pkg_config_path)
     cache = build.Cache(cache_dir, a.course_dir)
     include_dirs = [f[2:] for f in cflags if f.startswith("-I")]
@@ -110,7 +110,7 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
         argv = [build.CXX] + build.STUDENT_FLAGS + defines + [
             "-fdiagnostics-color=never", "-fmax-errors=10", "-MD", "-MF", base + ".d", "-I", inc,
             "-include", build.PCH, "-c", source, "-o", base + ".o"]
-        out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid)
+        out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid, deadline)
         out = out.replace(src + "/", "").replace(inc + "/", "")
         if rc != 0:
             raise build.BuildFailed(f"{base} does not compile:\n{out[-6000:]}")
@@ -165,20 +165,32 @@ def warm(a, suites, opts):
     return course_objects(a, suites, cache, cflags)
 
 
-def compile_in_sandbox(argv, cwd, a, sandbox, uid):
-    limits = dict(a.limits, memory_mib=max(a.limits["memory_mib"], 2048), cpu_s=a.limits["compile_timeout_s"],
-                  processes=32, file_mib=256)
+def compile_in_sandbox(argv, cwd, a, sandbox, uid, deadline):
+    """Compiles as the sandbox's user. The limit is CPU time (the compiler's processes each
+    get compile_timeout_s of it): what a compile costs, whatever else the machine runs. The
+    wall clock only guards against a compiler that waits on something: it may use what is
+    left of the grade's budget, and at least compile_timeout_s."""
+    cpu_limit = a.limits["compile_timeout_s"]
+    limits = dict(a.limits, memory_mib=max(a.limits["memory_mib"], 2048), cpu_s=cpu_limit, processes=32,
+                  file_mib=256)
+    guard = max(cpu_limit, deadline - time.monotonic())
     proc = subprocess.Popen(argv, cwd=cwd, env=sandbox.env(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=sandbox.preexec(uid, limits))
     sandbox.tracked.add(proc.pid)
     try:
-        out, _ = proc.communicate(timeout=a.limits["compile_timeout_s"])
+        out, _ = proc.communicate(timeout=guard)
     except subprocess.TimeoutExpired:
         sandbox.end_run(proc, uid)
-        raise build.BuildFailed(f"compiling took longer than {a.limits['compile_timeout_s']} s (the limit): "
-                                f"an include of something endless, or templates that never finish?")
+        raise build.BuildFailed(f"compiling went on for {guard:.0f} s without using up its CPU time: the compiler "
+                                f"was waiting (an include of something that never ends?)")
     sandbox.end_run(proc, uid)
-    return out.decode("utf-8", "replace")[-20000:], proc.returncode
+    text = out.decode("utf-8", "replace")[-20000:]
+    # the compiler proper (cc1plus) got SIGXCPU, and its driver names the signal (strsignal's words)
+    if proc.returncode != 0 and "CPU time limit exceeded" in text:
+        raise build.BuildFailed(f"compiling used more than {cpu_limit} s of CPU time (the limit): an include of "
+                                f"something endless, or templates or constexpr loops that never finish?")
+    return text, proc.returncode
+
 
 
 def copy_regular(src, dst):

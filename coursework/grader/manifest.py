@@ -14,9 +14,10 @@ import re
 
 # Defaults for "limits"; an assignment overrides what it needs. Seconds and MiB.
 LIMITS = {
-    "compile_timeout_s": 60,   # one of the student's files
-    "test_timeout_s": 30,      # one test case, wall clock
+    "compile_timeout_s": 60,   # one of the student's files, in CPU seconds (load does not change them)
+    "test_timeout_s": 30,      # one test case, wall clock: a guard against hangs
     "hang_timeout_s": 10,      # a test case after another one already ran out of time
+    "paced_timeout_s": 300,    # the most a test may ask for at the pace of a reference it timed
     "budget_s": 420,           # the whole grade: build and every test (Gradescope stops at 600)
     "memory_mib": 4096,        # address space of a test process (RLIMIT_AS)
     "file_mib": 16,            # the largest file a test may write (RLIMIT_FSIZE)

@@ -6,10 +6,15 @@ second pipe that is closed at once (common/channel.h). A test passes only when a
 with the token says it passed, the process then exited with status 0, and nothing without
 the token came through the channel. stdout is what the student printed: capped, shown as
 such, never read for a verdict.
-Time: each test has test_timeout_s; once one has run out of time the others get
-hang_timeout_s, and once two hung at the same place the rest are not run (the student sees
-where). The whole grade stays within budget_s. Speed tests run last, alone, and only when
-every other test passed: a fast wrong answer earns nothing.
+Time: each test has test_timeout_s, a guard against hangs, not a verdict on speed. A test
+whose work is sized in units of a reference it timed in the same run (hw3 times the
+library's own ring first) may ask for more, at that pace ("time" records, up to
+paced_timeout_s): on a busy machine the reference is slow too, so the test gets the time
+its work needs there. Once one test has run out of time, no other starts until those
+running have ended; the later ones get hang_timeout_s, and once two hung at the same place
+the rest are not run (the student sees where): which tests ran out of time never depends
+on how the machine scheduled them. The whole grade stays within budget_s. Speed tests run
+last, alone, and only when every other test passed: a fast wrong answer earns nothing.
 Read next: feedback.py (how a result becomes words), sandbox.py.
 """
 import fcntl
@@ -26,6 +31,9 @@ import feedback
 from manifest import points_of
 
 TEST_CASE = re.compile(r'\bTEST_CASE\s*\(\s*"((?:[^"\\]|\\.)*)"')
+# How long a test that ran out of time may take to say where its threads are (each answers
+# SIGUSR1 with its stack): a guard, the wait ends as soon as every thread has answered.
+SAMPLE_GUARD_S = 10.0
 
 
 def test_names(paths):
@@ -55,6 +63,8 @@ class Run:
         self.timed_out = False
         self.sampled_at = None
         self.proc = None
+        self.parsed = 0          # how much of the channel was looked at for "time" records
+        self.limit_words = ""    # why the limit is not test_timeout_s, for the feedback
 
 
 def _nonblocking(fd):
@@ -78,7 +88,11 @@ class Runner:
         self.sandbox.give(run.dir, run.uid)
         ch_r, ch_w = os.pipe()
         tok_r, tok_w = os.pipe()
-        limits = dict(self.limits, cpu_s=int(2 * timeout + 5))
+        # CPU time: a backstop that never ends a test before its wall clock could (every core
+        # busy for as long as a test may get, paced ones included): how many threads a test
+        # keeps busy, and on how many cores, is the machine's business, not a verdict
+        longest = max(timeout, self.limits["paced_timeout_s"])
+        limits = dict(self.limits, cpu_s=int((os.cpu_count() or 1) * longest + 5))
         env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
         run.proc = subprocess.Popen([self.exe, "--test-case=" + run.name], cwd=run.dir, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -98,6 +112,10 @@ class Runner:
         run.ends = min(run.started + timeout, self.deadline)
         run.limit = max(run.ends - run.started, 0)
         run.cpu_s = limits["cpu_s"]
+        if run.ends < run.started + timeout:
+            run.limit_words = " (where the grade's time budget ended)"
+        elif timeout < self.limits["test_timeout_s"]:
+            run.limit_words = " (the shorter limit after an earlier test ran out of time)"
 
     def read(self, run, fd):
         try:
@@ -110,10 +128,40 @@ class Runner:
         if fd == run.ch:
             if len(run.channel) < (1 << 20):
                 run.channel += data
+                self.take_time_requests(run)
         else:
             room = self.limits["output_kib"] * 1024 - len(run.stdout)
             run.stdout += data[:max(room, 0)]
             run.dropped += max(len(data) - max(room, 0), 0)
+
+    def take_time_requests(self, run):
+        """The test's "time" records so far (with the run's token): each asks for `seconds`
+        more from now, measured against a reference it ran under the same load."""
+        end = run.channel.rfind(b"\n") + 1
+        for line in run.channel[run.parsed:end].split(b"\n"):
+            if b'"time"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+                seconds = float(rec["seconds"]) if rec.get("kind") == "time" else None
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(rec, dict) and rec.get("token") == run.token and seconds and seconds > 0:
+                self.extend(run, seconds)
+        run.parsed = end
+
+    def extend(self, run, seconds):
+        """Lets a running test go on until `seconds` from now: never shorter than it had,
+        never past paced_timeout_s from its start, nor past the grade's budget."""
+        if run.timed_out:
+            return
+        now = time.monotonic()
+        ends = min(now + seconds, run.started + self.limits["paced_timeout_s"], self.deadline)
+        if ends <= run.ends:
+            return
+        run.ends, run.limit = ends, ends - run.started
+        run.limit_words = (" (the time it asked for at the pace of the reference it measured)"
+                           if ends < self.deadline else " (where the grade's time budget ended)")
 
     def finish(self, run):
         self.sandbox.end_run(run.proc, run.uid)  # nothing of the test lives on
@@ -157,8 +205,10 @@ class Runner:
     def run_batch(self, names, parallel, on_result):
         waiting, running, results = list(names), [], []
         free = list(self.sandbox.uids[:parallel]) if self.sandbox.root else list(range(parallel))
+        settling = False  # a test ran out of time: the others running then end before any starts
         while waiting or running:
-            while waiting and free:
+            settling = settling and bool(running)
+            while waiting and free and not settling:
                 name = waiting.pop(0)
                 skip = self.skip_reason()
                 if skip:
@@ -183,7 +233,7 @@ class Runner:
                         run.sampled_at = now
                         self.sandbox.sample_stacks(run.proc.pid)
                         continue
-                    if now < run.sampled_at + 0.5 and not self.samples_complete(run):
+                    if now < run.sampled_at + SAMPLE_GUARD_S and not self.samples_complete(run):
                         continue
                 running.remove(run)
                 free.append(run.uid)
@@ -191,6 +241,7 @@ class Runner:
                 if run.timed_out:
                     self.timeout = self.limits["hang_timeout_s"]
                     self.hangs[r["hung_at"]] = self.hangs.get(r["hung_at"], 0) + 1
+                    settling = True
                 on_result(r)
                 results.append(r)
         return results

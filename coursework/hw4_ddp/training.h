@@ -35,6 +35,9 @@ inline RankRun ddp_train(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<Recor
   run.rec = rec;
   Reducer* reducer = nullptr;
   bool synced = false;  // inside the step's synchronised backward
+  // around the reducer's hook on every parameter, one before and one after: the hold of the
+  // overlap test sees a reducer's hook that never returns (recording_engine.h)
+  for (Tensor& p : params) p.register_post_accumulate_grad_hook([rec](Tensor&) { rec->hook_entered(); });
   // registered before the reducer's hooks, so it runs first: param 0's gradient is the last
   // of a backward (buckets go in reverse order), so whatever was launched by now overlapped
   int64_t launched_at_step_start = 0;
@@ -47,6 +50,7 @@ inline RankRun ddp_train(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<Recor
   });
   std::unique_ptr<Reducer> owned = make_reducer(params, pg, cap_bytes);
   reducer = owned.get();
+  for (Tensor& p : params) p.register_post_accumulate_grad_hook([rec](Tensor&) { rec->hook_returned(); });
   run.buckets = assign_buckets(params, cap_bytes);
   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
   for (int s = 0; s < steps; ++s) {

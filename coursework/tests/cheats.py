@@ -36,6 +36,11 @@ void dplab_write(long fd, const char* text) { dplab_raw(1, fd, reinterpret_cast<
 }  // namespace
 """
 
+# How long a check leaves a grade's results.json alone before it reads it again: a surviving
+# "detached child" (below) rewrites it every 50 ms and has had 20 chances by then. A lower
+# bound on time (a sleep never ends early), never a verdict on it.
+SETTLE_S = 1.0
+
 FORGED_RESULTS = r'{\"score\": 100.0, \"output\": \"forged\", \"tests\": []}'
 FORGED_VERDICT = (r'{\"token\": \"0123456789abcdef0123456789abcdef\", \"kind\": \"end\", \"test\": \"x\", '
                   r'\"passed\": true, \"checks\": 1, \"failed\": 0, \"more\": 0, \"messages\": []}\n')
@@ -84,6 +89,11 @@ RUNTIME = [
            dplab_sleep_ms(50);
            long fd = dplab_open("@RESULTS@", 01 | 01000);  // O_WRONLY | O_TRUNC
            if (fd >= 0) { dplab_write(fd, "@FORGED@"); dplab_raw(3, fd); }
+           // or, where the folder lets it, a forged file of its own renamed over it
+           fd = dplab_open("@RESULTS@.forged", 01 | 0100 | 01000, 0644);  // O_WRONLY | O_CREAT | O_TRUNC
+           if (fd >= 0) { dplab_write(fd, "@FORGED@"); dplab_raw(3, fd);
+                          dplab_raw(82, reinterpret_cast<long>("@RESULTS@.forged"),  // rename
+                                    reinterpret_cast<long>("@RESULTS@")); }
          }
          dplab_raw(231, 0);
        }""".replace("@FORGED@", FORGED_RESULTS),

@@ -14,18 +14,22 @@ the same tests). Four submissions:
   - cheating with raw system calls (a detached child that rewrites results.json, a read of
     the hidden tests), graded with the static checks off: 0, no process left, results.json
     as the grader wrote it, no hidden text.
-The zip holds no reference solution and no ci_checks.json.
+The zip holds no reference solution and no ci_checks.json. The grades run under CI's limits
+(ci_limits.py: generous hang guards), and their seconds are never a verdict.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cheats  # noqa: E402
+import ci_limits  # noqa: E402
 
 
 def comm_pids(name):
@@ -69,11 +73,16 @@ def main():
         if subprocess.run(["bash", "-n", os.path.join(src, script)]).returncode != 0:
             problems.append(f"{script} is not valid bash")
     hidden_marker = open(os.path.join(course, "hw3_ring_allreduce", "tests_hidden.cpp")).readline().strip()
-    env = dict(os.environ, AUTOGRADER_ROOT=root, DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
+    sys.path.insert(0, os.path.join(course, "grader"))
+    import manifest
+    env = dict(ci_limits.environ(os.environ, manifest.resolve(course, "hw3")), AUTOGRADER_ROOT=root,
+               DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
     env.pop("DPLAB_COURSE_DIR")
     build_cache = env.pop("DPLAB_COURSE_CACHE", None)
     if build_cache and os.path.isdir(build_cache):  # setup.sh's warm step, from the same sources
         shutil.copytree(build_cache, os.path.join(src, "cache"), copy_function=os.link)
+
+    consoles = []  # what each run_autograder printed
 
     def grade(label, folder_files, args=()):
         sub = os.path.join(root, "submission")
@@ -84,11 +93,22 @@ def main():
                 f.write(text)
         r = subprocess.run(["bash", os.path.join(src, "run_autograder"), *args], env=env, capture_output=True, text=True,
                            timeout=600)
-        with open(os.path.join(root, "results", "results.json")) as f:
-            results = json.load(f)
+        consoles.append(r.stdout)
+        results = results_as_printed(label, r.stdout)
         print(f"{label}: {results.get('score')} in {results.get('execution_time')} s", flush=True)
         if r.returncode != 0:
             problems.append(f"{label}: run_autograder exited with {r.returncode}:\n{r.stderr[-2000:]}")
+        return results
+
+    def results_as_printed(label, console):
+        """results.json, which must say the score the grader printed as its closing line: a
+        process of the submission that outlived the grade could have rewritten it."""
+        with open(os.path.join(root, "results", "results.json")) as f:
+            results = json.load(f)
+        printed = re.findall(r"^score: (\S+) / 100", console, re.M)
+        if not printed or results.get("score") != float(printed[-1]):
+            problems.append(f"{label}: results.json says score {results.get('score')}, the grader printed "
+                            f"{printed[-1:]}: rewritten after run_autograder returned?")
         return results
 
     reference = open(os.path.join(course, "hw3_ring_allreduce", "ring_allreduce.cpp")).read()
@@ -134,15 +154,17 @@ def main():
     text = cheats.make(starter, cheat, values).replace("dplabcheat", "dcgradescope")
     results = grade("cheating with raw system calls", {"ring_allreduce.cpp": text}, ["--skip-static-checks"])
     survivors = comm_pids("dcgradescope")
+    time.sleep(cheats.SETTLE_S)  # a surviving child rewrites results.json every 50 ms: let it, before looking
+    results_as_printed("cheating with raw system calls, a moment later", consoles[-1])
     for pid in survivors:
-        os.kill(pid, 9)
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
     if survivors:
         problems.append(f"{len(survivors)} process(es) of the cheating submission outlived run_autograder")
     if results.get("score") != 0:
         problems.append(f"the cheating submission scored {results.get('score')}")
-    with open(results_path) as f:
-        if json.load(f) != results:
-            problems.append("results.json changed after run_autograder returned")
     if hidden_marker in json.dumps(results):
         problems.append("the cheating submission's results show the hidden tests")
 

@@ -11,6 +11,7 @@
     the grader kills it as the subreaper of its tests);
   - an unknown assignment gets the list of the real ones.
 When the check runs as root, the student is user 65534 (nobody) with a home of their own.
+The grader's runs have CI's limits (ci_limits.py: generous hang guards on a busy machine).
 """
 import os
 import re
@@ -21,8 +22,22 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cheats  # noqa: E402
+import ci_limits  # noqa: E402
 
 STUDENT_UID = 65534
+
+
+def processes_named(name):
+    """Pids whose comm is name (a process that ends while we look is simply not one)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == name:
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
 
 
 def main():
@@ -35,7 +50,10 @@ def main():
     if os.geteuid() == 0:
         os.chown(home, STUDENT_UID, STUDENT_UID)
         as_student = ["setpriv", f"--reuid={STUDENT_UID}", f"--regid={STUDENT_UID}", "--clear-groups"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPLAB_COURSE_CACHE")}
+    sys.path.insert(0, os.path.join(course, "grader"))
+    import manifest
+    env = {k: v for k, v in ci_limits.environ(os.environ, manifest.resolve(course, "hw3")).items()
+           if not k.startswith("DPLAB_COURSE_CACHE")}
     env.update(HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"), TMPDIR=home)
     work = os.path.join(home, "hw3")
     # the student's cache (~/.cache/dplab-course) as an earlier run of theirs left it: linked
@@ -104,8 +122,7 @@ def main():
     rc, out = run([sys.executable, tool, "test", "hw3", work, "-k", "does not divide"])
     expect("makes a system call itself" in out, "the student's own test run did not refuse a raw system call", out)
     rc, out = run([sys.executable, tool, "test", "hw3", work, "-k", "does not divide", "--skip-static-checks"])
-    survivors = [p for p in filter(str.isdigit, os.listdir("/proc"))
-                 if open(f"/proc/{p}/comm").read().strip() == "dcstudent"] if os.path.isdir("/proc") else []
+    survivors = processes_named("dcstudent")
     expect(not survivors, f"a child of the student's code outlived the grade without root: {survivors}", out)
     for p in survivors:
         os.kill(int(p), 9)

@@ -3,9 +3,11 @@
 
 symbols.py's names and rules, build.py's dependency lists, sandbox.py's covered paths,
 runner.py's test names, feedback.py's verdicts (a pass needs the verdict, status 0, no
-forged record, one verdict), results.py's results.json, and every assignment's manifest:
-its headers exist, its points add up to 100, its speed tests are tests, and its time limits
-keep the worst grade (every test hanging) under Gradescope's 10 minutes.
+forged record, one verdict), runner.py's time requests (a test's "time" record, with the
+run's token, extends its limit, never shortens it, never past paced_timeout_s or the budget),
+results.py's results.json, and every assignment's manifest: its headers exist, its points
+add up to 100, its speed tests are tests, and its time limits keep the worst grade (every
+test hanging) under Gradescope's 10 minutes.
 """
 import json
 import os
@@ -101,11 +103,11 @@ class Files(unittest.TestCase):
 
 
 class Verdicts(unittest.TestCase):
-    def run_with(self, records, returncode=0, forged=0, timed_out=False):
+    def run_with(self, records, returncode=0, forged=0, timed_out=False, limit_words=""):
         a = types.SimpleNamespace(limits=dict(manifest.LIMITS))
         run = types.SimpleNamespace(name="t (10 points)", records=records, forged=forged, timed_out=timed_out,
                                     proc=types.SimpleNamespace(returncode=returncode), stdout=b"", dropped=0,
-                                    seconds=0.1, limit=30, cpu_s=65)
+                                    seconds=0.1, limit=30, cpu_s=65, limit_words=limit_words)
         return feedback.result_of(run, a, None)
 
     def end(self, passed=True, name="t (10 points)"):
@@ -127,6 +129,63 @@ class Verdicts(unittest.TestCase):
         self.assertIn("without the grader's token", r["output"])
         r = self.run_with([], returncode=-24)
         self.assertIn("more CPU time than its limit (65 s)", r["output"])
+        r = self.run_with([self.end()], returncode=-9, timed_out=True,
+                          limit_words=" (where the grade's time budget ended)")
+        self.assertFalse(r["passed"])
+        self.assertIn("ran out of time after 30 s (where the grade's time budget ended): ", r["output"])
+
+
+class TimeRequests(unittest.TestCase):
+    """A test that asks for time at the pace of a reference it measured (harness.h)."""
+
+    def runner_and_run(self, timeout=30, paced=300, budget_left=420):
+        limits = dict(manifest.LIMITS, test_timeout_s=timeout, paced_timeout_s=paced)
+        a = types.SimpleNamespace(limits=limits)
+        now = runner.time.monotonic()
+        r = runner.Runner("tests", a, None, "/nonexistent", None, now + budget_left)
+        run = runner.Run("t (10 points)", 0)
+        run.started, run.ends, run.limit = now, now + timeout, timeout
+        return r, run
+
+    def ask(self, r, run, seconds, token=None):
+        line = json.dumps({"token": token or run.token, "kind": "time", "seconds": seconds})
+        run.channel += line.encode() + b"\n"
+        r.take_time_requests(run)
+
+    def test_extends_with_the_token_only(self):
+        r, run = self.runner_and_run()
+        self.ask(r, run, 100, token="0" * 32)
+        self.assertEqual(run.limit, 30)
+        self.ask(r, run, 100)
+        self.assertAlmostEqual(run.limit, 100, delta=1)
+        self.assertIn("the time it asked for", run.limit_words)
+        self.ask(r, run, 10)  # never shorter
+        self.assertAlmostEqual(run.limit, 100, delta=1)
+
+    def test_capped(self):
+        r, run = self.runner_and_run(paced=60)
+        self.ask(r, run, 1000)
+        self.assertAlmostEqual(run.limit, 60, delta=0.01)
+        r, run = self.runner_and_run(budget_left=45)
+        self.ask(r, run, 1000)
+        self.assertAlmostEqual(run.limit, 45, delta=1)
+        self.assertIn("budget", run.limit_words)
+
+    def test_not_after_it_ran_out(self):
+        r, run = self.runner_and_run()
+        run.timed_out = True
+        self.ask(r, run, 100)
+        self.assertEqual(run.limit, 30)
+
+    def test_a_partial_line_waits_for_its_end(self):
+        r, run = self.runner_and_run()
+        line = json.dumps({"token": run.token, "kind": "time", "seconds": 100}).encode()
+        run.channel += line[:20]
+        r.take_time_requests(run)
+        self.assertEqual(run.limit, 30)
+        run.channel += line[20:] + b"\n"
+        r.take_time_requests(run)
+        self.assertAlmostEqual(run.limit, 100, delta=1)
 
 
 class ResultsJson(unittest.TestCase):
@@ -157,9 +216,13 @@ class Manifests(unittest.TestCase):
                     self.assertTrue(os.path.isfile(a.path(h)) or "/" in h, h)
                 symbols.Rules(a, symbols.load_groups(COURSE))  # every group it names exists
                 lim = a.limits
+                # a compile may wait on the wall clock for what is left of the budget, and at
+                # least compile_timeout_s (grade.compile_in_sandbox); tests end at the budget
                 worst = lim["compile_timeout_s"] * len(a.student_files) + lim["budget_s"] + 30  # + link
                 self.assertLess(worst, 600, "a grade could pass Gradescope's 10 minutes")
                 self.assertLessEqual(lim["test_timeout_s"], lim["budget_s"])
+                self.assertLessEqual(lim["test_timeout_s"], lim["paced_timeout_s"])
+                self.assertLessEqual(lim["paced_timeout_s"], lim["budget_s"])
 
 
 if __name__ == "__main__":
