@@ -41,12 +41,16 @@ target=""
 [ "$what" = main ] && target="benchmarks/compare/dplab-compare"
 steps=$(ninja -C build -n $target | grep -c "^\[" || true)
 echo "== building ${target:-everything}: $steps steps on $(nproc) cores"
+build_start=$SECONDS
 ninja -C build -j "$(nproc)" $target
+echo "== built in $((SECONDS - build_start)) s"
 
 if [ "$what" = test ]; then
   echo "== running the tests"
   status=0
+  tests_start=$SECONDS
   meson test -C build --print-errorlogs --num-processes "$(nproc)" || status=$?
+  echo "== tests ran in $((SECONDS - tests_start)) s"
   # One closing line for CI: "N passed, N failed, N skipped".
   python3 - build/meson-logs/testlog.json <<'PY'
 # Counts doctest's test cases where a test printed them, else the Meson test itself.
