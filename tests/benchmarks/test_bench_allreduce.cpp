@@ -6,7 +6,7 @@
 // row; and a clear message and exit status 2 for bad arguments.
 // The program's path comes as the first argument (tests/benchmarks/meson.build).
 // Read next: benchmarks/allreduce.cpp.
-#define DOCTEST_CONFIG_IMPLEMENT  // own main below: the program's path comes first
+// own main below: the program's path comes first (doctest itself: tests/doctest_impl.cpp)
 #include <doctest/doctest.h>
 #include <unistd.h>
 

@@ -7,7 +7,7 @@
 // moves cost.h's bytes on every rank.
 // The program's path comes as the first argument (tests/compare/meson.build).
 // Read next: benchmarks/compare/cli.cpp.
-#define DOCTEST_CONFIG_IMPLEMENT  // own main below: the program's path comes first
+// own main below: the program's path comes first (doctest itself: tests/doctest_impl.cpp)
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -19,7 +19,6 @@
 //   nn              softmax log_softmax nll_loss cross_entropy mse_loss conv2d max_pool2d
 //                   avg_pool2d batch_norm (cases_nn.cpp), dropout (cases_special.cpp)
 // plus the fused optimizer steps (SGD, Adam, AdamW), which are not ops.h functions.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>

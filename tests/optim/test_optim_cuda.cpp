@@ -1,7 +1,6 @@
 // test_optim_cuda.cpp: the fused steps on cuda:0 follow the CPU reference, and their state
 // is counted on the GPU. Where no GPU is visible the executable exits 77 (tests/gpu_suite.h), which Meson
 // reports as SKIP (never as a pass); the cases also carry doctest::skip for direct runs.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cmath>

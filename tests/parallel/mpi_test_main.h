@@ -5,7 +5,6 @@
 // dplab was built without MPI or the program was not started by mpirun.
 // Read next: test_mpi_collectives.cpp, tests/ddp/test_ddp_mpi.cpp.
 #pragma once
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>

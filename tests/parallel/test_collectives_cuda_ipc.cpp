@@ -8,7 +8,6 @@
 // process has asked for the GPU count. Without a GPU the GPU cases are skipped and the
 // program exits 77 (meson: SKIP); one case runs the same checks on CPU tensors anyway.
 // Read next: cuda_ipc_child.cpp, ../../parallel/transport/cuda_ipc_transport.cpp.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <signal.h>

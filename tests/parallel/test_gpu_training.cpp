@@ -6,7 +6,6 @@
 //  - DDP with and without the fp16 hook on CUDA equals one process on the whole batch;
 // and DataParallel over cuda:0..3 equals one device. Skipped (exit 77) without a GPU.
 // Read next: parallel/transport/cuda_ipc_transport.cpp (streams), tests/ddp/ddp_reference.h.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <chrono>

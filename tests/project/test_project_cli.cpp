@@ -7,7 +7,6 @@
 //   - bad input: a message saying what was expected, never a crash.
 // Usage: test_project_cli PATH/TO/dplab-project PATH/TO/23_will_it_scale.md [doctest options]
 // Read next: tutorials/23_will_it_scale.md.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <unistd.h>
 
