@@ -25,8 +25,10 @@ struct StoreLimits {
   size_t max_total_bytes = size_t{64} << 20;  // keys + values held at once
   uint32_t max_args = 1u << 16;               // keys in one wait/check
   size_t max_request_bytes = size_t{4} << 20;
-  // Connections that have not proved the token yet: past this, the oldest is closed, so a
-  // crowd of strangers cannot hold descriptors (or the port) for long.
+  // Connections that have not proved the token yet. While this many wait, a newcomer is
+  // closed at once (a rank's client tries again): a crowd of strangers holds at most this
+  // many descriptors, each for at most handshake_seconds, and none of them can push out a
+  // rank that is halfway through proving itself.
   size_t max_pending = 32;
   double handshake_seconds = 10.0;  // a pending connection has this long to prove it
   // Connections that proved it (0: half of RLIMIT_NOFILE's soft limit, so the process that

@@ -1,9 +1,10 @@
 // tcp_store_server.cpp: rank 0's store server: one thread, one poll() loop, no busy waits,
 // no blocking call on a client's socket.
 // A connection goes through two states. Pending: the server sent its hello and waits for
-// the client's nonce and proof (64 bytes, read and nothing more); a wrong proof, silence
-// past the handshake deadline, or a crowd of pending connections (the oldest goes) closes
-// it, with one line on stderr. Served: requests are parsed incrementally (store_wire.h);
+// the client's nonce and proof (64 bytes, read and nothing more); a wrong proof or silence
+// past the handshake deadline closes it, with one line on stderr. While max_pending wait,
+// a newcomer is closed at once (logged; a rank's client tries again): no pending connection
+// is ever closed to make room, since it may be a rank halfway through proving itself. Served: requests are parsed incrementally (store_wire.h);
 // each is answered at once, or parked (get/wait on missing keys) until its keys appear or
 // its deadline passes. Replies go to the connection's output buffer and out as the socket
 // takes them (POLLOUT). poll's timeout is the nearest deadline.
@@ -304,19 +305,17 @@ void TCPStoreServer::serve() {
         c.server_nonce = random_bytes(kNonceBytes);
         c.out = std::string(detail::kHello, detail::kHelloBytes) + c.server_nonce;
         conns.push_back(std::move(c));
-        size_t pending = conns.size() - served;
-        if (pending > limits_.max_pending) {  // the oldest stranger makes room
-          auto oldest = std::find_if(conns.begin(), conns.end(),
-                                     [](const Connection& x) { return !x.served; });
-          log_refusal(*oldest, fmt::format("more than {} connections were waiting to prove the job "
-                                           "token; closed the oldest",
-                                           limits_.max_pending));
-          close_conn(oldest);
-        }
-        if (served >= limits_.max_clients) {
+        // Only the newcomer is ever closed here: the others may be in `order`, which the loop
+        // below walks (closing one of them here left it a dangling iterator: a crash).
+        const size_t pending = conns.size() - served - 1;
+        if (pending >= limits_.max_pending) {
+          log_refusal(conns.back(), fmt::format("{} connections are still proving the job token; "
+                                                "refused this newer one",
+                                                pending));
+          close_conn(std::prev(conns.end()));
+        } else if (served >= limits_.max_clients) {
           // a full house: the newcomer may still prove itself, but gets no room
-          Connection& last = conns.back();
-          log_refusal(last, fmt::format("the store already serves {} connections", served));
+          log_refusal(conns.back(), fmt::format("the store already serves {} connections", served));
           close_conn(std::prev(conns.end()));
         }
       }
