@@ -185,9 +185,12 @@ std::vector<Row> run_nodes(int n, int nodes, const std::vector<int64_t>& sizes,
   std::string args = fmt::format("{} --engines {} --trials {}", prog, list, trials);
   for (int64_t b : sizes) args += fmt::format(" {}", b);
   const int port = find_free_port();
-  const std::string token = make_job_token();
+  // The job's token goes to the launchers through the environment, as dplab-run's own ranks
+  // get theirs: on a command line (`export DPLAB_JOB_TOKEN=...` in the shell's) any user of
+  // the machine could read it in `ps` and join the job's store.
+  ::setenv(kJobTokenVariable, make_job_token().c_str(), 1);
   // node 0's launcher prints the rows; the others run in the background, quiet
-  std::string cmd = fmt::format("export DPLAB_JOB_TOKEN={}; ", token);
+  std::string cmd;
   for (int k = nodes - 1; k >= 0; --k)
     cmd += fmt::format("{} --nnodes {} --node-rank {} --nproc-per-node {} --master-addr 127.0.0.1 "
                        "--master-port {} {}{}",

@@ -3,7 +3,8 @@
 // and size with the bus bandwidth of its time, auto's rows running what the model of cost.h
 // picks, the PNG beside the CSV (that check alone is skipped, and says so, without
 // matplotlib); with --ranks-per-node, hierarchical's and the ring's inter-node bytes per
-// row; and a clear message and exit status 2 for bad arguments.
+// row; with --nodes, a job token that reaches the launchers through their environment and
+// never a command line; and a clear message and exit status 2 for bad arguments.
 // The program's path comes as the first argument (tests/benchmarks/meson.build).
 // Read next: benchmarks/allreduce.cpp.
 // own main below: the program's path comes first (doctest itself: tests/doctest_impl.cpp)
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -102,6 +104,50 @@ TEST_CASE("pretend nodes: hierarchical runs, and each row's inter-node bytes are
     const int64_t want = algo == "ring" ? 3 * bytes / 2 : bytes / 2;
     CHECK(std::stoll(row.at("inter_node_bytes")) == want);
   }
+}
+
+TEST_CASE("--nodes: the job token reaches the launchers through the environment, no command line") {
+  // DPLAB_RUN is a wrapper that writes down what `ps` shows of itself and of its parent (the
+  // shell bench_allreduce starts the launchers from), and the token it was given, then runs
+  // the real dplab-run. Anyone on the machine may read a command line; only the job its
+  // environment.
+  fs::create_directories(scratch());
+  const fs::path log = scratch() / "command_lines.txt", tokens = scratch() / "tokens.txt";
+  const fs::path wrapper = scratch() / "dplab-run-wrapper";
+  const fs::path real_run =
+      fs::path(g_exe).parent_path() / ".." / "parallel" / "launch" / "exe" / "dplab-run";
+  {
+    std::ofstream w(wrapper);
+    w << "#!/bin/sh\n"
+      << "{ tr '\\0' ' ' </proc/$$/cmdline; echo; tr '\\0' ' ' </proc/$PPID/cmdline; echo; } >>'"
+      << log.string() << "'\n"
+      << "echo \"$DPLAB_JOB_TOKEN\" >>'" << tokens.string() << "'\n"
+      << "exec '" << real_run.string() << "' \"$@\"\n";
+  }
+  fs::permissions(wrapper, fs::perms::owner_all);
+  const ProgramRun run = run_program("DPLAB_RUN='" + wrapper.string() + "' '" + g_exe +
+                                     "' --engine ring --ranks 2 --nodes 2 --max-bytes 4096 "
+                                     "--trials 1 --no-mpi --no-plot --csv '" +
+                                     (scratch() / "nodes2.csv").string() + "'");
+  INFO(run.output);
+  if (run.rc != 0 && run.output.find("without gloo") != std::string::npos) {
+    MESSAGE("skipped: this build has no gloo, which --nodes needs");
+    return;
+  }
+  REQUIRE(run.rc == 0);
+  std::ifstream tf(tokens), lf(log);
+  std::set<std::string> seen;
+  for (std::string t; std::getline(tf, t);) seen.insert(t);
+  REQUIRE(seen.size() == 1);  // both launchers of the job, one token
+  const std::string token = *seen.begin();
+  CHECK(token.size() >= 16);
+  int lines = 0;
+  for (std::string line; std::getline(lf, line); ++lines) {
+    CAPTURE(line);
+    CHECK(line.find(token) == std::string::npos);
+    CHECK(line.find("DPLAB_JOB_TOKEN") == std::string::npos);
+  }
+  CHECK(lines == 4);  // two launchers, each itself and its parent
 }
 
 TEST_CASE("bad arguments: exit status 2 and a message saying what was expected") {

@@ -47,9 +47,10 @@ if [[ $rc -ge 3 && $rc -le 5 ]]; then echo "SKIP: the namespace bed cannot be bu
 A0=$("$S" --name $P addr 0)
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 for i in 0 1; do
-  # ip netns exec and env exec: $! is dplab-run itself. The probes run until $DIR/stop (120 s
-  # at most: a guard for a test that dies before saying stop).
-  "$S" --name $P exec $i env DPLAB_JOB_TOKEN="$token" "$RUN" --nnodes 2 --node-rank $i \
+  # ip netns exec execs: $! is dplab-run itself. The token goes in the environment, never on
+  # a command line (`ps` shows those to everyone). The probes run until $DIR/stop (120 s at
+  # most: a guard for a test that dies before saying stop).
+  DPLAB_JOB_TOKEN="$token" "$S" --name $P exec $i "$RUN" --nnodes 2 --node-rank $i \
     --nproc-per-node 2 --master-addr "$A0" --master-port 29500 --node-timeout $NODE_TIMEOUT \
     --grace-period 2 "$PROBE" 120 "$DIR" >"$DIR/node$i.log" 2>&1 &
   pids+=($!)

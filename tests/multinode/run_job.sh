@@ -46,7 +46,8 @@ link_bytes() {  # rx + tx of node $1's link
 token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 pids=()
 for ((i = 0; i < K; i++)); do
-  "$S" --name $P exec $i env DPLAB_JOB_TOKEN="$token" DPLAB_TIMEOUT=${DPLAB_TIMEOUT:-30} \
+  # the token in the environment, never on a command line (`ps` shows those to everyone)
+  DPLAB_JOB_TOKEN="$token" DPLAB_TIMEOUT=${DPLAB_TIMEOUT:-30} "$S" --name $P exec $i \
     timeout "$LIMIT" "$RUN" --nnodes "$K" --node-rank $i --nproc-per-node "$N" --master-addr "$A0" \
     --master-port 29500 --tee "$@" >"$LOGS/node$i.log" 2>&1 &
   pids+=($!)
