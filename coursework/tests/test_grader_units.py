@@ -63,6 +63,20 @@ class Rules(unittest.TestCase):
                          "hw3 may not call dplab::parallel::ring_all_reduce: write the ring yourself")
         self.assertEqual(r.check_call("fork"), "hw3 may not call fork: not given")
 
+    def test_a_name_that_only_begins_with_an_allowed_one_is_not_allowed(self):
+        # the allow-list matches whole names: "hw3::exchange" does not let "hw3::exchange_all"
+        # through, nor "dplab::max" hw1's forbidden "dplab::max_pool2d"
+        r = self.rules()
+        self.assertEqual(r.check_call("hw3::exchange_all"), "hw3 may not call hw3::exchange_all: not given")
+        self.assertEqual(r.check_call("dplab::parallel::ProcessGroup::all_reduce_coalesced"),
+                         "hw3 may not call dplab::parallel::ProcessGroup::all_reduce_coalesced: "
+                         "write the ring yourself")
+        a = types.SimpleNamespace(short="hw1", namespace="hw1", name="hw1_x", symbols={
+            "allow": ["dplab::max"], "otherwise": "not given"})
+        hw1 = symbols.Rules(a, symbols.load_groups(COURSE))
+        self.assertEqual(hw1.check_call("dplab::max"), "")
+        self.assertEqual(hw1.check_call("dplab::max_pool2d"), "hw1 may not call dplab::max_pool2d: not given")
+
     def test_definitions(self):
         r = self.rules()
         self.assertEqual(r.check_definition("T", "hw3::ring_all_reduce"), "")
