@@ -10,14 +10,18 @@
 #include <fmt/core.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "benchmarks/cli_numbers.h"
 #include "benchmarks/compare/alpha_beta.h"
 #include "benchmarks/compare/compare.h"
 #include "benchmarks/compare/netns_links.h"
@@ -28,6 +32,7 @@
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
+#include "parallel/launch/supervisor.h"
 
 using namespace dplab;
 using namespace dplab::compare;
@@ -224,17 +229,25 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   return agreement.ok ? 0 : 3;
 }
 
-// CLI11's own range checks print "Value 0 not in range 0.000000 to 1.79e308": say what
-// is expected instead. For a list (--ns) it checks each element.
-CLI::Validator at_least(double min, const std::string& what) {
-  return CLI::Validator(
-      [min, what](std::string& s) -> std::string {
-        char* end = nullptr;
-        double v = std::strtod(s.c_str(), &end);
-        if (end != s.c_str() && *end == '\0' && std::isfinite(v) && v >= min) return "";
-        return fmt::format("expected {}, got '{}'", what, s);
-      },
-      what);
+// Every run of N devices starts N processes (ps with separate servers: N + S), or N threads
+// for dp: over dplab-run's limit per node it is refused as dplab-run refuses it, before any
+// process starts.
+void check_process_counts(const Config& cfg, int nproc_limit) {
+  const bool separate_ps =
+      std::find(cfg.modes.begin(), cfg.modes.end(), "ps") != cfg.modes.end() &&
+      std::find(cfg.ps_placements.begin(), cfg.ps_placements.end(), "separate") != cfg.ps_placements.end();
+  for (int n : cfg.ns) {
+    const std::string over = parallel::nproc_over_limit(fmt::format("--ns {}", n), n, nproc_limit);
+    DPLAB_CHECK(over.empty(), "{}", over);
+    if (!separate_ps) continue;
+    for (const std::string& spec : cfg.servers) {
+      const int64_t world = int64_t{n} + resolve_servers(spec, n);
+      const std::string with_servers = parallel::nproc_over_limit(
+          fmt::format("--ns {} with --servers {} --ps-placement separate ({} processes)", n, spec, world), world,
+          nproc_limit);
+      DPLAB_CHECK(with_servers.empty(), "{}", with_servers);
+    }
+  }
 }
 
 }  // namespace
@@ -246,12 +259,17 @@ int main(int argc, char** argv) {
   Config cfg;
   std::string worker, plot_script;
   bool link_gbps_given = false;
-  int worker_n = 0;
+  int worker_n = 0, nproc_limit = parallel::kDefaultNprocLimit;
+  using bench::at_least;
   app.add_option("--model", cfg.model, "mlp | cnn | resnet | wide_mlp")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp"}));
-  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4")
+  app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4 (each at most --nproc-limit)")
       ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
+  app.add_option("--nproc-limit", nproc_limit,
+                 fmt::format("the most processes one run may start, as dplab-run's (default {})",
+                             parallel::kDefaultNprocLimit))
+      ->check(at_least(1, "a process limit >= 1"));
   app.add_option("--modes,--backend", cfg.modes,
                  "any of single,dp,star,ring,zero1,zero2,mpi,nccl,gloo,ps (zero1/zero2: "
                  "ZeRO stage 1/2 over the ring, no DDP; mpi: DDP on the mpi engine, ranks started "
@@ -265,9 +283,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
+            constexpr long kMaxServers = std::numeric_limits<int>::max();
             char* end = nullptr;
             const long s = std::strtol(v.c_str(), &end, 10);
-            if (v == "N" || (end != v.c_str() && *end == '\0' && s >= 1)) return "";
+            if (v == "N" || (end != v.c_str() && *end == '\0' && s >= 1 && s <= kMaxServers)) return "";
             return fmt::format("expected server counts >= 1 or N, got '{}'", v);
           },
           "S >= 1 or N"));
@@ -340,6 +359,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    check_process_counts(cfg, nproc_limit);
     if (cfg.precision != "fp32")
       for (const std::string& m : cfg.modes)
         DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2" && m != "ps",

@@ -11,10 +11,12 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 
+#include "benchmarks/cli_numbers.h"
 #include "benchmarks/plot_runner.h"
 #include "benchmarks/project/links.h"
 #include "benchmarks/project/projection.h"
@@ -54,11 +56,11 @@ struct Input {
   std::string what, value, origin;
 };
 
-// 1, 2, 4, ... up to G, then G, 2G, 4G, ... up to M·G, and M·G itself.
+// 1, 2, 4, ... up to G, then G, 2G, 4G, ... up to M·G, and M·G itself (M·G checked to fit).
 std::vector<int> default_ns(int m, int g) {
   std::vector<int> ns;
-  for (int n = 1; n < g; n *= 2) ns.push_back(n);
-  for (int k = 1; k < m; k *= 2) ns.push_back(k * g);
+  for (int64_t n = 1; n < g; n *= 2) ns.push_back(static_cast<int>(n));
+  for (int64_t k = 1; k < m; k *= 2) ns.push_back(static_cast<int>(k * g));
   ns.push_back(m * g);
   return ns;
 }
@@ -66,6 +68,10 @@ std::vector<int> default_ns(int m, int g) {
 // Everything but the timeline: links, gradient, compute, profile, each with its origin.
 ProjectionInputs build_inputs(const Options& o, std::vector<Input>& said) {
   ProjectionInputs in{.devices_per_node = o.per_node, .nics_per_node = o.nics};
+  const int64_t devices = int64_t{o.nodes} * o.per_node;
+  DPLAB_CHECK(devices <= parallel::kMaxClusterDevices,
+              "--nodes {} x --devices-per-node {} = {} devices: expected at most {}", o.nodes,
+              o.per_node, devices, parallel::kMaxClusterDevices);
   DPLAB_CHECK(o.alpha_us.size() <= 2, "--alpha-us: expected A (both levels) or INTRA,INTER (microseconds), got {} values",
               o.alpha_us.size());
   said.push_back({"cluster", fmt::format("{} node(s) x {} device(s), {} NIC(s) per node", o.nodes, o.per_node, o.nics),
@@ -176,15 +182,10 @@ ProjectionInputs build_inputs(const Options& o, std::vector<Input>& said) {
   return in;
 }
 
-CLI::Validator at_least(double min, const std::string& what) {
-  return CLI::Validator(
-      [min, what](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end != s.c_str() && *end == '\0' && std::isfinite(v) && v >= min) return "";
-        return fmt::format("expected {}, got '{}'", what, s);
-      },
-      what);
+// Every count of devices the model takes: 1 to cost_topology.h's bound (its formulas form 2N).
+CLI::Validator device_count(const std::string& what) {
+  return bench::number_in(1, parallel::kMaxClusterDevices,
+                          fmt::format("{} from 1 to {}", what, parallel::kMaxClusterDevices));
 }
 
 }  // namespace
@@ -194,8 +195,9 @@ int main(int argc, char** argv) {
                "cluster you describe, from a timeline of its gradient buckets (tutorials/23_will_it_scale.md)"};
   Options o;
   std::vector<std::string> algorithms;
-  app.add_option("--nodes", o.nodes, "machines (M): the default --ns goes up to M x G")->check(at_least(1, "nodes >= 1"));
-  app.add_option("--devices-per-node", o.per_node, "GPUs per machine (G)")->check(at_least(1, "devices per node >= 1"));
+  using bench::at_least;
+  app.add_option("--nodes", o.nodes, "machines (M): the default --ns goes up to M x G")->check(device_count("nodes"));
+  app.add_option("--devices-per-node", o.per_node, "GPUs per machine (G)")->check(device_count("devices per node"));
   app.add_option("--nics-per-node", o.nics, "NICs per machine, shared by its G devices (K)")
       ->check(at_least(1, "NICs per node >= 1"));
   app.add_option("--intra", o.intra, "intra-node link preset: pcie | nvlink");
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "bucket (fusion buffer) size, MiB")
       ->check(at_least(1e-6, "a bucket size > 0 MiB"));
   app.add_option("--ns", o.ns, "device counts (default 1, 2, 4, ... up to nodes x devices per node)")->delimiter(',')
-      ->check(at_least(1, "device counts >= 1"));
+      ->check(device_count("device counts"));
   app.add_option("--out", o.out, "output directory (projection.csv, timeline.csv, projection.png)");
   app.add_flag("!--no-plot", o.plot, "skip plot_projection.py");
   app.add_option("--plot-script", o.plot_script, "path of plot_projection.py (default: next to the source)");

@@ -68,8 +68,17 @@ double number(const std::string& cell, const std::string& path, int line, const 
 }  // namespace
 
 std::vector<CalibrationRow> read_calibration(const std::string& path) {
-  std::ifstream f(path);
-  DPLAB_CHECK(f.good(), "calibration: cannot open '{}'", path);
+  std::ifstream file(path, std::ios::binary);
+  DPLAB_CHECK(file.good(), "calibration: cannot open '{}'", path);
+  // A calibration is a few lines: read at most this much, so that /dev/zero or a disk image
+  // given by mistake is refused at once instead of read to the end (or forever).
+  constexpr size_t kMaxBytes = 64 << 10;
+  std::string text(kMaxBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  DPLAB_CHECK(text.size() <= kMaxBytes, "calibration: expected a CSV of a few lines (at most {} KiB), '{}' holds more",
+              kMaxBytes >> 10, path);
+  std::istringstream f(text);
   std::vector<CalibrationRow> rows;
   bool header = false;
   int lineno = 0;

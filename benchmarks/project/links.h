@@ -37,6 +37,7 @@ double gbps_of(const parallel::LevelLink& l);  // 8e-9 / beta
 //   inter,48.2,9.41,dplab-compare ping-pong over a 10 Gbit/s emulated link
 // level: intra or inter (each at most once); alpha_us >= 0; gbps > 0 (one direction);
 // source: free text without commas (what measured it). Measured terms replace given ones.
+// A file over 64 KiB is refused unread (a calibration is a few lines; /dev/zero never ends).
 struct CalibrationRow {
   std::string level;
   double alpha_us = 0, gbps = 0;

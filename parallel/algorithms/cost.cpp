@@ -220,40 +220,38 @@ struct RankWork {
   }
 };
 
-// Every rank's work, from the step structure of each algorithm (the files say the same).
-std::vector<RankWork> work_of(Algorithm algo, int n, double s) {
-  std::vector<RankWork> w(n);
-  const int p = power_of_two_below(n), k = log2_of(p);
-  for (int r = 0; r < n; ++r) {
-    switch (algo) {
-      case Algorithm::Hierarchical:  // on one level: the ring
-      case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N; N-1 of them reduce
-        w[r] = {2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s};
-        break;
-      case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
-        w[r] = r == 0 ? RankWork{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s}
-                      : RankWork{2, 2 * s, 0};
-        break;
-      case Algorithm::RecursiveDoubling:
-      case Algorithm::HalvingDoubling: {
-        const bool rd = algo == Algorithm::RecursiveDoubling;
-        // the core on P ranks: log2 P whole buffers, or 2 log2 P halving/doubling steps
-        RankWork core = rd ? RankWork{double(k), k * s, k * s}
-                           : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
-        const int v = folded_rank(r, n);
-        if (v < 0) w[r] = {2, 2 * s, 0};  // folded away: S out, the result S in
-        else if (r < 2 * (n - p))
-          w[r] = {core.steps + 2, core.bytes + 2 * s, core.reduced + s};  // + fold, unfold
-        else w[r] = core;
-        break;
-      }
-      case Algorithm::OneShot:  // one step, but N-1 waits: S to each peer, N-1 buffers added
-        w[r] = {double(n - 1), (n - 1) * s, (n - 1) * s};
-        break;
-      case Algorithm::Auto: DPLAB_FAIL("all_reduce_seconds: resolve auto first");
+// The ranks of each algorithm, as the few kinds there are (ring: one; star: the hub and its
+// leaves; the fold: ranks folded away, their partners, the rest) with how many of each, from
+// the step structure of its file: a count, not a list, so pricing N ranks costs the same for
+// 4 as for a cluster of millions (cost_topology.cpp).
+struct RankKind {
+  RankWork work;
+  int ranks;
+};
+
+std::vector<RankKind> work_of(Algorithm algo, int n, double s) {
+  switch (algo) {
+    case Algorithm::Hierarchical:  // on one level: the ring
+    case Algorithm::Ring:  // 2(N-1) steps of one chunk, S/N; N-1 of them reduce
+      return {{{2.0 * (n - 1), 2.0 * (n - 1) / n * s, double(n - 1) / n * s}, n}};
+    case Algorithm::Star:  // leaves: S out, S in; rank 0: N-1 copies in (reduced), N-1 out
+      return {{{2.0 * (n - 1), 2.0 * (n - 1) * s, (n - 1) * s}, 1}, {{2, 2 * s, 0}, n - 1}};
+    case Algorithm::RecursiveDoubling:
+    case Algorithm::HalvingDoubling: {
+      const int p = power_of_two_below(n), k = log2_of(p), extra = n - p;
+      const bool rd = algo == Algorithm::RecursiveDoubling;
+      // the core on P ranks: log2 P whole buffers, or 2 log2 P halving/doubling steps
+      const RankWork core = rd ? RankWork{double(k), k * s, k * s}
+                               : RankWork{2.0 * k, 2.0 * (p - 1) / p * s, double(p - 1) / p * s};
+      return {{{2, 2 * s, 0}, extra},  // folded away: S out, the result S in
+              {{core.steps + 2, core.bytes + 2 * s, core.reduced + s}, extra},  // + fold, unfold
+              {core, n - 2 * extra}};  // the core alone
     }
+    case Algorithm::OneShot:  // one step, but N-1 waits: S to each peer, N-1 buffers added
+      return {{{double(n - 1), (n - 1) * s, (n - 1) * s}, n}};
+    case Algorithm::Auto: break;
   }
-  return w;
+  DPLAB_FAIL("all_reduce_seconds: resolve auto first");
 }
 
 // A stretch of an algorithm's critical path: `handoffs` segment hand-offs one after another,
@@ -305,9 +303,10 @@ double all_reduce_seconds(Algorithm algo, int n, double bytes, const LinkCost& l
   double busiest = 0, all = 0;
   LinkCost cpu = link;  // what the cores must do themselves
   if (link.wire) cpu.beta = 0;
-  for (const RankWork& w : work_of(algo, n, bytes)) {
-    busiest = std::max(busiest, w.seconds(link));
-    all += w.seconds(cpu);
+  for (const RankKind& kind : work_of(algo, n, bytes)) {
+    if (kind.ranks == 0) continue;
+    busiest = std::max(busiest, kind.work.seconds(link));
+    all += kind.ranks * kind.work.seconds(cpu);
   }
   // with more ranks than cores, the cores must do everyone's work: at best all / cores; and
   // each crowded hand-off waits for the scheduler

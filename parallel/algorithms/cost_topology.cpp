@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "framework/error.h"
 #include "parallel/algorithms/collectives.h"  // power_of_two_below
@@ -20,6 +21,9 @@ void check_cluster(const Cluster& c) {
   DPLAB_CHECK(c.nodes >= 1 && c.devices_per_node >= 1 && c.nics_per_node >= 1,
               "cluster: expected nodes, devices per node and NICs per node >= 1, got {}, {} and {}", c.nodes,
               c.devices_per_node, c.nics_per_node);
+  const int64_t devices = int64_t{c.nodes} * c.devices_per_node;  // before devices() can overflow
+  DPLAB_CHECK(devices <= kMaxClusterDevices, "cluster: expected at most {} devices, got {} nodes x {} = {}",
+              kMaxClusterDevices, c.nodes, c.devices_per_node, devices);
   for (const LevelLink* l : {&c.intra, &c.inter})
     DPLAB_CHECK(l->alpha >= 0 && l->beta >= 0 && std::isfinite(l->alpha) && std::isfinite(l->beta),
                 "cluster: expected alpha >= 0 s and beta >= 0 s/byte, got alpha {} and beta {} ({} level)", l->alpha,

@@ -25,7 +25,13 @@ struct Cluster {
   LevelLink intra, inter;
   int devices() const { return nodes * devices_per_node; }
 };
-// Checks M, G, K >= 1 and non-negative alphas and betas; throws Error naming the field.
+// The most devices a Cluster may have: 2^24, some hundred times the largest clusters built,
+// and small enough that every count the formulas form from N (2N, the power of two above
+// N/2) stays an int. The model costs the same at any N: it counts the kinds of rank of each
+// algorithm (cost.cpp), never lists the ranks.
+constexpr int kMaxClusterDevices = 1 << 24;
+// Checks M, G, K >= 1, M·G <= kMaxClusterDevices and non-negative alphas and betas; throws
+// Error naming the field.
 void check_cluster(const Cluster& c);
 
 //   Ring             one ring over all N = M·G devices, node by node: G-1 hops inside each

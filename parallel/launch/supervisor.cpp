@@ -200,6 +200,13 @@ std::string describe_wait_status(int st) {
   return fmt::format("ended with wait status {:#x}", st);
 }
 
+std::string nproc_over_limit(const std::string& asked, int64_t n, int limit) {
+  if (n <= limit) return "";
+  return fmt::format("{} is over the limit of {} ranks per node (each rank is a process of its own); if you mean "
+                     "it, add --nproc-limit {}",
+                     asked, limit, n);
+}
+
 std::map<std::string, std::string> rank_env(int rank, int nprocs, const std::string& master_addr,
                                             int master_port) {
   return rank_env(rank, NodePlacement{.nnodes = 1, .node_rank = 0, .nproc_per_node = nprocs},
@@ -266,10 +273,22 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
 
   size_t alive = started;
   std::optional<Clock::time_point> drain_until;
+  // A signal is forwarded and starts the grace period; one more while the ranks stop (on a
+  // signal or a failure) ends it: the user will not wait for ranks that ignore the first.
+  auto handle_signal = [&](int sig) {
+    if (res.interrupted_by == 0) res.interrupted_by = sig;
+    if (stopping) {
+      res.killed_at_once = true;
+      kill_at = Clock::now();                     // the SIGKILL below, in this pass
+      if (drain_until) drain_until = Clock::now();  // and no more waiting for output
+      return;
+    }
+    stop_all(sig);
+    if (opts.on_interrupt) opts.on_interrupt(sig);
+  };
   if (int sig = g_pending_signal; sig != 0) {  // the start-up was cut short
     g_pending_signal = 0;
-    res.interrupted_by = sig;
-    stop_all(sig);
+    handle_signal(sig);
   }
   if (alive == 0) drain_until = Clock::now();
   for (;;) {
@@ -288,8 +307,7 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
 
     if (int sig = g_pending_signal; sig != 0) {
       g_pending_signal = 0;
-      res.interrupted_by = sig;
-      stop_all(sig);  // forward the user's signal; SIGKILL follows after the grace period
+      handle_signal(sig);
     }
     // Reap everything that ended, then name one cause. A rank killed by a signal and the
     // peers that then fail because it died often end within the same pass: the signal is
@@ -334,8 +352,9 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
         if (c.alive) signal_group(c, SIGKILL);
     }
     // After the last rank ends, give its output (and any grandchild still holding the pipe)
-    // a moment to drain, then stop reading.
-    if (alive == 0 && !drain_until) drain_until = Clock::now() + std::chrono::seconds(2);
+    // a moment to drain, then stop reading; not after a second signal: the user wants out.
+    if (alive == 0 && !drain_until)
+      drain_until = Clock::now() + (res.killed_at_once ? Clock::duration{0} : std::chrono::seconds(2));
   }
   for (auto& c : kids)
     for (int fd : c.pipe_fd)

@@ -3,6 +3,8 @@
 // processes it started). The supervisor forwards SIGINT/SIGTERM to every rank, optionally
 // prefixes each output line with "[rank r] ", and when one rank fails it stops the others:
 // SIGTERM, then SIGKILL after a grace period. Failure = non-zero exit status or a signal.
+// A second SIGINT/SIGTERM/SIGHUP during the grace period ends it: SIGKILL at once (as a second
+// Ctrl-C does to torchrun), for the user who will not wait for ranks that ignore the first.
 // Ranks do not get the terminal's Ctrl-C directly (their own process groups): the
 // supervisor forwards it. If the supervisor itself dies (kill -9, OOM killer), each rank
 // gets SIGTERM from the kernel (the parent-death signal), so no rank outlives its launcher. A rank that reads the terminal's stdin would be stopped (SIGTTIN).
@@ -10,6 +12,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -37,6 +40,9 @@ struct SuperviseOptions {
   std::function<std::optional<std::string>()> remote_failure = nullptr;
   // Called with SuperviseResult::failure when a rank here fails, before the others stop.
   std::function<void(const std::string&)> on_failure = nullptr;
+  // Called when a signal has been forwarded and the grace period begins (dplab-run says so,
+  // and that a second signal kills at once).
+  std::function<void(int signal)> on_interrupt = nullptr;
 };
 
 struct RankOutcome {
@@ -52,6 +58,7 @@ struct SuperviseResult {
   int interrupted_by = 0;  // a forwarded SIGINT/SIGTERM, 0 if none
   int started = 0;         // ranks started: fewer than asked when a signal cut the start-up short
   std::string remote_failure;  // another node's failure that stopped ours; empty if none
+  bool killed_at_once = false;  // a second signal cut the grace period short: SIGKILL at once
   bool ok() const { return failed_rank < 0 && interrupted_by == 0 && remote_failure.empty(); }
 };
 
@@ -82,6 +89,15 @@ std::map<std::string, std::string> rank_env(int local_rank, const NodePlacement&
 // process that forked it) dies; if the parent is already gone, the child exits at once.
 // Async-signal-safe. Used for ranks and for dplab-compare's worker.
 void die_with_parent(pid_t parent);
+
+// The most ranks a launcher starts on one node unless told more (--nproc-limit): each rank is
+// a process with its own memory and threads, so more is far more likely a typo (2000 for 2)
+// than a plan. dplab-run and dplab-compare share it.
+constexpr int kDefaultNprocLimit = 256;
+// Empty when `n` processes fit under `limit`; else the refusal both programs print, `asked`
+// being what the user gave: "--ns 1000 is over the limit of 256 ranks per node (each rank is
+// a process of its own); if you mean it, add --nproc-limit 1000".
+std::string nproc_over_limit(const std::string& asked, int64_t n, int limit);
 
 // "exited with status 3", "was killed by signal 9 (Killed)".
 std::string describe_wait_status(int wait_status);

@@ -83,7 +83,15 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
         Bad{"--global-batch 0", "a global batch >= 1"}, Bad{"--lr nan", "a learning rate >= 0"},
         Bad{"--modes ps --servers 0", "expected server counts >= 1 or N, got '0'"},
         Bad{"--modes ps --servers 2,M", "expected server counts >= 1 or N, got 'M'"},
-        Bad{"--modes ps --ps-placement apart", "apart not in {colocated,separate}"}}) {
+        Bad{"--modes ps --ps-placement apart", "apart not in {colocated,separate}"},
+        // more processes than dplab-run starts per node: refused before any starts, in its words
+        Bad{"--ns 100000", "--ns 100000 is over the limit of 256 ranks per node (each rank is a process of its own); "
+                           "if you mean it, add --nproc-limit 100000"},
+        Bad{"--ns 2,300 --modes ring", "--ns 300 is over the limit of 256 ranks per node"},
+        Bad{"--ns 200 --modes ps --servers 1,N --ps-placement separate",
+            "--ns 200 with --servers N --ps-placement separate (400 processes) is over the limit of 256 ranks per node "
+            "(each rank is a process of its own); if you mean it, add --nproc-limit 400"},
+        Bad{"--nproc-limit 0", "a process limit >= 1, got '0'"}}) {
     CAPTURE(bad.args);
     const ProgramRun run =
         run_program("'" + g_exe + "' " + bad.args + " --out /nonexistent/never-written");
@@ -91,6 +99,14 @@ TEST_CASE("bad options exit with a message saying what was expected, never a cra
     CHECK(run.rc > 0);  // an exit status: not killed by SIGFPE or SIGSEGV (-1), not success
     CHECK(run.output.find(bad.says) != std::string::npos);
   }
+  // --nproc-limit raises the limit, as dplab-run's does: the next check, a refused precision,
+  // is the one that stops this run, before anything starts
+  const ProgramRun raised = run_program("'" + g_exe + "' --ns 300 --nproc-limit 300 --modes dp --precision fp16 "
+                                        "--out /nonexistent/never-written");
+  CAPTURE(raised.output);
+  CHECK(raised.rc == 1);
+  CHECK(raised.output.find("over the limit") == std::string::npos);
+  CHECK(raised.output.find("--precision fp16: mode dp is not supported") != std::string::npos);
 }
 
 TEST_CASE("the short run succeeds and every mode ends with the single device's parameters") {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,12 +53,24 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
+bool has(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
 constexpr int kKilledAsStray = 128 + SIGALRM;  // the status of a run that the 60 s alarm ended
 
-// Runs argv with stdout/stderr captured; a stray run is killed after 60 s. With sig != 0,
-// sends sig to the process once its stdout holds `ready_lines` lines (the ranks said they
-// are up: a user pressing Ctrl-C on a running job, not on a launcher still starting).
-Ran run(const std::vector<std::string>& args, int sig = 0, int ready_lines = 0) {
+// A signal a test sends, once the run's stdout holds `stdout_lines` lines and its stderr
+// holds `stderr_text` (the ranks said they are up, the launcher said what it did): a user
+// pressing Ctrl-C on a running job, not on a launcher still starting.
+struct SignalWhen {
+  int sig;
+  int stdout_lines = 0;
+  std::string stderr_text = "";
+};
+
+// Runs argv with stdout/stderr captured; a stray run is killed after 60 s. Sends each of
+// `signals` in turn when its moment comes.
+Ran run(const std::vector<std::string>& args, const std::vector<SignalWhen>& signals) {
   static std::atomic<int> runs{0};  // two runs may be in flight at once (two "nodes")
   fs::path dir = fs::temp_directory_path() /
                  ("dplab_run_" + std::to_string(getpid()) + "_" + std::to_string(runs++));
@@ -78,19 +91,19 @@ Ran run(const std::vector<std::string>& args, int sig = 0, int ready_lines = 0) 
     execv(argv[0], argv.data());
     _exit(127);
   }
-  if (sig != 0) {
-    auto lines = [&] {
-      std::string text = slurp(out);
-      return std::count(text.begin(), text.end(), '\n');
+  for (const SignalWhen& when : signals) {
+    auto ready = [&] {
+      const std::string text = slurp(out);
+      return std::count(text.begin(), text.end(), '\n') >= when.stdout_lines &&
+             has(slurp(err), when.stderr_text);
     };
     auto running = [&] {  // looks without reaping: the waitpid below gets the status
       siginfo_t info{};
       return waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
     };
     // the 60 s alarm ends a run whose ranks never come up; then the signal finds no one
-    while (lines() < ready_lines && running())
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    kill(pid, sig);
+    while (!ready() && running()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    kill(pid, when.sig);
   }
   int st = 0;
   waitpid(pid, &st, 0);
@@ -103,8 +116,9 @@ Ran run(const std::vector<std::string>& args, int sig = 0, int ready_lines = 0) 
   return r;
 }
 
-bool has(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
+Ran run(const std::vector<std::string>& args, int sig = 0, int ready_lines = 0) {
+  if (sig == 0) return run(args, std::vector<SignalWhen>{});
+  return run(args, {{.sig = sig, .stdout_lines = ready_lines}});
 }
 
 }  // namespace
@@ -204,6 +218,15 @@ TEST_CASE("dplab-run: bad arguments exit 2 with a message") {
   r = run({run_bin, "--bogus", child});
   CHECK(r.status == 2);
   CHECK(has(r.err, "unknown option '--bogus'"));
+  // a limit that no count can meet is a typo too, not a refusal of every --nproc-per-node
+  r = run({run_bin, "--nproc-limit", "-5", child});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "--nproc-limit must be >= 1, got -5"), r.err);
+  r = run({run_bin, "--nproc-per-node", "300", child});
+  CHECK(r.status == 2);
+  CHECK_MESSAGE(has(r.err, "--nproc-per-node 300 is over the limit of 256 ranks per node (each rank is a process "
+                           "of its own); if you mean it, add --nproc-limit 300"),
+                r.err);
 }
 
 TEST_CASE("dplab-run: N = 3 ranks each see their rendezvous variables") {
@@ -276,6 +299,34 @@ TEST_CASE("dplab-run: SIGINT is forwarded to every rank") {
       SIGINT, 3);
   CHECK(r.status == 128 + SIGINT);  // not the alarm's: the ranks did not sleep on
   CHECK_MESSAGE(has(r.err, "interrupted by signal 2; forwarded it to every rank"), r.err);
+}
+
+TEST_CASE("dplab-run: a second Ctrl-C during the grace period kills the ranks at once") {
+  // The ranks ignore SIGINT, SIGTERM and SIGHUP (an ignored signal stays ignored across exec):
+  // only SIGKILL ends them, and they would sleep past the 60 s alarm. The first Ctrl-C goes
+  // once both said "up", and starts a grace period of 600 s; the second once dplab-run said
+  // so. Without its SIGKILL the alarm would end dplab-run (kKilledAsStray).
+  const Ran r = run({program("DPLAB_RUN"), "--nproc-per-node", "2", "--grace-period", "600", "/bin/sh", "-c",
+                     "trap '' INT TERM HUP; echo up $$; exec sleep 120"},
+                    {{.sig = SIGINT, .stdout_lines = 2}, {.sig = SIGINT, .stderr_text = "grace period of 600 s"}});
+  CHECK_MESSAGE(r.status == 128 + SIGINT, r.err);
+  CHECK_MESSAGE(has(r.err, "got signal 2: forwarded it to every rank; SIGKILL follows after the grace period "
+                           "of 600 s, or at once on a second Ctrl-C"),
+                r.err);
+  CHECK_MESSAGE(has(r.err, "interrupted by signal 2, and again during the grace period: killed every rank "
+                           "(SIGKILL)"),
+                r.err);
+  // and they are gone, reaped by dplab-run: each rank's shell printed its pid, the pid of
+  // the sleep it became
+  std::istringstream lines(r.out);
+  int ranks = 0;
+  for (std::string word, pid; lines >> word >> pid; ++ranks) {
+    REQUIRE(word == "up");
+    const bool gone = kill(std::stoi(pid), 0) != 0 && errno == ESRCH;
+    CHECK_MESSAGE(gone, "rank pid " << pid << " is still there");
+    if (!gone) kill(-std::stoi(pid), SIGKILL);  // no stray sleeper after a failed check
+  }
+  CHECK(ranks == 2);
 }
 
 TEST_CASE("dplab-run: --tee prefixes every line with its rank") {

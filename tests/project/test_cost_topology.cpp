@@ -1,10 +1,16 @@
 // test_cost_topology.cpp: the cluster model's bytes against cost.h's per-rank formulas (which
 // tests/parallel checks against the bytes the real algorithms move), and its times on cases
-// worked by hand. Links: intra 1 us + 0.1 ns/B, inter 10 us + 1 ns/B, unless said.
+// worked by hand. Links: intra 1 us + 0.1 ns/B, inter 10 us + 1 ns/B, unless said. And the
+// model's memory: the same bytes for a thousand devices as for a million (this file counts
+// what operator new hands out in the test program).
 // Read next: test_timeline.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <new>
 
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
@@ -12,7 +18,27 @@
 
 using namespace dplab::parallel;
 
+// Every allocation of this test program through operator new (new[] and the sized and
+// nothrow forms come here too), counted in bytes: a model that lists its ranks shows as bytes
+// that grow with N.
 namespace {
+std::atomic<size_t> g_allocated_bytes{0};
+}  // namespace
+void* operator new(std::size_t bytes) {
+  g_allocated_bytes += bytes;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+size_t bytes_allocated_by(const std::function<void()>& work) {
+  const size_t before = g_allocated_bytes;
+  work();
+  return g_allocated_bytes - before;
+}
 
 Cluster cluster(int m, int g, int k = 1) {
   return {.nodes = m, .devices_per_node = g, .nics_per_node = k, .intra = {1e-6, 1e-10}, .inter = {1e-5, 1e-9}};
@@ -166,7 +192,48 @@ TEST_CASE("limits and bad input") {
   CHECK_THROWS_WITH_AS(link_load(ClusterAlgorithm::Ring, bad, kOne, 1), doctest::Contains("(inter level)"), dplab::Error);
   CHECK_THROWS_WITH_AS(all_reduce_stages(ClusterAlgorithm::ParameterServer, cluster(2, 2), {.count = 0}, 1),
                        doctest::Contains("expected at least 1 server, got 0"), dplab::Error);
+  // past 2^24 devices: refused by name, before any count overflows (M·G here is 2^25)
+  CHECK_THROWS_WITH_AS(link_load(ClusterAlgorithm::Ring, cluster(1 << 12, 1 << 13), kOne, 1),
+                       doctest::Contains("expected at most 16777216 devices, got 4096 nodes x 8192 = 33554432"),
+                       dplab::Error);
+  CHECK_THROWS_WITH_AS(all_reduce_stages(ClusterAlgorithm::Ring, cluster(100000, 100000), kOne, 1),
+                       doctest::Contains("100000 nodes x 100000 = 10000000000"), dplab::Error);
   CHECK(cluster_algorithm_from_name("halving-doubling") == ClusterAlgorithm::HalvingDoubling);
   CHECK_THROWS_WITH_AS(cluster_algorithm_from_name("tree"),
                        doctest::Contains("ring, hierarchical, halving-doubling, star or ps, got 'tree'"), dplab::Error);
+}
+
+TEST_CASE("a million devices cost the model no more memory than a thousand: it counts kinds of rank, never lists them") {
+  // 125 and 125000 nodes of 8: neither a power of two, so every algorithm takes the same
+  // branches (the fold included) at both sizes, and allocates the same: its stage names
+  const double s = 100e6;
+  const Servers ps{.count = 4};
+  for (ClusterAlgorithm a : {ClusterAlgorithm::Ring, ClusterAlgorithm::Hierarchical, ClusterAlgorithm::HalvingDoubling,
+                             ClusterAlgorithm::Star, ClusterAlgorithm::ParameterServer}) {
+    CAPTURE(cluster_algorithm_name(a));
+    auto bytes_to_price = [&](int nodes) {
+      double seconds = 0, nic = 0;
+      const size_t bytes = bytes_allocated_by([&] {
+        seconds = cluster_all_reduce_seconds(a, cluster(nodes, 8), ps, s);
+        nic = link_load(a, cluster(nodes, 8), ps, s).nic;
+      });
+      CHECK(seconds > 0);
+      CHECK(nic > 0);
+      return bytes;
+    };
+    CHECK(bytes_to_price(125000) == bytes_to_price(125));
+  }
+  // cost.h's one-level times, at the largest cluster allowed and at a thousand ranks
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::Star,
+                      Algorithm::OneShot}) {
+    CAPTURE(algorithm_name(a));
+    const LinkCost link{.alpha = 1e-6, .beta = 1e-10, .gamma = 1e-10, .cores = 2, .wake = 1e-5};
+    auto bytes_to_price = [&](int n) {
+      double seconds = 0;
+      const size_t bytes = bytes_allocated_by([&] { seconds = all_reduce_seconds(a, n, s, link); });
+      CHECK(seconds > 0);
+      return bytes;
+    };
+    CHECK(bytes_to_price(kMaxClusterDevices - 1) == bytes_to_price(1000 - 1));
+  }
 }

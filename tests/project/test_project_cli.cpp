@@ -4,7 +4,9 @@
 //     column must be that prediction less the published figure: the page cannot drift from
 //     the code;
 //   - the files it writes, the origin it gives each input, a calibration file taking over;
-//   - bad input: a message saying what was expected, never a crash.
+//   - bad input: a message saying what was expected, never a crash, a hang or memory that
+//     grows (each bad run under `timeout` and `ulimit -v`, so a regression fails, not stalls);
+//   - a cluster of a million devices, projected.
 // Usage: test_project_cli PATH/TO/dplab-project PATH/TO/23_will_it_scale.md [doctest options]
 // Read next: tutorials/23_will_it_scale.md.
 #include <doctest/doctest.h>
@@ -28,6 +30,12 @@ const fs::path g_scratch = fs::temp_directory_path() / ("dplab-project-cli-" + s
 
 ProgramRun project(const std::string& args, const fs::path& out) {
   return run_program("'" + g_exe + "' " + args + " --out '" + out.string() + "'");
+}
+
+// For bad input: 4 GB of address space and 30 s, far more than a refusal takes, so that a
+// regression that allocates without end or never answers ends here, not in the suite's timeout.
+ProgramRun project_guarded(const std::string& args, const fs::path& out) {
+  return run_program("ulimit -v 4000000; timeout 30 '" + g_exe + "' " + args + " --out '" + out.string() + "'");
 }
 
 struct ValidationRow {
@@ -138,18 +146,48 @@ TEST_CASE("bad input: a message saying what was expected, never a crash") {
            Bad{"--calibration /nonexistent/c.csv" + ok, "cannot open '/nonexistent/c.csv'"},
            Bad{"--trace /nonexistent/t.json" + ok, "cannot open '/nonexistent/t.json'"},
            Bad{"--algorithm tree" + ok, "tree"},
-           Bad{"--nodes 0" + ok, "nodes >= 1, got '0'"},
+           Bad{"--nodes 0" + ok, "expected nodes from 1 to 16777216, got '0'"},
+           // counts past cost_topology.h's bound: refused, not doubled past INT_MAX or listed
+           Bad{"--nodes 2147483647" + ok, "expected nodes from 1 to 16777216, got '2147483647'"},
+           Bad{"--devices-per-node 2147483647" + ok, "expected devices per node from 1 to 16777216, got '2147483647'"},
+           Bad{"--nodes 100000 --devices-per-node 100000" + ok,
+               "--nodes 100000 x --devices-per-node 100000 = 10000000000 devices: expected at most 16777216"},
+           Bad{"--ns 2147483647" + ok, "expected device counts from 1 to 16777216, got '2147483647'"},
+           Bad{"--ns 4,16777217" + ok, "expected device counts from 1 to 16777216, got '16777217'"},
+           // a file that never ends is refused after its first 64 KiB
+           Bad{"--calibration /dev/zero" + ok, "expected a CSV of a few lines (at most 64 KiB), '/dev/zero' holds more"},
            Bad{"--servers 0" + ok, "servers >= 1, got '0'"},
            Bad{"--inter-gbps 0" + ok, "a link speed > 0 Gbit/s, got '0'"},
        }) {
     CAPTURE(bad.args);
-    const ProgramRun run = project(bad.args + " --no-plot", g_scratch / "bad");
+    const ProgramRun run = project_guarded(bad.args + " --no-plot", g_scratch / "bad");
     CAPTURE(run.output);
     CHECK(run.rc != 0);
-    CHECK(run.rc != -1);  // not killed by a signal
+    CHECK(run.rc != -1);   // not killed by a signal
+    CHECK(run.rc != 124);  // not stopped by the timeout
     CHECK(run.output.find(bad.says) != std::string::npos);
     CHECK(run.output.find("terminate") == std::string::npos);
   }
+}
+
+TEST_CASE("a cluster of a million devices is projected, every algorithm") {
+  const fs::path out = g_scratch / "million";
+  const ProgramRun run = project_guarded("--nodes 125000 --devices-per-node 8 --params 25.6e6 --compute-ms 100 "
+                                         "--algorithm ring,hierarchical,halving-doubling,star,ps --no-plot",
+                                         out);
+  CAPTURE(run.output);
+  REQUIRE(run.rc == 0);
+  const auto rows = read_csv(out / "projection.csv");
+  REQUIRE(!rows.empty());
+  int at_a_million = 0;
+  for (const auto& r : rows) {
+    if (r.at("N") != "1000000") continue;
+    ++at_a_million;
+    CHECK(r.at("nodes") == "125000");
+    CHECK(std::stod(r.at("step_ms")) >= 100);  // at least the compute
+    CHECK(std::stod(r.at("efficiency")) <= 1);
+  }
+  CHECK(at_a_million == 5);
 }
 
 int main(int argc, char** argv) {

@@ -10,6 +10,7 @@
 // that fails on one node, or a node whose dplab-run dies, stops every node's ranks, and each
 // launcher exits 1 naming the node and the rank.
 // Ctrl-C/SIGTERM during the start-up ends it at once and stops the ranks already started.
+// A second Ctrl-C (or SIGTERM, SIGHUP) during the grace period kills the ranks at once.
 // Bad arguments exit 2. The process handling lives in supervisor.cpp; this file only parses
 // arguments (CLI11 is slow to compile: keep it to this one file).
 // Read next: parallel/launch/supervisor.h.
@@ -31,9 +32,6 @@ namespace {
 
 constexpr int kUsageError = 2;  // bad arguments, like argparse and torchrun
 constexpr int kRankFailed = 1;
-// Each rank is a process with its own memory and threads: more than this per node is far
-// more likely a typo (2000 for 2) than a plan. --nproc-limit raises it.
-constexpr int kDefaultNprocLimit = 256;
 constexpr double kMaxGraceSeconds = 3600;
 
 int usage_error(const std::string& msg) {
@@ -48,14 +46,14 @@ int main(int argc, char** argv) {
   namespace par = dplab::parallel;
   CLI::App app{"dplab-run: start N ranks of PROGRAM on this node (torchrun's conventions)",
                "dplab-run"};
-  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0, nproc_limit = kDefaultNprocLimit;
+  int nproc = 1, nnodes = 1, node_rank = 0, master_port = 0, nproc_limit = par::kDefaultNprocLimit;
   std::string master_addr = "127.0.0.1";
   bool tee = false;
   double grace = 5.0, node_timeout = 15.0;
   app.add_option("--nproc-per-node,--nproc_per_node", nproc, "ranks to start on this node")
       ->default_val(1);
-  app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for")
-      ->default_val(kDefaultNprocLimit);
+  app.add_option("--nproc-limit", nproc_limit, "the most ranks --nproc-per-node may ask for (>= 1)")
+      ->default_val(par::kDefaultNprocLimit);
   app.add_option("--nnodes", nnodes,
                  "nodes in the job: one dplab-run per node (ring and star "
                  "run on one node; across nodes use the mpi or nccl engine)")
@@ -78,7 +76,7 @@ int main(int argc, char** argv) {
   app.add_flag("--tee", tee, "prefix each output line with \"[rank r] \"");
   app.add_option("--grace-period", grace,
                  "seconds between SIGTERM and SIGKILL when stopping ranks "
-                 "(> 0, at most 3600)")
+                 "(> 0, at most 3600); a second Ctrl-C cuts it short")
       ->default_val(5.0);
   app.add_option("--node-timeout", node_timeout,
                  "with --nnodes > 1: seconds without a heartbeat from another node's dplab-run "
@@ -87,6 +85,8 @@ int main(int argc, char** argv) {
   // Everything from PROGRAM on belongs to the program, options included.
   app.prefix_command();
   app.footer("\nPROGRAM [ARGS...] follow the options: everything from PROGRAM on is passed to it.\n"
+             "Ctrl-C (SIGINT), SIGTERM and SIGHUP are forwarded to every rank, and SIGKILL follows\n"
+             "after --grace-period; a second one during the grace period kills the ranks at once.\n"
              "Example: dplab-run --nproc-per-node 4 --tee ./train --epochs 2\n");
 
   try {
@@ -107,13 +107,12 @@ int main(int argc, char** argv) {
                        "put -- before a program whose name starts with '-')");
   }
   if (nproc <= 0) return usage_error("--nproc-per-node must be >= 1, got " + std::to_string(nproc));
-  if (nproc > nproc_limit) {
-    return usage_error("--nproc-per-node " + std::to_string(nproc) + " is over the limit of " +
-                       std::to_string(nproc_limit) +
-                       " ranks per node (each rank is a process of "
-                       "its own); if you mean it, add --nproc-limit " +
-                       std::to_string(nproc));
-  }
+  if (nproc_limit <= 0)
+    return usage_error("--nproc-limit must be >= 1, got " + std::to_string(nproc_limit));
+  if (const std::string over = par::nproc_over_limit("--nproc-per-node " + std::to_string(nproc),
+                                                     nproc, nproc_limit);
+      !over.empty())
+    return usage_error(over);
   if (!std::isfinite(grace) || grace <= 0 || grace > kMaxGraceSeconds) {
     return usage_error(fmt::format("--grace-period must be a number of seconds in (0, {:.0f}], got "
                                    "{}",
@@ -161,7 +160,14 @@ int main(int argc, char** argv) {
     }
     par::SuperviseOptions sopts{.tee = tee,
                                 .grace = par::Seconds(grace),
-                                .first_rank = node_rank * nproc};
+                                .first_rank = node_rank * nproc,
+                                .on_interrupt = [grace](int sig) {
+                                  std::fprintf(stderr,
+                                               "dplab-run: got signal %d: forwarded it to every "
+                                               "rank; SIGKILL follows after the grace period of "
+                                               "%g s, or at once on a second Ctrl-C\n",
+                                               sig, grace);
+                                }};
     std::unique_ptr<par::NodeWatch> watch;
     if (nnodes > 1) {
       watch = std::make_unique<par::NodeWatch>(master_addr, master_port, token, nnodes, node_rank,
@@ -187,7 +193,12 @@ int main(int argc, char** argv) {
       if (watch)
         watch->report_failure(fmt::format("its dplab-run was interrupted by signal {}",
                                           res.interrupted_by));
-      if (res.started < nproc) {
+      if (res.killed_at_once) {
+        std::fprintf(stderr,
+                     "dplab-run: interrupted by signal %d, and again during the grace period: "
+                     "killed every rank (SIGKILL)\n",
+                     res.interrupted_by);
+      } else if (res.started < nproc) {
         std::fprintf(stderr,
                      "dplab-run: interrupted by signal %d during the start-up: started %d "
                      "of %d ranks, forwarded it to those\n",
