@@ -3,8 +3,11 @@
 # node 0 pings node 1; neither reaches the host's own address nor the outside (no route);
 # a TCP transfer through the tbf of each direction arrives no faster than 100 Mbit/s by the
 # kernel's clock, and tc counts it held back; a node's link sends its replies to three
-# peers in the order written; `down` leaves no namespace behind; a bed whose `run` gets
-# SIGINT or SIGTERM takes itself down; --delay works (netem) or is refused with exit 6
+# peers in the order written; `down` leaves no namespace behind; a `run` that gets SIGINT or
+# SIGTERM, whose command exits, or that is killed and then taken `down`, leaves no process
+# it started (double-forked, in sessions of their own, deaf to SIGTERM, in the nodes or on
+# the host; with its cgroup and without) and says why; `up` of a bed in use is refused naming
+# it and its owner, `--replace` takes it; --delay works (netem) or is refused with exit 6
 # leaving nothing; a non-root user is told and gets exit code 3. Exit 77 (skip) where the
 # bed cannot be built here. No verdict reads this script's clock: times that decide come
 # from the kernel, and every wait is a hang guard of GUARD seconds.
@@ -12,11 +15,24 @@
 # Read next: run_job.sh.
 set -u
 S=$1 T=$2
-P=bed$$ Q=bedi$$
+P=bed$$ Q=bedi$$ K=bedk$$  # K: second names that keep a bed's node namespaces open to look into
 GUARD=30
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ours() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^($1)-" || true; }
-trap '"$S" --name $P down 2>/dev/null; "$S" --name $Q down 2>/dev/null' EXIT
+alive() { local state; state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [[ $state != Z ]]; }
+tmp=$(mktemp -d)
+cleanup() {
+  local f p
+  for f in "$tmp"/pids.*; do  # what a run that failed its check left
+    for p in $(cat "$f" 2>/dev/null); do
+      [[ $(cat "/proc/$p/comm" 2>/dev/null) == sleep ]] && kill -KILL "$p"
+    done
+  done
+  "$S" --name $P down 2>/dev/null; "$S" --name $Q down 2>/dev/null
+  for f in $(ours $K); do ip netns del "$f"; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 "$S" --name $P up 2 --rate 100mbit
 rc=$?
@@ -120,29 +136,142 @@ for gap in "$gap12" "$gap23"; do
 done
 "$S" --name $P down || fail "down exited $?"
 
-# interrupted: `run` tears the bed down on SIGINT and SIGTERM, and stops its command
+# Everything started inside a bed ends with it. The job of `run 2` below starts processes
+# that a signal to its command, or to its process group, would not reach: on the host a
+# double-forked one in a session of its own, the same in node 0 (through `exec`), in node 1
+# one deaf to SIGTERM; then the command itself. Each writes its pid; second names for the
+# nodes' namespaces (K-0, K-1) let `ip netns pids` look into them after the bed is gone.
+cat >"$tmp/sleeper.sh" <<'EOF'
+echo $$ >>"$1"
+exec sleep 300
+EOF
+cat >"$tmp/job.sh" <<'EOF'
+S=$1 PIDS=$2 SLEEPER=$3 KEEP=$4 END=$5  # END: stay, or the status to exit with
+( setsid sh "$SLEEPER" "$PIDS" & )
+"$S" exec 0 sh -c '( setsid sh "$0" "$1" & )' "$SLEEPER" "$PIDS"
+"$S" exec 1 sh -c 'trap "" TERM; exec sh "$0" "$1"' "$SLEEPER" "$PIDS" &
+for i in 0 1; do
+  touch "/run/netns/$KEEP-$i" && mount --bind "/run/netns/$NETNS_CLUSTER_NAME-n$i" "/run/netns/$KEEP-$i"
+done
+n=0
+while [ "$(wc -l <"$PIDS")" -lt 3 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+echo $$ >>"$PIDS"
+[ "$END" = stay ] && exec sleep 300
+exit "$END"
+EOF
+cg_root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)$(sed -n 's/^0:://p' /proc/self/cgroup)
+wait_for() {  # wait_for WHAT CONDITION: polls CONDITION, a hang guard of GUARD s
+  local deadline=$((SECONDS + GUARD))
+  until eval "$2"; do
+    ((SECONDS <= deadline)) || fail "$1: not within the hang guard of $GUARD s"
+    sleep 0.05
+  done
+}
+start_job() {  # start_job NAME END [env...]: `run 2` of the job in the background; sets run
+  local name=$1 end=$2
+  shift 2
+  : >"$tmp/pids.$name"
+  env NETNS_CLUSTER_GRACE=2 "$@" "$S" --name $Q run 2 -- bash "$tmp/job.sh" "$S" "$tmp/pids.$name" \
+    "$tmp/sleeper.sh" $K "$end" 2>"$tmp/err.$name" &
+  run=$!
+  wait_for "$name: run 2 starting its job" "[[ \$(wc -l <$tmp/pids.$name) -ge 4 ]]"
+  [[ $(ours $K | wc -l) -eq 2 ]] || fail "$name: the job could not keep the nodes' namespaces open ($(ours $K))"
+}
+nothing_left() {  # nothing_left NAME: no process the job started, no namespace, no cgroup
+  local p i left
+  for p in $(cat "$tmp/pids.$1"); do
+    alive "$p" && fail "$1: pid $p ($(tr '\0' ' ' </proc/$p/cmdline)), started inside the bed, survived"
+  done
+  for i in 0 1; do
+    left=$(ip netns pids $K-$i)
+    [[ -z $left ]] || fail "$1: processes still in node $i's namespace after the bed went: $left"
+    ip netns del $K-$i
+  done
+  [[ -z $(ours $Q) ]] || fail "$1 left: $(ours $Q)"
+  [[ -z $(compgen -G "$cg_root/netns_cluster.$Q.*") ]] || fail "$1 left a cgroup: $(compgen -G "$cg_root/netns_cluster.$Q.*")"
+  echo "$1: nothing left; run said: $(tr '\n' ' ' <"$tmp/err.$1")"
+}
+
+# SIGINT and SIGTERM, with the run's cgroup and without one (marks and namespaces): run
+# exits 130/143, says why, and SIGKILLs the process deaf to SIGTERM after the grace (2 s).
 set -m  # a background job's SIGINT is not ignored under job control
 for sig in INT TERM; do
-  marker=$(mktemp)
-  "$S" --name $Q run 2 -- bash -c "echo \$\$ > $marker; exec sleep 30" &
-  pid=$!
-  deadline=$((SECONDS + GUARD))
-  until [[ -s $marker && $(ours $Q | wc -l) -eq 3 ]] || ((SECONDS > deadline)); do sleep 0.05; done
-  [[ -s $marker && $(ours $Q | wc -l) -eq 3 ]] || fail "run 2 did not bring up 3 namespaces and start its command"
-  child=$(cat "$marker")
-  kill -$sig $pid
-  deadline=$((SECONDS + GUARD))
-  while kill -0 $pid 2>/dev/null && ((SECONDS <= deadline)); do sleep 0.05; done
-  kill -0 $pid 2>/dev/null && fail "run still alive $GUARD s after SIG$sig"
-  wait $pid
-  rc=$?
-  [[ $rc -eq 130 || $rc -eq 143 ]] || fail "run after SIG$sig exited $rc, expected 130/143"
-  [[ -z $(ours $Q) ]] || fail "SIG$sig left: $(ours $Q)"
-  kill -0 "$child" 2>/dev/null && fail "run's command (pid $child) survived SIG$sig"
-  rm -f "$marker"
-  echo "SIG$sig: run exited $rc, bed gone, command stopped"
+  for cgroup in on off; do
+    name=$sig-cgroup-$cgroup
+    start_job $name stay NETNS_CLUSTER_CGROUP=$cgroup
+    [[ -n $(ip netns pids $Q-n0) && -n $(ip netns pids $Q-n1) ]] ||
+      fail "$name: the job has no process in node 0 or node 1"
+    kill -$sig $run
+    wait_for "$name: run exiting after SIG$sig" "! kill -0 $run 2>/dev/null"
+    wait $run
+    rc=$?
+    [[ $rc -eq 130 || $rc -eq 143 ]] || fail "$name: run after SIG$sig exited $rc, expected 130/143"
+    grep -q "SIG$sig: ending what runs in bed '$Q'" "$tmp/err.$name" ||
+      fail "$name: run did not say why it ended the job: $(cat "$tmp/err.$name")"
+    grep -q "after SIGTERM, SIGKILL" "$tmp/err.$name" ||
+      fail "$name: run did not say it SIGKILLed what ignored SIGTERM: $(cat "$tmp/err.$name")"
+    nothing_left $name
+  done
 done
 set +m
+# the command exits while what it started runs on: run exits with its status, ends the rest
+start_job exit3 3
+wait_for "exit3: run exiting" "! kill -0 $run 2>/dev/null"
+wait $run
+rc=$?
+[[ $rc -eq 3 ]] || fail "exit3: run exited $rc, expected its command's 3"
+grep -q "its command exited with status 3: ending what runs in bed '$Q'" "$tmp/err.exit3" ||
+  fail "exit3: run did not say why it ended the job: $(cat "$tmp/err.exit3")"
+nothing_left exit3
+# run killed with SIGKILL (nothing of it can clean up): `down` ends what it started, found
+# by the owner's record (the run's cgroup and mark) and in the namespaces
+start_job kill9 stay
+kill -KILL $run
+wait $run 2>/dev/null
+[[ $(ours $Q | wc -l) -eq 3 ]] || fail "kill9: the bed of a run killed with SIGKILL should still be there"
+NETNS_CLUSTER_GRACE=2 "$S" --name $Q down 2>>"$tmp/err.kill9" || fail "kill9: down exited $?"
+nothing_left kill9
+
+# A bed in use is not built over: `up` of its name exits 7 naming the bed and its owner (a
+# live `run`), and leaves bed and job as they were; `up --replace` stops the run (which ends
+# its job, exit 143) and builds the bed anew.
+: >"$tmp/pids.use"
+"$S" --name $Q run 1 -- sh -c 'echo $$ >>"$0"; exec sleep 300' "$tmp/pids.use" 2>"$tmp/err.use" &
+run=$!
+wait_for "use: run 1 starting its command" "[[ -s $tmp/pids.use ]]"
+job=$(cat "$tmp/pids.use")
+ns_before=$(stat -L -c %i /run/netns/$Q-n0)
+msg=$("$S" --name $Q up 1 2>&1)
+rc=$?
+[[ $rc -eq 7 ]] || fail "up of a bed in use exited $rc, expected 7: $msg"
+[[ $msg == *"bed '$Q' is in use"* && $msg == *"pid $run (netns_cluster.sh run 1 -- sh -c"* ]] ||
+  fail "up of a bed in use should name the bed '$Q' and its owner, pid $run (netns_cluster.sh run 1 ...): $msg"
+echo "up of a bed in use: $msg"
+[[ $(stat -L -c %i /run/netns/$Q-n0) == "$ns_before" ]] || fail "the refused up rebuilt the bed"
+alive "$job" || fail "the refused up stopped the bed's job"
+"$S" --name $Q up 2 --replace || fail "up --replace exited $?"
+wait_for "use: the replaced run exiting" "! kill -0 $run 2>/dev/null"
+wait $run
+rc=$?
+[[ $rc -eq 143 ]] || fail "the run whose bed was replaced exited $rc, expected 143 (SIGTERM): $(cat "$tmp/err.use")"
+alive "$job" && fail "the job of the replaced bed (pid $job) survived"
+[[ $("$S" --name $Q nodes) -eq 2 ]] || fail "up 2 --replace: expected 2 nodes, got $("$S" --name $Q nodes)"
+# the owner may rebuild its own bed; processes in it make it in use whoever asks, and `down`
+# ends them
+"$S" --name $Q up 1 || fail "up of one's own bed, with nothing in it, exited $?"
+"$S" --name $Q exec 0 sleep 300 &
+job=$!
+wait_for "use: a process in node 0" "[[ -n \$(ip netns pids $Q-n0) ]]"
+echo $job >"$tmp/pids.inside"
+msg=$("$S" --name $Q up 1 2>&1)
+rc=$?
+[[ $rc -eq 7 && $msg == *"processes run in its namespaces ($job sleep)"* ]] ||
+  fail "up of a bed with a process in it: expected exit 7 naming pid $job, got $rc: $msg"
+"$S" --name $Q down 2>"$tmp/err.down" || fail "down exited $?"
+alive "$job" && fail "down left the process in node 0 (pid $job) running"
+grep -q "down: ending what runs in bed '$Q'.*$job sleep" "$tmp/err.down" ||
+  fail "down did not say what it ended: $(cat "$tmp/err.down")"
+echo "a bed in use: refused, replaced, its processes ended by down: ok"
 
 # --delay: netem where the kernel has it; elsewhere exit 6 and nothing left half-built
 "$S" --name $Q up 2 --rate 100mbit --delay 1ms 2>/dev/null
@@ -163,4 +292,4 @@ if command -v setpriv >/dev/null; then
   rc=$?
   [[ $rc -eq 3 && $msg == *"needs root"* ]] || fail "as nobody: exit $rc '$msg', expected 3 'needs root'"
 fi
-echo "bed: ping, no route out, 100 Mbit/s shaping both ways, replies in order, clean down and interrupt: ok"
+echo "bed: ping, no route out, 100 Mbit/s shaping both ways, replies in order, clean down, nothing left after run, no clobbering: ok"
