@@ -23,9 +23,12 @@ namespace {
 
 // The rules the constructor and load_state_dict share; `who` starts the message.
 void check_options(const char* who, double scale, double growth, double backoff, int64_t interval) {
-  DPLAB_CHECK(scale > 0 && std::isfinite(scale) && scale <= kMaxScale,
-              "{}: scale must be a finite value in (0, {:g}] (float32's largest), got {}", who,
-              kMaxScale, scale);
+  // A subnormal S (1e-45) has lost its precision and one backoff takes it to 0, after which
+  // every gradient is 0 and training stalls without a word: S stays a normal float32.
+  DPLAB_CHECK(std::isfinite(scale) && scale >= kMinScale && scale <= kMaxScale,
+              "{}: scale must be a finite value in (0, {:g}] (float32's largest) and a normal "
+              "float32, at least {:g}, got {}",
+              who, kMaxScale, kMinScale, scale);
   DPLAB_CHECK(growth > 1.0 && std::isfinite(growth),
               "{}: growth_factor must be a finite value "
               "> 1, got {}",

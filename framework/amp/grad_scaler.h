@@ -63,7 +63,7 @@ class GradScaler {
 
   // "scaler.scale", "scaler.growth_tracker", ... into a checkpoint's metadata (checkpoint.h).
   void state_dict(Metadata& meta) const;
-  // Checks every value as the constructor does (scale finite in (0, FLT_MAX], growth_factor
+  // Checks every value as the constructor does (scale in [FLT_MIN, FLT_MAX], growth_factor
   // finite > 1, backoff_factor in (0, 1), growth_interval >= 1, tracker in [0, interval))
   // before changing anything: a refused state leaves the scaler as it was.
   void load_state_dict(const Metadata& meta);

@@ -1,6 +1,8 @@
 // master_weights.cpp: Apex O2's model cast and float32 master weights (master_weights.h).
 #include "framework/amp/master_weights.h"
 
+#include "framework/amp/grad_scaler.h"
+
 #include "framework/autograd/grad_mode.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
@@ -90,12 +92,25 @@ void MasterWeightOptimizer::state_dict(StateDict& tensors, Metadata& meta) const
 }
 
 void MasterWeightOptimizer::load_state_dict(const StateDict& tensors, const Metadata& meta) {
-  inner_->load_state_dict(tensors, meta);
-  NoGradGuard no_grad;
+  // All or nothing: the masters are checked before the inner optimizer loads (which checks
+  // its own state before it commits), and copied only after.
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string key = fmt::format("master.{}", i);
     DPLAB_CHECK(tensors.contains(key), "MasterWeightOptimizer::load_state_dict: missing {}", key);
-    params_[i].detach().copy_(tensors.at(key).to(params_[i].device()));
+    const Tensor& master = tensors.at(key);
+    DPLAB_CHECK(master.dtype() == DType::Float32 && master.shape() == params_[i].shape(),
+                "MasterWeightOptimizer::load_state_dict: \"{}\" should be float32 {}, got {} {}",
+                key, shape_str(params_[i].shape()), dtype_name(master.dtype()),
+                shape_str(master.shape()));
+    DPLAB_CHECK(all_finite(master),
+                "MasterWeightOptimizer::load_state_dict: \"{}\" holds a NaN or an infinity: "
+                "master weights must be finite",
+                key);
+  }
+  inner_->load_state_dict(tensors, meta);
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].detach().copy_(tensors.at(fmt::format("master.{}", i)).to(params_[i].device()));
     model_params_[i].detach().copy_(params_[i].detach().to(model_params_[i].dtype()));
   }
 }

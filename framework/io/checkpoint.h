@@ -31,9 +31,11 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
 // Reads the file with tensors placed on map_location and loads the model strictly (missing,
 // unexpected or mis-shaped keys: one error listing them), the optimizer if one is given
 // (the file must then hold optimizer state: "optim.type" in its metadata) and the scaler's
-// "scaler.*" keys if a scaler is given (saved with scaler.state_dict(extra)). All or
-// nothing: everything is checked before anything is changed, so a refused file leaves the
-// model, the optimizer and the scaler as they were. The model's and optimizer's tensors
+// "scaler.*" keys if a scaler is given (saved with scaler.state_dict(extra)). State that
+// could only train into NaN is refused, naming it: optimizer state that is not finite (a NaN
+// momentum), a scale outside float32's normal range (1e-45). All or nothing: everything is
+// checked before anything is changed, so a refused file leaves the model, the optimizer and
+// the scaler as they were. The model's and optimizer's tensors
 // keep their own devices: values are copied into them.
 // Returns all metadata (epoch, step, optim.*, format) for the caller to resume from.
 Metadata load_checkpoint(const std::string& path, nn::Module& model,

@@ -99,7 +99,15 @@ void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
     DPLAB_CHECK(steps[i] >= 1, "load_state_dict: \"{}\" should be >= 1, got {}", step_key,
                 steps[i]);
     m[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg"), params_[i]);
-    v[i] = detail::load_state_tensor(tensors, detail::state_key(i, "exp_avg_sq"), params_[i]);
+    const std::string v_key = detail::state_key(i, "exp_avg_sq");
+    v[i] = detail::load_state_tensor(tensors, v_key, params_[i]);
+    // v is an average of squares: a negative one would make the step's sqrt(v) NaN
+    const std::vector<float> v_values = v[i].to(Device("cpu")).to_vector<float>();
+    for (size_t j = 0; j < v_values.size(); ++j)
+      DPLAB_CHECK(v_values[j] >= 0.0f,
+                  "load_state_dict: \"{}\" holds {} at element {}: an average of squared "
+                  "gradients is never negative",
+                  v_key, v_values[j], j);
   }
   options_ = o;
   lr_ = o.lr;

@@ -35,7 +35,13 @@ const std::string& meta_string(const Metadata& meta, const std::string& key);
 // Checks "optim.type" and "optim.num_params" against this optimizer before anything is loaded.
 void check_header(const Metadata& meta, const std::string& type, size_t num_params);
 
-// Copies tensors.at(key) into a fresh tensor on the parameter's device, checking its shape.
+// Throws unless every element of the float32 tensor t is finite, naming key and the first
+// element that is not: state a checkpoint brings in (a NaN momentum) is refused on load,
+// before a step spreads it into the parameters.
+void check_finite_state(const std::string& key, const Tensor& t);
+
+// Copies tensors.at(key) into a fresh tensor on the parameter's device, checking its shape
+// and that it is finite.
 Tensor load_state_tensor(const StateDict& tensors, const std::string& key, const Tensor& param);
 
 }  // namespace dplab::optim::detail

@@ -108,11 +108,21 @@ void check_header(const Metadata& meta, const std::string& type, size_t num_para
               "load_state_dict: {} has {} parameters, the state dict has {}", type, num_params, n);
 }
 
+void check_finite_state(const std::string& key, const Tensor& t) {
+  const std::vector<float> values = t.to(Device("cpu")).to_vector<float>();
+  for (size_t i = 0; i < values.size(); ++i)
+    DPLAB_CHECK(std::isfinite(values[i]),
+                "load_state_dict: \"{}\" holds {} at element {}: optimizer state must be finite "
+                "(a step from it would turn every parameter it touches into NaN)",
+                key, values[i], i);
+}
+
 Tensor load_state_tensor(const StateDict& tensors, const std::string& key, const Tensor& param) {
   const Tensor& src = tensors.at(key);
   DPLAB_CHECK(src.dtype() == DType::Float32 && src.shape() == param.shape(),
               "load_state_dict: \"{}\" should be float32 {} like its parameter, got {} {}", key,
               shape_str(param.shape()), dtype_name(src.dtype()), shape_str(src.shape()));
+  check_finite_state(key, src);
   Tensor t = Tensor::empty(param.shape(), param.options());
   t.copy_(src);  // any device to the parameter's device
   return t;

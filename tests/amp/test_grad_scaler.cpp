@@ -1,7 +1,8 @@
 // GradScaler: PyTorch's rules, step by step. Steps whose gradients hold inf or NaN are
 // skipped (exactly those) and halve the scale; 2000 clean steps in a row double it (not
 // 1999); unscale_ divides by the scale (so clipping sees true gradients); misuse is an
-// error; the state survives a checkpoint. And Apex O2's master weights.
+// error; the state survives a checkpoint, and a state outside float32's normal range is
+// refused. And Apex O2's master weights, whose load refuses NaN and changes nothing then.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -158,6 +159,11 @@ TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refu
                        doctest::Contains("scale must be a finite "
                                          "value in (0, 3.40282e+38]"),
                        Error);
+  // a subnormal scale (1e-45 is float32's smallest) has lost its precision; one backoff
+  // takes it to 0: refused, like one past float32's largest
+  for (double tiny : {1e-45, 1e-39})
+    CHECK_THROWS_WITH_AS(amp::GradScaler({.init_scale = tiny}),
+                         doctest::Contains("and a normal float32, at least 1.17549e-38"), Error);
   amp::GradScaler scaler({.init_scale = 8.0, .growth_interval = 5});
   Metadata good;
   scaler.state_dict(good);
@@ -170,6 +176,8 @@ TEST_CASE("GradScaler: its factors are checked when made and when loaded; a refu
        {Bad{"scaler.scale", "inf", "scale must be a finite value in (0, "},
         Bad{"scaler.scale", "nan", "scale must be a finite value in (0, "},
         Bad{"scaler.scale", "-1", "scale must be a finite value in (0, "},
+        Bad{"scaler.scale", "1e-45", "and a normal float32, at least 1.17549e-38, got 1e-45"},
+        Bad{"scaler.scale", "0", "scale must be a finite value in (0, "},
         Bad{"scaler.growth_factor", "inf", "growth_factor must be a finite value > 1"},
         Bad{"scaler.growth_factor", "0", "growth_factor must be a finite value > 1"},
         Bad{"scaler.backoff_factor", "1", "backoff_factor must lie in (0, 1)"},
@@ -236,4 +244,37 @@ TEST_CASE("Apex O2: 16-bit model weights, float32 master weights, batch norm kep
     CHECK(master_after == doctest::Approx(w0 - ulp).epsilon(1e-3));
     CHECK(std::fabs(w_after - (w0 - ulp)) <= ulp / 2);  // the model followed its master
   }
+}
+
+TEST_CASE("Apex O2: a state dict with a NaN master weight is refused and changes nothing") {
+  manual_seed(6);
+  auto model = std::make_shared<nn::Linear>(3, 2);
+  amp::cast_module_(*model, DType::Float16);
+  auto make = [&] {
+    return amp::MasterWeightOptimizer(model->parameters(), [](std::vector<Tensor> masters) {
+      return std::make_unique<optim::SGD>(masters, optim::SGDOptions{.lr = 0.5, .momentum = 0.9});
+    });
+  };
+  amp::MasterWeightOptimizer saved = make();
+  for (const Tensor& p : model->parameters())
+    const_cast<Tensor&>(p).set_grad(full(p.shape(), 0.25f).to(p.dtype()));
+  saved.step();
+  StateDict sd;
+  Metadata meta;
+  saved.state_dict(sd, meta);
+  std::vector<float> forged = sd.at("master.0").to_vector<float>();
+  forged[3] = std::numeric_limits<float>::quiet_NaN();
+  sd.insert("master.0", from_vector(forged, sd.at("master.0").shape()));
+
+  amp::MasterWeightOptimizer fresh = make();
+  const std::vector<float> master = fresh.params()[0].to_vector<float>(),
+                           weight = model->weight.detach().to(DType::Float32).to_vector<float>();
+  CHECK_THROWS_WITH_AS(fresh.load_state_dict(sd, meta),
+                       doctest::Contains("\"master.0\" holds a NaN or an infinity"), Error);
+  CHECK(fresh.params()[0].to_vector<float>() == master);
+  CHECK(model->weight.detach().to(DType::Float32).to_vector<float>() == weight);
+  StateDict inner;
+  Metadata inner_meta;
+  fresh.inner().state_dict(inner, inner_meta);
+  CHECK_FALSE(inner.contains("state.0.momentum_buffer"));  // the inner SGD loaded nothing
 }

@@ -1,9 +1,14 @@
 // test_checkpoint.cpp: model + optimizer + epoch in one file, resumed exactly; loading onto
-// a chosen device; and a model-only file laid out as PyTorch's safetensors writes it.
+// a chosen device; a model-only file laid out as PyTorch's safetensors writes it; and a file
+// whose optimizer or scaler state could only train into NaN (a NaN momentum, a subnormal
+// scale), refused with nothing changed.
 #include <doctest/doctest.h>
 
+#include <functional>
+#include <limits>
 #include <memory>
 
+#include "framework/amp/grad_scaler.h"
 #include "framework/io/checkpoint.h"
 #include "framework/io/safetensors.h"
 #include "framework/nn/layers.h"
@@ -143,4 +148,86 @@ TEST_CASE("checkpoint: mismatches are errors") {
   optim::SGD opt(net.parameters(), {.lr = 0.1});
   CHECK_THROWS_WITH(save_checkpoint(dir.file("c.safetensors"), net, &opt, {{"optim.lr", "9"}}),
                     doctest::Contains("collides with the optimizer's"));
+}
+
+TEST_CASE(
+    "checkpoint: a NaN momentum or a subnormal scale is refused, naming it; nothing changes") {
+  TempDir dir;
+  manual_seed(5);
+  Net net;
+  optim::SGD opt(net.parameters(), {.lr = 0.05, .momentum = 0.9});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  train_step(net, opt);
+  Metadata extra{{"epoch", "1"}};
+  scaler.state_dict(extra);
+  save_checkpoint(dir.file("good.safetensors"), net, &opt, extra);
+  const Loaded good = load_safetensors(dir.file("good.safetensors"));
+
+  // Each forgery: the good file with one entry changed.
+  struct Forgery {
+    std::string what, message;
+    std::function<void(Loaded&)> edit;
+  };
+  const std::vector<Forgery> forgeries{
+      {"a NaN in a momentum buffer",
+       "\"state.2.momentum_buffer\" holds nan at element 1: optimizer state must be finite",
+       [](Loaded& f) {
+    std::vector<float> m = f.tensors.at("optim.state.2.momentum_buffer").to_vector<float>();
+    m[1] = std::numeric_limits<float>::quiet_NaN();
+    f.tensors.insert("optim.state.2.momentum_buffer", from_vector(m, {2, 3}));
+       }},
+      {"an infinite momentum buffer", "\"state.0.momentum_buffer\" holds inf at element 0",
+       [](Loaded& f) {
+    std::vector<float> m = f.tensors.at("optim.state.0.momentum_buffer").to_vector<float>();
+    m[0] = std::numeric_limits<float>::infinity();
+    f.tensors.insert("optim.state.0.momentum_buffer", from_vector(m, {3, 4}));
+       }},
+      {"a subnormal scale",
+       "scale must be a finite value in (0, 3.40282e+38] (float32's "
+       "largest) and a normal float32, at least 1.17549e-38, got 1e-45",
+       [](Loaded& f) { f.metadata["scaler.scale"] = "1e-45"; }},
+      };
+  for (const Forgery& forgery : forgeries) {
+    CAPTURE(forgery.what);
+    Loaded bad = good;
+    forgery.edit(bad);
+    save_safetensors(dir.file("bad.safetensors"), bad.tensors, bad.metadata);
+
+    manual_seed(6);
+    Net fresh;
+    optim::SGD fresh_opt(fresh.parameters(), {.lr = 0.5, .momentum = 0.5});
+    amp::GradScaler fresh_scaler({.init_scale = 8.0});
+    train_step(fresh, fresh_opt);  // momentum of its own, to keep
+    StateDict opt_before;
+    Metadata opt_meta_before;
+    fresh_opt.state_dict(opt_before, opt_meta_before);
+    const StateDict model_before = fresh.state_dict();
+    CHECK_THROWS_WITH_AS(load_checkpoint(dir.file("bad.safetensors"), fresh, &fresh_opt,
+                                         Device("cpu"), &fresh_scaler),
+                         doctest::Contains(forgery.message.c_str()), Error);
+    CHECK_THROWS_WITH_AS(load_checkpoint(dir.file("bad.safetensors"), fresh, &fresh_opt,
+                                         Device("cpu"), &fresh_scaler),
+                         doctest::Contains("; nothing was loaded"), Error);
+    for (const auto& [name, t] : fresh.state_dict()) {
+      CAPTURE(name);
+      CHECK(t.to_vector<float>() == model_before.at(name).to_vector<float>());
+    }
+    StateDict opt_after;
+    Metadata opt_meta_after;
+    fresh_opt.state_dict(opt_after, opt_meta_after);
+    CHECK(opt_meta_after == opt_meta_before);
+    for (const std::string& key : opt_before.keys()) {
+      CAPTURE(key);
+      CHECK(opt_after.at(key).to_vector<float>() == opt_before.at(key).to_vector<float>());
+    }
+    CHECK(fresh_scaler.get_scale() == 8.0);
+  }
+  // the good file loads all three
+  Net resumed;
+  optim::SGD resumed_opt(resumed.parameters(), {.lr = 1.0});
+  amp::GradScaler resumed_scaler;
+  load_checkpoint(dir.file("good.safetensors"), resumed, &resumed_opt, Device("cpu"),
+                  &resumed_scaler);
+  check_same_params(net, resumed);
+  CHECK(resumed_scaler.get_scale() == 1024.0);
 }
