@@ -10,6 +10,7 @@
 
 #include "datasets/idx_file.h"
 #include "framework/io/log.h"
+#include "framework/io/settings.h"
 #include "framework/ops/ops.h"
 
 namespace dplab::datasets {
@@ -35,14 +36,17 @@ bool first_time_for(const std::string& value) {
 
 std::vector<std::string> fashion_mnist_search_path() {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv("DPLAB_DATA"); env && *env) {
-    std::error_code ec;
-    if (!fs::is_directory(env, ec) && first_time_for(env))  // not once per split
-      log_warning("DPLAB_DATA={} is not a directory; looking for Fashion-MNIST in the usual "
-                  "places instead",
-                  env);
-    dirs.push_back(env);
-    dirs.push_back((fs::path(env) / "fashion-mnist").string());
+  if (const auto env = setting_value("DPLAB_DATA")) {
+    try {
+      parse_data_setting(*env);
+    } catch (const Error&) {
+      if (first_time_for(*env))  // not once per split
+        log_warning("DPLAB_DATA={} is not a directory; looking for Fashion-MNIST in the usual "
+                    "places instead",
+                    *env);
+    }
+    dirs.push_back(*env);
+    dirs.push_back((fs::path(*env) / "fashion-mnist").string());
   }
   dirs.push_back("./data/fashion-mnist");
   dirs.push_back("/usr/share/datasets/fashion-mnist");
@@ -84,9 +88,9 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
       o.root.empty() ? fashion_mnist_search_path() : std::vector<std::string>{o.root};
   Loaded out;
   std::string looked, odd;
-  const char* env = std::getenv("DPLAB_DATA");
+  const std::optional<std::string> env = setting_value("DPLAB_DATA");
   // the search path starts with DPLAB_DATA's two directories when it is set
-  const size_t env_dirs = o.root.empty() && env && *env ? 2 : 0;
+  const size_t env_dirs = o.root.empty() && env ? 2 : 0;
   for (size_t i = 0; i < dirs.size(); ++i) {
     const std::string& dir = dirs[i];
     std::string images = find_file(dir, images_name, odd),
@@ -97,11 +101,11 @@ FashionMNIST::Loaded FashionMNIST::load(const std::string& split, const FashionM
       // DPLAB_DATA names a directory, but this split came from elsewhere: say so, or a
       // user who thinks they train on their own copy never learns they do not.
       std::error_code ec;
-      if (i >= env_dirs && env_dirs > 0 && fs::is_directory(env, ec) &&
-          first_time_for(std::string(env) + "/" + split))
+      if (i >= env_dirs && env_dirs > 0 && fs::is_directory(*env, ec) &&
+          first_time_for(*env + "/" + split))
         log_warning("DPLAB_DATA={} holds no usable {} split ({}[.gz] and {}[.gz]{}); took it from "
                     "{} instead",
-                    env, split, images_name, labels_name, odd.empty() ? "" : "; " + odd, dir);
+                    *env, split, images_name, labels_name, odd.empty() ? "" : "; " + odd, dir);
       break;
     }
     looked += fmt::format("\n  {}/{}[.gz] and {}[.gz]", dir, images_name, labels_name);

@@ -1,6 +1,6 @@
 // log.cpp: the logger's global state. DataParallel logs from one thread per device, so the
 // level and rank are atomics (read on every call) and writing a line holds one mutex, which
-// keeps lines whole. The environment is read once, on first use.
+// keeps lines whole. The environment is read once, on first use, by settings.h's parsers.
 // Read next: progress.cpp.
 #include "framework/io/log.h"
 
@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "framework/error.h"
+#include "framework/io/settings.h"
 
 namespace dplab {
 
@@ -26,24 +27,29 @@ struct LogState {
   std::string prefix;
   std::ostream* out = nullptr;  // nullptr: std::cerr
   std::function<void(std::ostream&)> before_write;
-  std::string env_warning;  // a bad DPLAB_LOG_LEVEL, reported with the first line printed
+  std::string env_warning;  // a bad DPLAB_LOG_LEVEL or _TIME, reported with the first line printed
 };
 
 LogState& state() {
   // Built on first use (no static-initialisation order issue), env read once.
   static LogState* s = [] {
     auto* st = new LogState();  // never destroyed: logging from static destructors stays safe
-    if (const char* env = std::getenv("DPLAB_LOG_LEVEL"); env != nullptr && *env != '\0') {
+    if (const auto env = setting_value("DPLAB_LOG_LEVEL")) {
       try {
-        st->level = static_cast<int>(parse_log_level(env));
+        st->level = static_cast<int>(parse_log_level_setting(*env));
       } catch (const Error&) {
         st->env_warning = fmt::format(
-            "DPLAB_LOG_LEVEL=\"{}\" is not one of debug, info, warning, error; using info", env);
+            "DPLAB_LOG_LEVEL=\"{}\" is not one of debug, info, warning, error; using info", *env);
       }
     }
-    if (const char* env = std::getenv("DPLAB_LOG_TIME");
-        env != nullptr && std::string_view(env) == "1")
-      st->timestamps = true;
+    if (const auto env = setting_value("DPLAB_LOG_TIME")) {
+      try {
+        st->timestamps = parse_log_time_setting(*env);
+      } catch (const Error&) {
+        st->env_warning += fmt::format("{}DPLAB_LOG_TIME=\"{}\" is not 1 or 0; no time stamps",
+                                       st->env_warning.empty() ? "" : "; ", *env);
+      }
+    }
     return st;
   }();
   return *s;

@@ -16,6 +16,7 @@
 
 #include "framework/error.h"
 #include "framework/io/log.h"
+#include "framework/io/settings.h"
 
 namespace dplab {
 
@@ -25,12 +26,12 @@ constexpr int kBarWidth = 20;
 
 ProgressMode resolve_mode(const ProgressOptions& o) {
   if (o.mode != ProgressMode::Auto) return o.mode;
-  if (const char* env = std::getenv("DPLAB_PROGRESS"); env != nullptr && *env != '\0') {
-    std::string_view v(env);
-    if (v == "plain") return ProgressMode::Plain;
-    if (v == "bar") return ProgressMode::Bar;
-    if (v == "off") return ProgressMode::Off;
-    log_warning("DPLAB_PROGRESS=\"{}\" is not one of plain, bar, off; ignored", v);
+  if (const auto v = setting_value("DPLAB_PROGRESS")) {
+    try {
+      return parse_progress_setting(*v);
+    } catch (const Error&) {
+      log_warning("DPLAB_PROGRESS=\"{}\" is not one of plain, bar, off; ignored", *v);
+    }
   }
   // A redrawn line only makes sense on a terminal; files and pipes get plain lines.
   return (o.out == nullptr && ::isatty(STDOUT_FILENO)) ? ProgressMode::Bar : ProgressMode::Plain;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "framework/backend/backend.h"
+#include "framework/io/settings.h"
 #include "framework/tensor/memory_cap.h"
 
 namespace dplab {
@@ -20,16 +21,11 @@ struct Counters {
   std::atomic<int64_t> cap{-1};  // -1: not set yet (DPLAB_DEVICE_MEMORY decides), 0: none
 };
 
-// DPLAB_DEVICE_MEMORY, parsed once; 0 when unset.
+// DPLAB_DEVICE_MEMORY, parsed once (settings.h); 0 when unset.
 int64_t env_cap() {
   static const int64_t cap = [] {
-    const char* v = std::getenv("DPLAB_DEVICE_MEMORY");
-    if (!v || !*v) return int64_t{0};
-    try {
-      return parse_memory_size(v);
-    } catch (const Error& e) {
-      throw Error(fmt::format("DPLAB_DEVICE_MEMORY={}: {}", v, e.what()));
-    }
+    const auto v = setting_value("DPLAB_DEVICE_MEMORY");
+    return v ? parse_device_memory_setting(*v) : int64_t{0};
   }();
   return cap;
 }

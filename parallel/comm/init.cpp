@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "framework/error.h"
+#include "framework/io/settings.h"
 #include "parallel/engines/collective_engine.h"
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/rendezvous/job_token.h"
@@ -48,15 +49,8 @@ Seconds timeout_from(std::optional<Seconds> given, const char* variable, const c
                 option, kMaxTimeout.count(), given->count());
     return *given;
   }
-  const char* v = std::getenv(variable);
-  if (v == nullptr) return fallback;
-  char* end = nullptr;
-  double secs = std::strtod(v, &end);
-  DPLAB_CHECK(
-      end != v && *end == '\0' && std::isfinite(secs) && secs > 0 && secs <= kMaxTimeout.count(),
-      "{}='{}' is not a number of seconds in (0, {:.0f}] (e.g. {}=30)", variable, v,
-      kMaxTimeout.count(), variable);
-  return Seconds(secs);
+  const auto v = setting_value(variable);
+  return v ? Seconds(parse_timeout_setting(variable, *v)) : fallback;
 }
 
 }  // namespace

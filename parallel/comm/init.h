@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "framework/io/settings.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/rendezvous/rendezvous.h"
 #include "parallel/rendezvous/store.h"
@@ -60,6 +61,6 @@ int get_world_size();
 Seconds resolve_timeout(std::optional<Seconds> given);
 // The rendezvous's: `given`, else DPLAB_RENDEZVOUS_TIMEOUT, else `timeout`; the same rule.
 Seconds resolve_rendezvous_timeout(std::optional<Seconds> given, Seconds timeout);
-inline constexpr Seconds kMaxTimeout{7 * 24 * 3600.0};  // a week: longer is a typo
+inline constexpr Seconds kMaxTimeout{kMaxTimeoutSeconds};  // settings.h: a week
 
 }  // namespace dplab::parallel

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "framework/error.h"
+#include "framework/io/settings.h"
 
 namespace dplab::parallel {
 
@@ -38,32 +39,23 @@ std::string make_job_token() {
 }
 
 void check_job_token(const std::string& token, const std::string& where) {
-  DPLAB_CHECK(token.size() >= kMinTokenChars && token.size() <= kMaxTokenChars,
-              "{} holds {} characters; a job token needs {} to {} (a random one: "
-              "`export {}=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')`)",
-              where, token.size(), kMinTokenChars, kMaxTokenChars, kJobTokenVariable);
-  for (unsigned char c : token) {
-    DPLAB_CHECK(c > 0x20 && c < 0x7f,
-                "{} holds a space or a non-printable character (byte "
-                "{:#04x}); a job token is printable ASCII without spaces",
-                where, c);
-  }
+  check_job_token_text(token, where);  // the rules DPLAB_JOB_TOKEN's row of settings.h checks
 }
 
 std::string job_token_from_env() {
-  const char* v = std::getenv(kJobTokenVariable);
-  DPLAB_CHECK(v != nullptr,
+  const std::optional<std::string> v = setting_value(kJobTokenVariable);
+  DPLAB_CHECK(v.has_value(),
               "{} is not set: the TCP store admits only connections that prove the job's token. "
               "dplab-run and spawn() set it for their ranks; with torchrun, srun or ranks started "
               "by hand, set the same random value on every rank (`export {}=$(od -An -tx1 -N16 "
               "/dev/urandom | tr -d ' \\n')`), or use init_method file:// on one machine",
               kJobTokenVariable, kJobTokenVariable);
-  check_job_token(v, kJobTokenVariable);
-  return v;
+  check_job_token(*v, kJobTokenVariable);
+  return *v;
 }
 
 std::string job_token_for_launch() {
-  return std::getenv(kJobTokenVariable) != nullptr ? job_token_from_env() : make_job_token();
+  return setting_value(kJobTokenVariable) ? job_token_from_env() : make_job_token();
 }
 
 std::string token_proof(const std::string& token, const char* role, const std::string& server_nonce,

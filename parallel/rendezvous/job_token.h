@@ -9,11 +9,14 @@
 #pragma once
 #include <string>
 
+#include "framework/io/settings.h"
+
 namespace dplab::parallel {
 
 inline constexpr const char* kJobTokenVariable = "DPLAB_JOB_TOKEN";
-inline constexpr size_t kMinTokenChars = 16;
-inline constexpr size_t kMaxTokenChars = 1024;
+// The token's rules live with DPLAB_JOB_TOKEN's row in framework/io/settings.h.
+using dplab::kMaxTokenChars;
+using dplab::kMinTokenChars;
 inline constexpr size_t kNonceBytes = 32;  // per side, per connection
 inline constexpr size_t kProofBytes = 32;  // HMAC-SHA256
 

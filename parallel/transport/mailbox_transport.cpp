@@ -13,7 +13,6 @@
 #include <sched.h>
 
 #include <cerrno>
-#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +22,7 @@
 #include <thread>
 
 #include "framework/error.h"
+#include "framework/io/settings.h"
 #include "parallel/transport/hang_report.h"
 
 namespace dplab::parallel {
@@ -48,30 +48,14 @@ inline void cpu_relax() {
 #endif
 }
 
-// s is a decimal integer and nothing else ("5junk" and "1x" are not).
-bool whole_int(const std::string& s, int& out) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
-}
-
 }  // namespace
 
 WaitPolicy wait_policy(int ranks) {
   static const std::optional<WaitPolicy> from_env = []() -> std::optional<WaitPolicy> {
-    const char* env = std::getenv("DPLAB_WAIT");
-    if (env == nullptr || *env == '\0') return std::nullopt;
-    // the whole value, nothing before, between or after the two numbers
-    const std::string v = env;
-    const size_t comma = v.find(',');
-    int spin_us = -1, yield_us = -1;
-    DPLAB_CHECK(
-        comma != std::string::npos && whole_int(v.substr(0, comma), spin_us) &&
-            whole_int(v.substr(comma + 1), yield_us) && spin_us >= 0 && yield_us >= 0 &&
-            spin_us <= 1000000 && yield_us <= 1000000,
-        "DPLAB_WAIT: expected \"spin_us,yield_us\" (two integers in 0..1000000, e.g. 50,0), "
-        "got \"{}\"",
-        env);
-    return WaitPolicy{spin_us, yield_us};
+    const auto v = setting_value("DPLAB_WAIT");
+    if (!v) return std::nullopt;
+    const WaitSetting w = parse_wait_setting(*v);
+    return WaitPolicy{.spin_us = w.spin_us, .yield_us = w.yield_us};
   }();
   if (from_env) return *from_env;
   return ranks <= cpu_cores() ? WaitPolicy{.spin_us = 10, .yield_us = 200}
@@ -86,12 +70,7 @@ int cpu_cores() {
 }
 
 std::size_t shm_segment_bytes(int ranks, int cores) {
-  if (const char* env = std::getenv("DPLAB_SEGMENT_KB"); env != nullptr && *env != '\0') {
-    int kib = 0;
-    DPLAB_CHECK(whole_int(env, kib) && kib >= 1 && kib <= 64 * 1024,
-                "DPLAB_SEGMENT_KB: expected the slot size in KiB, 1 .. 65536, got \"{}\"", env);
-    return static_cast<std::size_t>(kib) * 1024;
-  }
+  if (const auto v = setting_value("DPLAB_SEGMENT_KB")) return parse_segment_kb_setting(*v);
   return ranks <= cores ? std::size_t{1} << 20 : std::size_t{256} << 10;
 }
 

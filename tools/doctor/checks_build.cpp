@@ -1,10 +1,10 @@
 // checks_build.cpp: what this dplab is: its version and commit, the compiler, which optional
 // parts were built (CUDA, MPI, NCCL), and which CPU kernels run here and why (the CPU's
-// vector extensions, the build, and the DPLAB_* settings that override the choice).
+// vector extensions, the build, and the DPLAB_* settings that override the choice;
+// checks_settings.cpp has checked those).
 // Read next: checks_machine.cpp.
 #include <fmt/core.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -65,14 +65,6 @@ void build_checks(Report& r) {
                               ? "the CPU has AVX-512 but this build has no AVX-512 kernels"
                               : "the CPU has no AVX-512";
   r.fact("kernels", fmt::format("{}; {}", kernels_summary(), why));
-  std::string settings;
-  for (const char* name : {"DPLAB_GEMM", "DPLAB_GEMM_ISA", "DPLAB_CONV", "DPLAB_FUSE",
-                           "DPLAB_NUM_THREADS", "DPLAB_WAIT", "DPLAB_SEGMENT_KB", "DPLAB_TIMEOUT",
-                           "DPLAB_RENDEZVOUS_TIMEOUT",
-                           "DPLAB_DEVICE_MEMORY", "DPLAB_VIRTUAL_GPUS", "DPLAB_DATA"})
-    if (const char* v = std::getenv(name); v != nullptr)
-      settings += fmt::format("{}{}={}", settings.empty() ? "" : " ", name, v);
-  r.fact("DPLAB_* settings", settings.empty() ? "none" : settings);
 }
 
 }  // namespace dplab::doctor

@@ -1,7 +1,8 @@
-// checks_machine.cpp: what the machine offers a job of several ranks: cores, memory, room in
-// /dev/shm (where the shm transport's slots live), whether one process can open another's
-// memfd through /proc (the shm transport's premise: rank 0 creates the block, the others open
-// /proc/<pid>/fd/<n>; some containers forbid it), and the network interfaces (for jobs that
+// checks_machine.cpp: what the machine offers a job of several ranks: cores, memory, whether
+// one process can open another's memfd through /proc (the shm transport's premise: rank 0
+// creates the block, a memfd that no directory names, so /dev/shm plays no part; the others
+// open /proc/<pid>/fd/<n>; some containers forbid it), enough file descriptors for the
+// store's connections and the launcher's pipes, and the network interfaces (for jobs that
 // span machines). The memfd probe forks: it runs before anything initialises CUDA.
 // Read next: checks_gpu.cpp.
 #include <arpa/inet.h>
@@ -11,12 +12,15 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
-#include <sys/statvfs.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -70,35 +74,71 @@ std::string memfd_across_processes() {
 
 }  // namespace
 
+long descriptor_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 1L << 30;
+  return static_cast<long>(lim.rlim_cur);
+}
+
+// Descriptors this process holds open across exec (no close-on-exec) besides the standard
+// three, numbered below `limit`: every process it starts inherits them, and each takes one
+// of the limit's numbers (a shell's stray redirection, `exec 10</dev/null`, does this).
+int inherited_descriptors(long limit) {
+  int n = 0;
+  std::error_code ec;  // out of descriptors, the listing itself fails: count none
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int fd = -1;
+    std::from_chars(name.data(), name.data() + name.size(), fd);
+    const int flags = fd > 2 && fd < limit ? fcntl(fd, F_GETFD) : -1;
+    n += flags >= 0 && !(flags & FD_CLOEXEC);  // (the listing's own is close-on-exec)
+  }
+  return n;
+}
+
+// The busiest process of a job on one machine, at its busiest, plus what it inherits. Rank
+// 0: 3 standard streams, the store's listening socket and wake-up pipe (2), one store
+// connection per rank plus its own client's, the shared block's memfd, and a file in /proc
+// it reads (the boot id, a peer's state). The launcher (spawn, dplab-run --tee): 3, two
+// output pipes per rank, and the 4 pipe ends of the rank it is starting.
+int descriptors_needed(int ranks) {
+  static const int inherited = inherited_descriptors(descriptor_limit());
+  const int rank0 = 3 + 1 + 2 + ranks + 1 + 1 + 1;
+  const int launcher = 3 + 2 * ranks + 4;
+  return std::max(rank0, launcher) + inherited;
+}
+
 void machine_checks(Report& r) {
   const int cores = parallel::cpu_cores();
   r.fact("cores usable", fmt::format("{}", cores));
   const long long total = meminfo_kb("MemTotal"), avail = meminfo_kb("MemAvailable");
   r.fact("memory", fmt::format("{} total, {} available", gib(total * 1024.0), gib(avail * 1024.0)));
 
-  Check shm{.section = "machine", .name = "/dev/shm (the shm transport's slots)"};
-  struct statvfs vfs {};
-  if (statvfs("/dev/shm", &vfs) != 0) {
-    shm.verdict = Verdict::Fail;
-    shm.detail = fmt::format("cannot stat /dev/shm: {}", std::strerror(errno));
-    shm.fix = "the ring and star engines need a tmpfs at /dev/shm: mount -t tmpfs tmpfs /dev/shm "
-              "(or, in Docker, --shm-size=1g)";
-  } else {
-    const double room = static_cast<double>(vfs.f_bavail) * vfs.f_frsize;
-    shm.detail = fmt::format("{} free", gib(room));
-    if (room < 256.0 * 1024 * 1024) {
-      shm.verdict = Verdict::Warn;
-      shm.fix =
-          "under 256 MiB: a job with many ranks or large buckets may not fit (Docker's default "
-          "is 64 MiB: run the container with --shm-size=1g)";
-    }
+  // Each rank keeps one process open to every other; a job of one rank per core is the
+  // largest a machine runs well.
+  const long limit = descriptor_limit();
+  const int ranks = std::max(2, cores);
+  Check fds{.section = "machine", .name = "file descriptors a process may open (ulimit -n)"};
+  fds.detail = fmt::format("{}; a job of 2 ranks needs {}, of {} (one per core) {}", limit,
+                           descriptors_needed(2), ranks, descriptors_needed(ranks));
+  if (limit < descriptors_needed(2)) {
+    fds.verdict = Verdict::Fail;
+    fds.fix = fmt::format("no job of several ranks can start here (the store's connections and "
+                          "the launcher's pipes are files): raise the limit, e.g. ulimit -n {} "
+                          "(the hard limit: ulimit -Hn)",
+                          std::max(1024, descriptors_needed(ranks)));
+  } else if (limit < descriptors_needed(ranks)) {
+    fds.verdict = Verdict::Warn;
+    fds.fix = fmt::format("a job with a rank per core would run out of them: ulimit -n {}",
+                          std::max(1024, descriptors_needed(ranks)));
   }
-  r.add(shm);
+  r.add(fds);
 
   Check memfd{.section = "machine", .name = "one process opens another's memfd (/proc/<pid>/fd)"};
   const std::string why = memfd_across_processes();
   if (why.empty()) {
-    memfd.detail = "works: ranks of one job can share memory";
+    memfd.detail = "works: ranks of one job can share memory (a memfd, not /dev/shm)";
   } else {
     memfd.verdict = Verdict::Fail;
     memfd.detail = why;

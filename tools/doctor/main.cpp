@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   }
   Report r;
   try {
+    settings_checks(r);  // first: the others read the settings it unsets
     build_checks(r);
     machine_checks(r);  // forks: before anything initialises CUDA
     gpu_checks(r);

@@ -1,6 +1,6 @@
 // cpu_dispatch.cpp: the CPU's features, detected once, and the kernel settings (cpu_dispatch.h),
-// each read from its DPLAB_* variable at its first use, so that a malformed value fails
-// where that kernel first runs, naming the variable and what it accepts.
+// each read from its DPLAB_* variable at its first use with settings.h's parser, so that a
+// malformed value fails where that kernel first runs, naming the variable and what it accepts.
 // Read next: cpu_gemm.cpp.
 #include "framework/backend/cpu/cpu_dispatch.h"
 
@@ -11,6 +11,7 @@
 
 #include "framework/backend/cpu/cpu_threads.h"
 #include "framework/error.h"
+#include "framework/io/settings.h"
 
 namespace dplab {
 namespace {
@@ -42,58 +43,37 @@ const Features& features() {
   return f;
 }
 
-const char* why_no_avx512() {
-#if defined(DPLAB_HAVE_AVX512_GEMM)
-  return "this CPU has no AVX-512 (or the OS does not enable it); use baseline";
-#else
-  return "this dplab was built without the AVX-512 kernels (not an x86-64 build); use baseline";
-#endif
-}
-
-// A DPLAB_* variable's value, or nullopt when it is unset or empty.
-std::optional<std::string> env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-// ---- the settings: each read once, then changed only by its setter ----
+// ---- the settings: each read once (settings.h parses it), then changed only by its setter ----
 
 GemmIsa& isa_setting() {
   static GemmIsa isa = [] {
-    const GemmIsa best = features().avx512 ? GemmIsa::Avx512 : GemmIsa::Baseline;
-    const auto v = env("DPLAB_GEMM_ISA");
-    if (!v) return best;
-    const GemmIsa asked = parse_gemm_isa(*v);
-    DPLAB_CHECK(gemm_isa_available(asked), "DPLAB_GEMM_ISA={}: {}", *v, why_no_avx512());
-    return asked;
+    const auto v = setting_value("DPLAB_GEMM_ISA");
+    if (!v) return features().avx512 ? GemmIsa::Avx512 : GemmIsa::Baseline;
+    return parse_gemm_isa_setting(*v);
   }();
   return isa;
 }
 
 GemmAlgorithm& gemm_setting() {
   static GemmAlgorithm a = [] {
-    const auto v = env("DPLAB_GEMM");
-    return v ? parse_gemm_algorithm(*v) : GemmAlgorithm::Auto;
+    const auto v = setting_value("DPLAB_GEMM");
+    return v ? parse_gemm_setting(*v) : GemmAlgorithm::Auto;
   }();
   return a;
 }
 
 ConvAlgorithm& conv_setting() {
   static ConvAlgorithm a = [] {
-    const auto v = env("DPLAB_CONV");
-    return v ? parse_conv_algorithm(*v) : ConvAlgorithm::Direct;
+    const auto v = setting_value("DPLAB_CONV");
+    return v ? parse_conv_setting(*v) : ConvAlgorithm::Direct;
   }();
   return a;
 }
 
 bool& fuse_setting() {
   static bool on = [] {
-    const auto v = env("DPLAB_FUSE");
-    if (!v) return true;
-    DPLAB_CHECK(*v == "0" || *v == "1",
-                "DPLAB_FUSE: expected 0 (unfused ops) or 1 (fused), got '{}'", *v);
-    return *v == "1";
+    const auto v = setting_value("DPLAB_FUSE");
+    return v ? parse_fuse_setting(*v) : true;
   }();
   return on;
 }
@@ -105,6 +85,14 @@ std::optional<HalfPath>& half_override() {
 }
 
 }  // namespace
+
+const char* why_no_avx512() {
+#if defined(DPLAB_HAVE_AVX512_GEMM)
+  return "this CPU has no AVX-512 (or the OS does not enable it); use baseline";
+#else
+  return "this dplab was built without the AVX-512 kernels (not an x86-64 build); use baseline";
+#endif
+}
 
 // ---- GEMM instruction set ----
 
@@ -186,13 +174,8 @@ const char* half_path_name(HalfPath p) {
 // ---- threads ----
 
 int threads_from_env() {
-  const auto v = env("DPLAB_NUM_THREADS");
-  if (!v) return 1;
-  char* end = nullptr;
-  const long n = std::strtol(v->c_str(), &end, 10);
-  DPLAB_CHECK(end != v->c_str() && *end == '\0' && n >= 1 && n <= 1024,
-              "DPLAB_NUM_THREADS: expected an integer in [1, 1024], got '{}'", *v);
-  return static_cast<int>(n);
+  const auto v = setting_value("DPLAB_NUM_THREADS");
+  return v ? parse_num_threads_setting(*v) : 1;
 }
 
 // ---- the one line ----
@@ -207,7 +190,7 @@ std::string kernels_summary() {
       get_num_threads(), get_num_threads() == 1 ? "" : "s");
   std::string chosen;
   for (const char* name : {"DPLAB_GEMM_ISA", "DPLAB_GEMM", "DPLAB_CONV", "DPLAB_FUSE"})
-    if (const auto v = env(name))
+    if (const auto v = setting_value(name))
       chosen += fmt::format("{}{}={}", chosen.empty() ? "" : " ", name, *v);
   if (!chosen.empty()) s += fmt::format(" (set by {})", chosen);
   return s;

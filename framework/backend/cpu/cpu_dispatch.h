@@ -27,6 +27,8 @@ namespace dplab {
 enum class GemmIsa { Baseline, Avx512 };
 // Built into this dplab and supported by this CPU (and its OS).
 bool gemm_isa_available(GemmIsa isa);
+// Why avx512 is not available here, in the words errors use (the CPU, or the build).
+const char* why_no_avx512();
 GemmIsa gemm_isa();
 // Throws Error if `isa` is not available, saying why.
 void set_gemm_isa(GemmIsa isa);

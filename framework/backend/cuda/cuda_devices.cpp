@@ -18,6 +18,7 @@
 #include "framework/backend/cuda/gpu_probe.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
+#include "framework/io/settings.h"
 #include "framework/tensor/device.h"
 
 namespace dplab::cuda {
@@ -34,14 +35,8 @@ bool g_announced = false;  // the "N logical share M physical" line is printed o
 int virtual_count_locked() {
   if (g_virtual < 0) {
     g_virtual = 0;
-    if (const char* env = std::getenv("DPLAB_VIRTUAL_GPUS"); env != nullptr && *env != '\0') {
-      char* end = nullptr;
-      long n = std::strtol(env, &end, 10);
-      DPLAB_CHECK(*end == '\0' && n >= 1 && n <= kMaxDevicesPerKind,
-                  "DPLAB_VIRTUAL_GPUS: expected an integer in [1, {}], got \"{}\"",
-                  kMaxDevicesPerKind, env);
-      g_virtual = static_cast<int>(n);
-    }
+    if (const auto env = setting_value("DPLAB_VIRTUAL_GPUS"))
+      g_virtual = parse_virtual_gpus_setting(*env);
   }
   return g_virtual;
 }
