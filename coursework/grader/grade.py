@@ -15,6 +15,7 @@ import time
 
 import build
 import feedback
+import manifest
 import symbols
 from runner import Runner, test_names
 from sandbox import Sandbox, sandbox_parent
@@ -146,9 +147,15 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
 
 
 def course_objects(a, suites, cache, cflags):
-    """The given code, the test main and the tests, compiled as the grader (cached)."""
-    tflags = ["-std=c++20", "-O2"] + [f"-I{d}" for d in a.test_include_dirs()] + cflags
-    return [cache.compile(s, tflags) for s in a.given_sources() + a.test_sources(suites)]
+    """The given code, the test main and the tests, compiled as the grader (cached). The
+    common files (the test main, the channel, crash reports) see only common/, so their
+    objects are the same for every assignment and compile once, not once per assignment."""
+    base = ["-std=c++20", "-O2"] + cflags
+    own = base + [f"-I{d}" for d in a.test_include_dirs()]
+    common = base + [f"-I{os.path.join(a.course_dir, 'common')}"]
+    shared = {a.common(f) for f in manifest.COMMON_SOURCES}
+    return [cache.compile(s, common if s in shared else own)
+            for s in a.given_sources() + a.test_sources(suites)]
 
 
 def warm(a, suites, opts):
