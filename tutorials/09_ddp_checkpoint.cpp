@@ -21,9 +21,9 @@
 #include "framework/optim/sgd.h"
 #include "models/toy.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/ddp_checkpoint.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp_utils/ddp_checkpoint.h"
+#include "parallel/ddp_utils/distributed_eval.h"
 #include "parallel/launch/spawn.h"
 #include "tutorials/train_common.h"
 

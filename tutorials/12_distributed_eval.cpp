@@ -20,8 +20,8 @@
 #include "framework/optim/sgd.h"
 #include "models/mlp.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/distributed_eval.h"
-#include "parallel/ddp/distributed_sampler.h"
+#include "parallel/ddp_utils/distributed_eval.h"
+#include "parallel/ddp_utils/distributed_sampler.h"
 #include "parallel/launch/spawn.h"
 #include "tutorials/train_common.h"
 

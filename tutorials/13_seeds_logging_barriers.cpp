@@ -21,8 +21,8 @@
 #include "models/toy.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/distributed_eval.h"
-#include "parallel/ddp/rank_utils.h"
+#include "parallel/ddp_utils/distributed_eval.h"
+#include "parallel/ddp_utils/rank_utils.h"
 #include "parallel/launch/spawn.h"
 #include "tutorials/train_common.h"
 

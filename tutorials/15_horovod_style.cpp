@@ -18,7 +18,7 @@
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
 #include "models/mlp.h"
-#include "parallel/ddp/horovod.h"
+#include "parallel/horovod/horovod.h"
 #include "parallel/launch/spawn.h"
 #include "tutorials/train_common.h"
 

@@ -21,9 +21,9 @@
 #include "framework/dplab.h"
 #include "framework/tensor/memory_cap.h"
 #include "models/mlp.h"
-#include "parallel/rendezvous/hash_store.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/zero_redundancy_optimizer.h"
+#include "parallel/rendezvous/hash_store.h"
+#include "parallel/zero/zero_redundancy_optimizer.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;

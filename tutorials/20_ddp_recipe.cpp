@@ -29,11 +29,11 @@
 #include "models/lenet.h"
 #include "models/resnet.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/ddp_checkpoint.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/distributed_eval.h"
-#include "parallel/ddp/distributed_sampler.h"
 #include "parallel/ddp/sync_batch_norm.h"
+#include "parallel/ddp_utils/ddp_checkpoint.h"
+#include "parallel/ddp_utils/distributed_eval.h"
+#include "parallel/ddp_utils/distributed_sampler.h"
 
 using namespace dplab;
 namespace par = dplab::parallel;

@@ -26,8 +26,8 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/horovod.h"
 #include "parallel/dp/data_parallel.h"
+#include "parallel/horovod/horovod.h"
 #include "parallel/launch/spawn.h"
 
 using namespace dplab;

@@ -13,7 +13,7 @@
 // all_reduce(Avg) in launch order and stamps its start and end, and the Work it returns
 // stamps how long backward's end waited for it. That is where the trace's bucket events
 // and the table's communication and waiting columns come from.
-// zero1 and zero2 are ZeRO (parallel/ddp/zero_redundancy_optimizer.h) over the same ring
+// zero1 and zero2 are ZeRO (parallel/zero/zero_redundancy_optimizer.h) over the same ring
 // group, without DDP: each rank steps 1/N of the parameters; the reduce-scatter and
 // all-gather run inside backward (zero2) or the step, so their time is communication the
 // step waits for.
@@ -44,11 +44,11 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/zero_redundancy_optimizer.h"
 #include "parallel/engines/collective_engine.h"
-#include "parallel/transport/gloo_transport.h"
 #include "parallel/launch/spawn.h"
 #include "parallel/launch/supervisor.h"
+#include "parallel/transport/gloo_transport.h"
+#include "parallel/zero/zero_redundancy_optimizer.h"
 
 namespace dplab::compare {
 

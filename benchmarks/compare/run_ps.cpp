@@ -1,4 +1,4 @@
-// run_ps.cpp: mode `ps`, the sharded parameter server (parallel/ddp/parameter_server.h), one
+// run_ps.cpp: mode `ps`, the sharded parameter server (parallel/ps/parameter_server.h), one
 // process per rank over the same shm group and emulated links as star and ring.
 //   --servers S (a list; "N" means S = N) and --ps-placement colocated|separate (a list):
 //   every pair is one run, labelled ps-s<S> (co-located: N ranks, each trains, S of them
@@ -25,8 +25,8 @@
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/parameter_server.h"
 #include "parallel/launch/spawn.h"
+#include "parallel/ps/parameter_server.h"
 
 namespace dplab::compare {
 

@@ -1,6 +1,6 @@
 // zero.h: hw5, ZeRO stage 1 (optimizer-state sharding) for SGD with momentum. You write
 // Zero1SGD::step() in zero.cpp; the flattening helpers are given (support.cpp).
-// The library's own (parallel/ddp/zero_redundancy_optimizer.h) does stages 1 and 2, SGD and
+// The library's own (parallel/zero/zero_redundancy_optimizer.h) does stages 1 and 2, SGD and
 // Adam: read it when you are done. Read the handout (README.md) first.
 #pragma once
 #include <cstdint>

@@ -7,7 +7,7 @@
  * separate server's holds only its shard.
  *   push: every worker sends shard s of its gradient to server s, which sums the W copies
  *         (its own too, when it works). The server then steps its shard (the optimizer:
- *         ddp/parameter_server.cpp), between the halves.
+ *         ps/parameter_server.cpp), between the halves.
  *   pull: every server sends its updated shard to every worker, which copies it in place.
  *
  * The schedule: N-1 steps; in the pull, at step t rank r sends to r+t and receives from r-t
@@ -25,7 +25,7 @@
  * itself. S = 1 co-located is the star: the server moves (N-1)·P each way, the others P.
  * S = N co-located moves the ring's bytes: (N-1)/N·P per half, 2(N-1)/N·P in all, per rank.
  * Separate servers: a worker moves P each way, a server W·b_s = W·P/S. (cost.cpp: ps_push_cost)
- * Read next: ddp/parameter_server.h (the optimizer step between push and pull), star.cpp.
+ * Read next: ps/parameter_server.h (the optimizer step between push and pull), star.cpp.
  */
 #include "framework/error.h"
 #include "parallel/algorithms/collectives.h"

@@ -5,8 +5,8 @@
 // a separate server. Co-located: every rank works and S of them also serve (S = N moves the
 // ring's bytes, S = 1 is the star). Separate: the last S ranks only serve.
 // The two halves of a step over such a plan are ProcessGroup::ps_push / ps_pull
-// (algorithms/ps.cpp); the optimizer around them is ddp/parameter_server.h.
-// Read next: ps.cpp, then ddp/parameter_server.h.
+// (algorithms/ps.cpp); the optimizer around them is ps/parameter_server.h.
+// Read next: ps.cpp, then ps/parameter_server.h.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -4,7 +4,7 @@
 // and divided by the world size. The wire carries 2 bytes per element instead of 4: exactly
 // half the all-reduce traffic, for a relative rounding error of about 2^-11 per element.
 // Half overflows past 65504: a sum of N gradients must stay below that (gradients do).
-// Read next: compression.cpp; horovod.h (the same compression for DistributedOptimizer);
+// Read next: compression.cpp; horovod/horovod.h (the same compression for DistributedOptimizer);
 // tutorials/15_horovod_style.md.
 #pragma once
 #include <optional>

@@ -7,7 +7,7 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/rank_utils.h"
+#include "parallel/ddp_utils/rank_utils.h"
 
 namespace dplab::parallel {
 

@@ -10,6 +10,10 @@
 //   auto ddp = std::make_shared<DistributedDataParallel>(model, DDPOptions{.bucket_cap_mb = 25});
 //   loss = loss_fn(ddp->forward(x), y); loss.backward(); optimizer.step();
 //   { auto guard = ddp->no_sync(); ddp->forward(x1)...backward(); }   // accumulate locally
+// The folder parallel/ddp/ is DDP and what it brings (start here): reducer.h (buckets, hooks,
+// overlap, no_sync), compression.h (the fp16 comm hook), sync_batch_norm.h (statistics over
+// the ranks' slices of one batch). Beside it: ddp_utils/ (a DDP script's sampler, evaluation,
+// rank habits, checkpoints), zero/, ps/ and horovod/.
 // Read next: reducer.h, then sync_batch_norm.h.
 #pragma once
 #include <memory>

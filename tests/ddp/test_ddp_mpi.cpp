@@ -15,13 +15,13 @@
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
 #include "models/toy.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/distributed_eval.h"
-#include "parallel/ddp/parameter_server.h"
-#include "parallel/algorithms/cost.h"
 #include "parallel/ddp/sync_batch_norm.h"
+#include "parallel/ddp_utils/distributed_eval.h"
+#include "parallel/ps/parameter_server.h"
 #include "tests/ddp/ddp_reference.h"
 
 using namespace dplab;

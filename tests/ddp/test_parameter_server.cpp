@@ -1,4 +1,4 @@
-// test_parameter_server.cpp: the sharded parameter server (ddp/parameter_server.h,
+// test_parameter_server.cpp: the sharded parameter server (ps/parameter_server.h,
 // algorithms/ps.cpp). Synchronous training equals one process on the whole batch
 // (ddp_reference.h) for N = 1..4 ranks and every S, co-located and separate, SGD and Adam;
 // every rank's push and pull bytes equal cost.h's formulas, which are the ring's at S = N and
@@ -12,8 +12,8 @@
 #include "framework/optim/adam.h"
 #include "models/toy.h"
 #include "parallel/algorithms/cost.h"
-#include "parallel/ddp/parameter_server.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/ps/parameter_server.h"
 #include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 

@@ -12,7 +12,7 @@
 #include "models/toy.h"
 #include "parallel/ddp/compression.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/horovod.h"
+#include "parallel/horovod/horovod.h"
 #include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 

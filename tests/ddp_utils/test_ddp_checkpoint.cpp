@@ -11,8 +11,8 @@
 #include "framework/optim/sgd.h"
 #include "framework/tensor/random.h"
 #include "models/toy.h"
-#include "parallel/ddp/ddp_checkpoint.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "parallel/ddp_utils/ddp_checkpoint.h"
 #include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 

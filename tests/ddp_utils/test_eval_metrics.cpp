@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "framework/ops/ops.h"
-#include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp_utils/distributed_eval.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;

@@ -11,7 +11,7 @@
 #include "framework/io/log.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
-#include "parallel/ddp/rank_utils.h"
+#include "parallel/ddp_utils/rank_utils.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;

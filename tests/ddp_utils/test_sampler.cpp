@@ -9,8 +9,8 @@
 
 #include "framework/data/dataloader.h"
 #include "framework/ops/ops.h"
-#include "parallel/ddp/distributed_eval.h"
-#include "parallel/ddp/distributed_sampler.h"
+#include "parallel/ddp_utils/distributed_eval.h"
+#include "parallel/ddp_utils/distributed_sampler.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;

@@ -19,7 +19,7 @@
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp/parameter_server.h"
+#include "parallel/ps/parameter_server.h"
 #include "tests/ddp/ddp_reference.h"
 
 using namespace dplab;

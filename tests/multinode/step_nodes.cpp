@@ -14,7 +14,7 @@
 //       bucket is back.
 //   star | ps:S   forward and backward, then one exchange of the whole gradient, as a
 //       parameter server makes it: the star all-reduce, or the sharded server's push and
-//       pull (S co-located servers: ddp/parameter_server.h's exchange).
+//       pull (S co-located servers: ps/parameter_server.h's exchange).
 // What crossed the links goes to OUT_DIR/ALGO.links.csv, a line per node and run
 // (node,payload_sent,payload_received,wire_sent,wire_received): the bytes per step its ranks
 // sent to and received from other nodes as the engine counted them, and what the kernel

@@ -14,7 +14,7 @@
 #include "framework/tensor/random.h"
 #include "models/toy.h"
 #include "parallel/ddp/distributed_data_parallel.h"
-#include "parallel/ddp/zero_redundancy_optimizer.h"
+#include "parallel/zero/zero_redundancy_optimizer.h"
 #include "tests/ddp/ddp_reference.h"
 
 namespace dplab::parallel::testing {

@@ -21,6 +21,8 @@
 // Construct ZeRO after DDP (its stage-2 hook must run after DDP's has read the gradient).
 // Backends: ring, star (whose group runs reduce_scatter and all_gather as the ring too: only
 // all_reduce has a star form) and mpi; the traffic counters are the collectives'.
+// The folder parallel/zero/ is this optimizer alone; start here. It borrows one type from
+// ddp/ (the comm hook of reducer.h), and ps/ borrows its InnerOptions.
 // Read next: zero_redundancy_optimizer.cpp, then tutorials/18_zero.md.
 #pragma once
 #include <cstdint>

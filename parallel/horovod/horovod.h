@@ -9,7 +9,9 @@
 // the OPTIMIZER: each parameter's gradient is all-reduced (averaged) asynchronously as soon
 // as backward finishes it, and step() waits for all of them before updating. One all-reduce
 // per parameter (Horovod's tensor fusion, which batches them, is DDP's bucketing again).
-// Read next: horovod.cpp, compression.h, tutorials/15_horovod_style.md.
+// The folder parallel/horovod/ is this API alone; start here. Its fp16 compression is DDP's
+// (ddp/compression.h), so the two surfaces move the same bytes.
+// Read next: horovod.cpp, ddp/compression.h, tutorials/15_horovod_style.md.
 #pragma once
 #include <memory>
 #include <string>

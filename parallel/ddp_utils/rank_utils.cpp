@@ -1,6 +1,6 @@
 // rank_utils.cpp: rank-aware logging setup, per-rank seeds and the zero_first barrier.
 // Read next: ddp_checkpoint.cpp (rank 0 writes, then a barrier: the same pattern).
-#include "parallel/ddp/rank_utils.h"
+#include "parallel/ddp_utils/rank_utils.h"
 
 #include <exception>
 #include <string>

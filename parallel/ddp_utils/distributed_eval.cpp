@@ -2,7 +2,7 @@
 // Shapes are checked across ranks before the all_gather (one small all_reduce), because a
 // rank with a different row count would otherwise fail deep inside the transport.
 // Read next: tutorials/12_distributed_eval.cpp.
-#include "parallel/ddp/distributed_eval.h"
+#include "parallel/ddp_utils/distributed_eval.h"
 
 #include <functional>
 

@@ -5,11 +5,11 @@
 // same model, so backward finishes the parameters in the same order on every rank and the
 // hooks launch the all-reduces in that order (the assumption DDP's reducer makes too).
 // Read next: tests/ddp_extensions/test_horovod.cpp (Horovod-style training == DDP training).
-#include "parallel/ddp/horovod.h"
+#include "parallel/horovod/horovod.h"
 
 #include <algorithm>
 
-#include "parallel/ddp/rank_utils.h"
+#include "parallel/ddp_utils/rank_utils.h"
 
 namespace dplab::parallel::hvd {
 

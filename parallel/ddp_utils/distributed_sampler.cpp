@@ -1,7 +1,7 @@
 // distributed_sampler.cpp: the padded strided share (training) and the padded contiguous
 // block (evaluation). Both are pure index arithmetic over one permutation; no communication.
 // Read next: distributed_eval.cpp.
-#include "parallel/ddp/distributed_sampler.h"
+#include "parallel/ddp_utils/distributed_sampler.h"
 
 #include <algorithm>
 #include <numeric>

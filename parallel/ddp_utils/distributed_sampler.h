@@ -5,6 +5,11 @@
 // padding) and equally long: no rank waits for another at the gradient all-reduce.
 // SequentialDistributedSampler is for evaluation: contiguous blocks in dataset order, so
 // distributed_concat (distributed_eval.h) puts the predictions back in order.
+// The folder parallel/ddp_utils/ is what a DDP training script uses beside the model, in the
+// order a script meets it (start here): distributed_sampler.h, distributed_eval.h (evaluation
+// over ranks), rank_utils.h (logging, seeds, rank 0 first), ddp_checkpoint.h (rank 0 saves,
+// every rank loads). tutorials/20_ddp_recipe.cpp is a script built on the sampler, the
+// evaluation and the checkpoints; tutorials/13_seeds_logging_barriers.cpp shows the habits.
 // Read next: framework/data/sampler.h (the interface), distributed_eval.h.
 #pragma once
 #include <cstdint>

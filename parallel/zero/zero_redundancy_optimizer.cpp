@@ -27,7 +27,7 @@
  * after the step (stage 2), optimizer state 8P/N.
  * Read next: tutorials/18_zero.md (the table measured), tests/zero/test_zero.cpp.
  */
-#include "parallel/ddp/zero_redundancy_optimizer.h"
+#include "parallel/zero/zero_redundancy_optimizer.h"
 
 #include <charconv>
 

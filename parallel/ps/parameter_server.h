@@ -16,6 +16,8 @@
 //   ParameterServer opt(model->parameters(), optim::SGDOptions{.lr = 0.05}, {.servers = 2});
 //   if (opt.is_worker()) { opt.zero_grad(); loss_of(opt.worker_index()).backward(); }
 //   opt.step();                                       // every rank, servers included
+// The folder parallel/ps/ is this optimizer alone; start here. Its exchanges are in
+// algorithms/ (server_plan.h, ps.cpp); its inner optimizer's options come from zero/.
 // Read next: parameter_server.cpp, algorithms/ps.cpp (the exchanges), docs/parameter_server.md.
 #pragma once
 #include <cstdint>
@@ -24,7 +26,7 @@
 
 #include "parallel/algorithms/server_plan.h"
 #include "parallel/comm/process_group.h"
-#include "parallel/ddp/zero_redundancy_optimizer.h"  // InnerOptions
+#include "parallel/zero/zero_redundancy_optimizer.h"  // InnerOptions
 
 namespace dplab::parallel {
 

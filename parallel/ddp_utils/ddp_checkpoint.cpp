@@ -2,7 +2,7 @@
 // The agreement steps are collectives carrying a success flag rather than bare barriers,
 // so one rank's failure becomes an error on every rank instead of a hang until timeout.
 // Read next: tutorials/09_ddp_checkpoint.cpp.
-#include "parallel/ddp/ddp_checkpoint.h"
+#include "parallel/ddp_utils/ddp_checkpoint.h"
 
 #include <string>
 #include <vector>

@@ -22,7 +22,7 @@
  * of one ring all-reduce; with S = 1, the star's.
  * Read next: algorithms/ps.cpp, tests/ddp/test_parameter_server.cpp.
  */
-#include "parallel/ddp/parameter_server.h"
+#include "parallel/ps/parameter_server.h"
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/error.h"
