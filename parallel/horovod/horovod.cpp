@@ -4,7 +4,7 @@
 // coordinator that negotiates which tensors are ready everywhere; here every rank runs the
 // same model, so backward finishes the parameters in the same order on every rank and the
 // hooks launch the all-reduces in that order (the assumption DDP's reducer makes too).
-// Read next: tests/ddp_extensions/test_horovod.cpp (Horovod-style training == DDP training).
+// Read next: tests/horovod/test_horovod.cpp (Horovod-style training == DDP training).
 #include "parallel/horovod/horovod.h"
 
 #include <algorithm>

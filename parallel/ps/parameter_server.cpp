@@ -20,7 +20,7 @@
  * (SGD with momentum 4·P/S, Adam 8·P/S); a separate server holds just those and flat_ (4·P/S).
  * Cost per step: ps_push + ps_pull, cost.h's ps_push_cost: with S = N co-located, the bytes
  * of one ring all-reduce; with S = 1, the star's.
- * Read next: algorithms/ps.cpp, tests/ddp/test_parameter_server.cpp.
+ * Read next: algorithms/ps.cpp, tests/ps/test_parameter_server.cpp.
  */
 #include "parallel/ps/parameter_server.h"
 

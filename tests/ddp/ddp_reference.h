@@ -5,8 +5,8 @@
 // Tests whose ranks are threads start every replica from one state made in the test thread
 // (initial_state: the default generator is shared by the threads, so seeding inside them
 // would race) and compare with single_process_from that state.
-// Used by tests/ddp, tests/zero, tests/ddp_utils (checkpoints), tests/ddp_extensions (model
-// parallel, Horovod, compression) and tests/parallel/test_gpu_training.cpp.
+// Used by tests/ddp, tests/zero, tests/ps, tests/horovod, tests/ddp_utils (checkpoints),
+// tests/ddp_extensions (model parallel, compression) and tests/parallel/test_gpu_training.cpp.
 // Read next: test_ddp.cpp (threads and shm processes), test_ddp_mpi.cpp (mpirun).
 #pragma once
 #include <memory>
