@@ -25,7 +25,7 @@
 
 #include "benchmarks/project/projection.h"
 #include "framework/error.h"
-#include "parallel/transport/gloo_transport.h"
+#include "parallel/engines/collective_engine.h"
 
 namespace dplab::compare {
 

@@ -19,7 +19,6 @@
 #include "parallel/rendezvous/file_store.h"
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/tcp_store.h"
-#include "parallel/transport/gloo_transport.h"
 
 namespace dplab::parallel {
 

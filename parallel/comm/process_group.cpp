@@ -3,7 +3,8 @@
 // finish (so every rank sees one order), refuses if the group failed earlier, calls the
 // engine once with the collective's name (for error messages and watchdogs), and records
 // the bytes the engine reports (measured by dplab's engine; the textbook formulas of
-// algorithms/cost.h from mpi and nccl) and the time.
+// algorithms/cost.h from mpi and nccl) and the time. Last, create_process_group: a group's
+// number and its view of the store; the engine it runs on is engines/make_engine.cpp's choice.
 // Read next: engines/collective_engine.h, engines/dplab_engine.cpp.
 #include "parallel/comm/process_group.h"
 
@@ -17,6 +18,7 @@
 
 #include "framework/error.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/engines/make_engine.h"
 
 namespace dplab::parallel {
 
@@ -308,6 +310,23 @@ CommStats ProcessGroup::comm_stats() const {
 void ProcessGroup::reset_comm_stats() {
   std::lock_guard<std::mutex> lock(impl_->stats_mu);
   impl_->stats = {};
+}
+
+// A group is numbered, gets its own view of the store, and asks engines/ for its engine: which
+// engine and which transport is make_engine's choice (engines/make_engine.cpp).
+std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
+                                                   int world_size,
+                                                   const ProcessGroupOptions& opts) {
+  DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
+  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}", world_size);
+  DPLAB_CHECK(rank >= 0 && rank < world_size,
+              "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
+  // Groups made on one store are numbered in creation order, which every rank shares; the
+  // count lives in the store itself (one key per rank), so keys never collide between
+  // groups ("dplab/pg0/...", "dplab/pg1/...").
+  const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
+  return std::make_shared<ProcessGroup>(
+      make_engine(store, fmt::format("dplab/pg{}", generation), rank, world_size, opts));
 }
 
 }  // namespace dplab::parallel

@@ -3,8 +3,9 @@
 // things itself: checks arguments (ranks in range, list lengths, sizes, dtypes), runs async
 // calls on one worker thread in call order, and counts the bytes each collective moved.
 // The bytes are moved by one CollectiveEngine (engines/collective_engine.h), called once per
-// collective: dplab's own ring or star over a transport, or MPI, or NCCL; it reports what it
-// moved. create_process_group (below) is where an engine and a transport are picked by name.
+// collective: dplab's own ring or star over a transport, or MPI, NCCL or gloo; it reports what
+// it moved. create_process_group (below) makes a group; which engine and which transport it
+// gets is engines/make_engine.cpp's choice, so this folder never names a transport.
 // Read next: engines/collective_engine.h, then engines/dplab_engine.cpp and algorithms/ring.cpp.
 #pragma once
 #include <functional>
@@ -17,37 +18,15 @@
 #include "framework/tensor/tensor.h"
 #include "parallel/algorithms/collective_types.h"
 #include "parallel/algorithms/server_plan.h"
+#include "parallel/engines/make_engine.h"
 #include "parallel/rendezvous/store.h"
 
 namespace dplab::parallel {
 
-struct ProcessGroupOptions {
-  // The engine that runs the collectives (torch.distributed's "backend"; dplab keeps that word
-  // for the compute Backend). dplab's engine over shm on one node, named by the all_reduce
-  // algorithm it uses unless a call names another: "ring", "star", "recursive_doubling",
-  // "halving_doubling", "one_shot", "hierarchical" (two levels: inside the nodes of
-  // ranks_per_node, then across them), or "auto" (per call, the fastest by
-  // algorithms/cost.h's model for the size and the nodes; the other collectives are the same
-  // on all seven); "mpi", "nccl" or "gloo": an existing library's engine, any number of nodes
-  // (it picks its own algorithms). With gloo built, dplab's seven also span nodes (shm in a
-  // node, gloo's wire across: ranks_per_node below; docs/gloo.md)
-  std::string engine = "ring";
-  Seconds timeout = kDefaultTimeout;  // every wait ends in CommError after this
-  // > 0: emulate a link of this many Gbit/s per rank (link_model.h); with ranks_per_node,
-  // only between nodes (ranks of one node reach each other at memory speed)
-  double link_gbps = 0;
-  // Bytes of one transport slot, the unit of every hand-off (a multiple of 8); 0: the
-  // transport's default (shm: shm_segment_bytes(N), threads: kSegmentBytes, 128 KiB).
-  std::size_t segment_bytes = 0;
-  // How the ranks sit on machines, torchrun's way: node k holds ranks [k * ranks_per_node,
-  // (k + 1) * ranks_per_node). 0: every rank on one node. init_process_group fills it from
-  // LOCAL_WORLD_SIZE; tests set it to pretend a one-machine job has several nodes.
-  int ranks_per_node = 0;
-  // true: the nodes are pretend, on one machine (tests, benchmarks of the two-level
-  // algorithms): their ranks still reach each other through shared memory. false: between
-  // nodes, gloo's wire (docs/gloo.md).
-  bool nodes_share_memory = false;
-};
+// How a group is made: which engine runs it, its timeout, an emulated link, the transport's
+// slot and how the ranks sit on nodes. They are the engine's options, documented where the
+// engine is chosen (engines/make_engine.h).
+using ProcessGroupOptions = EngineOptions;
 
 // Traffic of one rank. Bytes are payload bytes this rank copied into a peer's slot (sent)
 // or consumed from a slot a peer filled (received); seconds are wall time inside calls.
@@ -165,13 +144,9 @@ class ProcessGroup {
 // mpirun's for MPI). Engine "gloo": gloo's collectives over TCP, meeting through `store`.
 // With ranks_per_node > 0 and less than world_size (a job across nodes), dplab's engines run
 // over the node transport: shm (threads) in a node, gloo's TCP wire between nodes.
-// (create_process_group.cpp)
+// (process_group.cpp numbers the group; engines/make_engine.cpp makes its engine.)
 std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
                                                    int world_size,
                                                    const ProcessGroupOptions& opts = {});
-
-// The engines create_process_group knows: the six above, "mpi", "nccl", "gloo".
-bool is_known_engine(const std::string& engine);
-bool is_external_engine(const std::string& engine);  // "mpi", "nccl", "gloo": no dplab transport
 
 }  // namespace dplab::parallel

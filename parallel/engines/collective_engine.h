@@ -12,8 +12,9 @@
 //   gloo (gloo_engine.cpp): gloo, PyTorch's CPU backend, over TCP, any number of machines.
 // mpi, nccl and gloo cannot see their wire: they report algorithms/cost.h's textbook formulas.
 // Adding a collective touches this interface, each engine, and ProcessGroup's checks.
-// Only create_process_group.cpp picks an engine (and a transport) by name.
-// Read next: dplab_engine.cpp (the teaching engine), then mpi_engine.cpp.
+// Only make_engine.cpp picks an engine (and a transport) by name.
+// Read next: make_engine.h (which engine a group gets), dplab_engine.cpp (the teaching
+// engine), then mpi_engine.cpp.
 #pragma once
 #include <functional>
 #include <memory>
@@ -124,10 +125,13 @@ MpiWorld mpi_world();
 std::string mpi_broadcast_string(const std::string& value, int root);
 bool mpi_built();
 bool nccl_built();
+// Whether dplab was built with gloo (-Dgloo): the gloo engine, and gloo's wire under dplab's
+// engines across nodes.
+bool gloo_built();
 // NCCL's version as "2.28.3" (ncclGetVersion), or "" in a build without NCCL.
 std::string nccl_version();
 
-// The engines' constructors; create_process_group.cpp calls them.
+// The engines' constructors; make_engine.cpp calls them.
 class Transport;
 // Where CUDA tensors go on dplab's engine: make(k), called collectively at the first
 // collective on a CUDA tensor (every rank reaches it at the same call), builds the cuda_ipc

@@ -327,7 +327,7 @@ class DplabEngine final : public CollectiveEngine {
   Algorithm algorithm_;                        // all_reduce's pattern unless the call names one
   NodeLinks links_;                            // what Auto weighs (cost.h), and the layout
   std::vector<int> node_of_;                   // node of each rank; empty on one node
-  CudaTransportFactory make_cuda_;             // set by create_process_group with CUDA
+  CudaTransportFactory make_cuda_;             // set by make_engine.cpp with CUDA
   bool cuda_in_place_ = false;                 // a factory was given: CUDA tensors stay put
   std::unique_ptr<Transport> cuda_transport_;  // made by make_cuda_ at the first CUDA call
   int cuda_index_ = -1;                        // its logical device

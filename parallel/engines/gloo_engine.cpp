@@ -34,6 +34,8 @@
 
 namespace dplab::parallel {
 
+bool gloo_built() { return true; }
+
 namespace {
 
 constexpr uint8_t kP2pSlotPrefix = 0x40;  // above gloo's own prefixes (types.h: 0x01..0x08)

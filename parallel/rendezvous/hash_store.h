@@ -1,8 +1,8 @@
 // hash_store.h: an in-process Store (torch.distributed.HashStore) for ranks-as-threads.
 // A map under a mutex, with a condition variable so get / wait block until a key appears
 // (or the timeout passes, which throws CommError naming the missing keys).
-// create_process_group sees a HashStore and picks the thread transport: all ranks are
-// threads of this process, so their mailboxes can live on the heap.
+// The engine factory (engines/make_engine.cpp) sees a HashStore and picks the thread
+// transport: all ranks are threads of this process, so their mailboxes can live on the heap.
 // Read next: process_group.h, transport/thread_transport.h.
 #pragma once
 #include <condition_variable>

@@ -1,6 +1,6 @@
 // cuda_ipc_fallback.cpp: cuda_ipc_transport.h for a build WITHOUT CUDA (meson compiles this
 // file instead of cuda_ipc_transport.cpp when have_cuda is false). There are no CUDA
-// tensors then, and create_process_group.cpp never asks for the transport.
+// tensors then, and engines/make_engine.cpp never asks for the transport.
 // Read next: cuda_ipc_transport.h.
 #include "parallel/transport/cuda_ipc_transport.h"
 

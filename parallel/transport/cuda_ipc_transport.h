@@ -7,7 +7,7 @@
 // flags are mailbox_transport's, in a POSIX shm block (the heap for thread ranks).
 // This header names no CUDA type: it compiles in every build; without CUDA
 // (cuda_ipc_fallback.cpp) cuda_ipc_compiled() is false and CUDA tensors are staged.
-// Read next: cuda_ipc_transport.cpp, then comm/create_process_group.cpp (where it is chosen).
+// Read next: cuda_ipc_transport.cpp, then engines/make_engine.cpp (where it is chosen).
 #pragma once
 #include <memory>
 #include <string>

@@ -32,8 +32,6 @@
 
 namespace dplab::parallel {
 
-bool gloo_built() { return true; }
-
 namespace {
 
 // The local address the kernel would send from to reach `host` (a UDP connect sends nothing).

@@ -48,7 +48,7 @@ std::unique_ptr<Transport> make_gloo_transport(std::shared_ptr<gloo::Context> co
                                                std::vector<int> peers, Seconds timeout,
                                                std::size_t segment_bytes);
 
-// Whether dplab was built with gloo (-Dgloo); without it the functions above throw.
-bool gloo_built();
+// Without gloo (-Dgloo) the functions above throw; engines/collective_engine.h's gloo_built()
+// says which build this is.
 
 }  // namespace dplab::parallel

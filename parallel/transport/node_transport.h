@@ -7,7 +7,7 @@
 // A wait that times out in either half names the rank that stopped, the way the mpi engine's
 // watchdog does (collective_watchdog.h): each rank whose wait timed out files its collective
 // in the store; after a grace period the ranks that filed nothing are the late ones.
-// Read next: node_transport.cpp; comm/create_process_group.cpp builds it.
+// Read next: node_transport.cpp; engines/make_engine.cpp builds it.
 #pragma once
 #include <memory>
 

@@ -17,6 +17,7 @@
 #include "framework/tensor/tensor.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/rendezvous/prefix_store.h"
 #include "parallel/transport/gloo_transport.h"

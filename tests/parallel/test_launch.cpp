@@ -25,8 +25,8 @@
 
 #include "framework/error.h"
 #include "parallel/comm/init.h"
+#include "parallel/engines/collective_engine.h"
 #include "parallel/rendezvous/tcp_store.h"
-#include "parallel/transport/gloo_transport.h"
 
 namespace par = dplab::parallel;
 namespace fs = std::filesystem;

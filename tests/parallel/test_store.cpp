@@ -23,7 +23,6 @@
 #include "parallel/rendezvous/job_token.h"
 #include "parallel/rendezvous/prefix_store.h"
 #include "parallel/rendezvous/tcp_store.h"
-#include "parallel/transport/gloo_transport.h"
 
 namespace par = dplab::parallel;
 using Clock = std::chrono::steady_clock;

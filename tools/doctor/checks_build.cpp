@@ -14,7 +14,6 @@
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/ops/ops.h"
 #include "parallel/engines/collective_engine.h"
-#include "parallel/transport/gloo_transport.h"
 #include "tools/doctor/doctor.h"
 #include "tools/doctor/version.h"
 

@@ -1,18 +1,18 @@
-// create_process_group.cpp: how a group is made, and the one file that picks an engine and
-// a transport by name: the mpi, nccl or gloo engine, else dplab's engine over the thread
-// transport (ranks are threads, a HashStore) or shm (processes); when the job spans nodes
-// (ranks_per_node), over the node transport: shm (threads) inside a node, gloo's TCP wire
-// between nodes. Wrapped in an emulated link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that every
-// rank builds at its first collective on a CUDA tensor.
-// Each group gets its own view of the store (PrefixStore "dplab/pg<k>"), and each part of it
-// (the transports, the cuda_ipc transport, the mpi watchdog) a view below that: no key is
+// make_engine.cpp: the one file that picks an engine and a transport by name: the mpi, nccl
+// or gloo engine, else dplab's engine over the thread transport (ranks are threads, a
+// HashStore) or shm (processes); when the job spans nodes (ranks_per_node), over the node
+// transport: shm (threads) inside a node, gloo's TCP wire between nodes. Wrapped in an
+// emulated link when asked, and, with CUDA compiled, a factory for the cuda_ipc transport that
+// every rank builds at its first collective on a CUDA tensor.
+// Each part of the group's view of the store ("dplab/pg<k>", made by create_process_group)
+// gets a view below it (the transports, the cuda_ipc transport, the watchdogs): no key is
 // ever built from a prefix by hand, and two groups on one store never meet.
-// Read next: process_group.cpp, engines/collective_engine.h, transport/transport.h.
-#include "parallel/comm/process_group.h"
+// Read next: dplab_engine.cpp, transport/transport.h.
+#include "parallel/engines/make_engine.h"
 
 #include "framework/error.h"
-#include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/algorithms/cost.h"
 #include "parallel/rendezvous/hash_store.h"
 #include "parallel/rendezvous/prefix_store.h"
 #include "parallel/rendezvous/tcp_store.h"
@@ -49,7 +49,7 @@ constexpr double kGlooLinkBeta = 1.0 / 1.25e9;
 CudaTransportFactory cuda_ipc_factory(std::shared_ptr<Store> store,
                                       std::shared_ptr<PrefixStore> group_store, int rank,
                                       int world_size, bool threads,
-                                      const ProcessGroupOptions& opts) {
+                                      const EngineOptions& opts) {
   if (!cuda_ipc_compiled()) return nullptr;
   auto own = std::make_shared<PrefixStore>("cuda_ipc", std::move(group_store));
   return [store, own, rank, world_size, threads, timeout = opts.timeout,
@@ -88,7 +88,7 @@ CollectiveWatchdog::Connect watchdog_store(const std::shared_ptr<Store>& store,
 // "<group>/hang" (the hang reports across nodes).
 std::unique_ptr<Transport> node_transport(const std::shared_ptr<PrefixStore>& group_store, int rank,
                                           int world_size, bool threads,
-                                          const ProcessGroupOptions& opts) {
+                                          const EngineOptions& opts) {
   const int per_node = opts.ranks_per_node, node = rank / per_node;
   const std::size_t slot = opts.segment_bytes ? opts.segment_bytes : shm_segment_bytes(per_node);
   auto local_store = std::make_shared<PrefixStore>(fmt::format("node{}", node), group_store);
@@ -107,21 +107,9 @@ std::unique_ptr<Transport> node_transport(const std::shared_ptr<PrefixStore>& gr
                              std::make_shared<PrefixStore>("hang", group_store), opts.timeout);
 }
 
-}  // namespace
-
-std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store, int rank,
-                                                   int world_size,
-                                                   const ProcessGroupOptions& opts) {
-  DPLAB_CHECK(store != nullptr, "create_process_group: the store is null");
-  DPLAB_CHECK(world_size >= 1, "create_process_group: world_size must be >= 1, got {}", world_size);
-  DPLAB_CHECK(rank >= 0 && rank < world_size,
-              "create_process_group: rank must be in [0, {}), got {}", world_size, rank);
-  // Groups made on one store are numbered in creation order, which every rank shares; the
-  // count lives in the store itself (one key per rank), so keys never collide between
-  // groups ("dplab/pg0/...", "dplab/pg1/...").
-  const int64_t generation = store->add(fmt::format("dplab/groups_made_by/{}", rank), 1) - 1;
-  const std::string prefix = fmt::format("dplab/pg{}", generation);
-  auto group_store = std::make_shared<PrefixStore>(prefix, store);
+// What every rank's options must say, before anything is built (messages name the call users
+// make: create_process_group).
+void check_options(int world_size, const EngineOptions& opts) {
   DPLAB_CHECK(is_known_engine(opts.engine),
               "create_process_group: engine must be \"ring\", "
               "\"star\", \"recursive_doubling\", \"halving_doubling\", \"one_shot\", "
@@ -144,22 +132,27 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
               "create_process_group: an emulated link (link_gbps = {}) needs one of dplab's "
               "engines (ring, star, ...); the {} engine moves its bytes itself",
               opts.link_gbps, opts.engine);
+}
+
+}  // namespace
+
+std::unique_ptr<CollectiveEngine> make_engine(std::shared_ptr<Store> store,
+                                              const std::string& group_prefix, int rank,
+                                              int world_size, const EngineOptions& opts) {
+  check_options(world_size, opts);
+  auto group_store = std::make_shared<PrefixStore>(group_prefix, store);
   // mpi, nccl: an existing engine moves the bytes
   if (opts.engine == "mpi")
-    return std::make_shared<ProcessGroup>(
-        make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store, prefix)));
-  if (opts.engine == "nccl")
-    return std::make_shared<ProcessGroup>(
-        make_nccl_engine(*group_store, rank, world_size, opts.timeout));
+    return make_mpi_engine(rank, world_size, opts.timeout, watchdog_store(store, group_prefix));
+  if (opts.engine == "nccl") return make_nccl_engine(*group_store, rank, world_size, opts.timeout);
   const NodeLayout nodes{world_size, opts.ranks_per_node};
   const bool multi_node = nodes.nodes() > 1;
   // across nodes gloo's wire, unless the nodes are pretend ones that share memory
   const bool over_network = multi_node && !opts.nodes_share_memory;
   if (opts.engine == "gloo") {
     auto view = std::make_shared<PrefixStore>("gloo", group_store);
-    return std::make_shared<ProcessGroup>(make_gloo_engine(view, rank, world_size, opts.timeout,
-                                                           multi_node,
-                                                           watchdog_store(store, prefix)));
+    return make_gloo_engine(view, rank, world_size, opts.timeout, multi_node,
+                            watchdog_store(store, group_prefix));
   }
   DPLAB_CHECK(!over_network || gloo_built(),
               "create_process_group: the '{}' engine across nodes ({} ranks, {} per node) needs "
@@ -204,9 +197,9 @@ std::shared_ptr<ProcessGroup> create_process_group(std::shared_ptr<Store> store,
   if (opts.link_gbps > 0)
     links.inter.beta = std::max(links.inter.beta, 1.0 / link_bytes_per_s(opts.link_gbps));
   if (!multi_node) links.intra = links.inter;
-  return std::make_shared<ProcessGroup>(make_dplab_engine(
-      std::move(transport), algorithm_from_name(opts.engine),
-      cuda_ipc_factory(store, group_store, rank, world_size, threads, opts), links));
+  return make_dplab_engine(std::move(transport), algorithm_from_name(opts.engine),
+                           cuda_ipc_factory(store, group_store, rank, world_size, threads, opts),
+                           links);
 }
 
 }  // namespace dplab::parallel
