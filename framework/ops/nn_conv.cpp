@@ -38,6 +38,19 @@ Window2d make_window(const char* op, const Tensor& x, int64_t kh, int64_t kw, in
   return w;
 }
 
+// Pooling's checks (max and average alike) and its window: a square kernel, stride 0 meaning
+// the kernel. Padding is -inf for a max: a window that is half padding would still pick a
+// real value, but one that is all padding would not, so padding is at most half the kernel.
+Window2d pool_window(const char* op, const Tensor& x, int64_t kernel, int64_t stride,
+                     int64_t padding) {
+  check_float(op, x);
+  DPLAB_CHECK(kernel >= 1, "{}: kernel must be >= 1, got {}", op, kernel);
+  if (stride == 0) stride = kernel;
+  DPLAB_CHECK(padding <= kernel / 2, "{}: padding {} must be at most half the kernel {}", op,
+              padding, kernel);
+  return make_window(op, x, kernel, kernel, stride, padding);
+}
+
 // conv2d's checks on its arguments (float32 ones; 16-bit went to conv2d_lowp): its window.
 Window2d check_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
                       int64_t padding) {
@@ -111,14 +124,7 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t paddi
   // 16-bit: the float32 pool between two casts (it saves only argmax, lowp.h)
   if (is_low_precision(x.dtype()))
     return cast(max_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
-  check_float("max_pool2d", x);
-  DPLAB_CHECK(kernel >= 1, "max_pool2d: kernel must be >= 1, got {}", kernel);
-  if (stride == 0) stride = kernel;
-  // Padding is -inf for a max: a window that is half padding would still pick a real
-  // value, but one that is all padding would not, so padding is at most half the kernel.
-  DPLAB_CHECK(padding <= kernel / 2, "max_pool2d: padding {} must be at most half the kernel {}",
-              padding, kernel);
-  Window2d w = make_window("max_pool2d", x, kernel, kernel, stride, padding);
+  const Window2d w = pool_window("max_pool2d", x, kernel, stride, padding);
   Tensor out = Tensor::empty({w.N, w.C, w.out_h, w.out_w}, x.options());
   Tensor argmax = Tensor::empty(out.shape(), {.dtype = DType::Int64, .device = x.device()});
   if (out.numel() > 0) backend_of(x).max_pool2d(fptr(x), w, fptr(out), iptr(argmax));
@@ -174,12 +180,7 @@ Tensor conv2d_relu_max_pool2d(const Tensor& x, const Tensor& weight, const Tenso
 Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
   if (is_low_precision(x.dtype()))
     return cast(avg_pool2d(cast(x, DType::Float32), kernel, stride, padding), x.dtype());
-  check_float("avg_pool2d", x);
-  DPLAB_CHECK(kernel >= 1, "avg_pool2d: kernel must be >= 1, got {}", kernel);
-  if (stride == 0) stride = kernel;
-  DPLAB_CHECK(padding <= kernel / 2, "avg_pool2d: padding {} must be at most half the kernel {}",
-              padding, kernel);
-  Window2d w = make_window("avg_pool2d", x, kernel, kernel, stride, padding);
+  const Window2d w = pool_window("avg_pool2d", x, kernel, stride, padding);
   Tensor out = Tensor::empty({w.N, w.C, w.out_h, w.out_w}, x.options());
   if (out.numel() > 0) backend_of(x).avg_pool2d(fptr(x), w, fptr(out));
   // dx = g / (k*k) spread over every input of the window

@@ -2,7 +2,7 @@
 // ring.cpp, star.cpp and p2p.cpp count the same bytes as they move them (Exchange::traffic), and
 // tests/parallel/test_collectives_threads.cpp checks that every count equals its formula
 // here, for N = 1..4 and sizes N does not divide. Engines that cannot see their wire (MPI,
-// NCCL) report these formulas as their traffic (engines/mpi_engine.cpp, nccl_engine.cpp).
+// NCCL, gloo) report these formulas as their traffic (engines/textbook_traffic.h).
 // S is the tensor's bytes (for all_gather / reduce_scatter: one rank's block).
 // With ranks on several nodes (NodeLayout: ranks_per_node L > 0), the all-reduce formulas
 // also give the part that crosses nodes (Traffic::sent_inter_node, received_inter_node):

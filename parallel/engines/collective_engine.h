@@ -10,7 +10,8 @@
 //   mpi (mpi_engine.cpp): OpenMPI, CPUs, any number of machines;
 //   nccl (nccl_engine.cpp): NCCL, GPUs;
 //   gloo (gloo_engine.cpp): gloo, PyTorch's CPU backend, over TCP, any number of machines.
-// mpi, nccl and gloo cannot see their wire: they report algorithms/cost.h's textbook formulas.
+// mpi, nccl and gloo cannot see their wire: they report algorithms/cost.h's textbook formulas
+// (textbook_traffic.h picks one per collective).
 // Adding a collective touches this interface, each engine, and ProcessGroup's checks.
 // Only make_engine.cpp picks an engine (and a transport) by name.
 // Read next: make_engine.h (which engine a group gets), dplab_engine.cpp (the teaching

@@ -5,7 +5,8 @@
 // old-style template, is an all-reduce of the N blocks, of which each rank keeps its own.
 // The ranks meet through dplab's store (rendezvous/gloo_store.h), so dplab-run starts a
 // multi-node job with no mpirun; the interface is chosen as transport/gloo_transport.h says.
-// gloo cannot say what it sent: comm_stats() shows algorithms/cost.h's textbook traffic.
+// gloo cannot say what it sent: comm_stats() shows algorithms/cost.h's textbook traffic
+// (textbook_traffic.h; bcube and reduce_scatter as said above).
 // Timeouts: a collective running past the group's timeout wakes the watchdog
 // (collective_watchdog.h), which names the late rank within its grace period; gloo's own
 // deadline is set a second past that, and its error becomes a CommError carrying the
@@ -30,6 +31,7 @@
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/engines/textbook_traffic.h"
 #include "parallel/transport/gloo_transport.h"
 
 namespace dplab::parallel {
@@ -114,7 +116,7 @@ class GlooEngine final : public CollectiveEngine {
     // bcube exchanges like halving-doubling (for a power-of-two N, exactly): counted as that
     call.name = fmt::format("all_reduce(gloo:{}, {})", cube ? "bcube" : "ring", reduce_op_name(op));
     call.traffic = cube ? halving_doubling_cost(t.nbytes(), element_size(t.dtype()), rank(), size())
-                        : ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank(), size());
+                        : textbook_traffic(*this).all_reduce(t);
     Tensor h = host_of(t);
     if (h.numel() > 0 && size() > 1)
       run(call.name, [&] { all_reduce_raw(h.raw_data(), h.numel(), h.dtype(), op, cube); });
@@ -123,7 +125,7 @@ class GlooEngine final : public CollectiveEngine {
   }
 
   void broadcast(CollectiveCall& call, Tensor& t, int root) override {
-    call.traffic = chain_broadcast_cost(t.nbytes(), rank(), size(), root);
+    call.traffic = textbook_traffic(*this).broadcast(t, root);
     Tensor h = host_of(t);
     if (h.nbytes() > 0)
       run(call.name, [&] {
@@ -138,7 +140,7 @@ class GlooEngine final : public CollectiveEngine {
   }
 
   void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
-    call.traffic = star_reduce_cost(t.nbytes(), rank(), size(), root);
+    call.traffic = textbook_traffic(*this).reduce(t, root);
     Tensor h = host_of(t);
     // other ranks' tensors stay unchanged: gloo writes its result into `out` on every rank
     std::vector<std::byte> out(static_cast<std::size_t>(h.nbytes()));
@@ -165,7 +167,7 @@ class GlooEngine final : public CollectiveEngine {
 
   void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
                   const Tensor& input) override {
-    call.traffic = ring_all_gather_cost(input.nbytes(), size());
+    call.traffic = textbook_traffic(*this).all_gather(input);
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(static_cast<std::size_t>(bytes * size()));
@@ -202,7 +204,7 @@ class GlooEngine final : public CollectiveEngine {
 
   void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
               int root) override {
-    call.traffic = star_reduce_cost(input.nbytes(), rank(), size(), root);
+    call.traffic = textbook_traffic(*this).gather(input, root);
     Tensor in = host_of(input);
     const int64_t bytes = in.nbytes();
     std::vector<std::byte> all(rank() == root ? static_cast<std::size_t>(bytes * size()) : 0);
@@ -222,7 +224,7 @@ class GlooEngine final : public CollectiveEngine {
 
   void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
                int root) override {
-    call.traffic = star_scatter_cost(output.nbytes(), rank(), size(), root);
+    call.traffic = textbook_traffic(*this).scatter(output, root);
     const int64_t bytes = output.nbytes();
     std::vector<Tensor> hosts;
     std::vector<uint8_t*> ptrs;
@@ -255,7 +257,7 @@ class GlooEngine final : public CollectiveEngine {
   }
 
   void send(CollectiveCall& call, const Tensor& t, int dst) override {
-    call.traffic = send_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).send(t);
     Tensor h = host_of(t);
     const uint32_t n = sent_[dst]++;
     run(call.name, [&] {
@@ -269,7 +271,7 @@ class GlooEngine final : public CollectiveEngine {
   }
 
   void recv(CollectiveCall& call, Tensor& t, int src) override {
-    call.traffic = recv_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).recv(t);
     Tensor h = host_of(t);
     const uint32_t n = received_[src]++;
     run(call.name, [&] {

@@ -7,7 +7,7 @@
 // A collective that runs past the group's timeout wakes the watchdog (collective_watchdog.h),
 // which names the late rank and aborts the job: MPI itself would wait forever.
 // MPI does not say what it sent: each collective reports the textbook traffic of
-// algorithms/cost.h (a ring for all_reduce, as MPI runs large messages).
+// algorithms/cost.h (textbook_traffic.h: a ring for all_reduce, as MPI runs large messages).
 // Read next: nccl_engine.cpp; tests/parallel/test_mpi_collectives.cpp.
 #include <mpi.h>
 
@@ -23,6 +23,7 @@
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/engines/textbook_traffic.h"
 
 namespace dplab::parallel {
 
@@ -172,7 +173,7 @@ class MpiEngine final : public CollectiveEngine {
   void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
                   std::optional<Algorithm>) override {  // MPI picks its own
     call.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));
-    call.traffic = ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_);
+    call.traffic = textbook_traffic(*this).all_reduce(t);
     auto lock = serialize();
     Watched watched(*watchdog_, "all_reduce");
     Tensor h = host_of(t);
@@ -185,7 +186,7 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void broadcast(CollectiveCall& call, Tensor& t, int root) override {
-    call.traffic = chain_broadcast_cost(t.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).broadcast(t, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "broadcast");
     Tensor h = host_of(t);
@@ -195,7 +196,7 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
-    call.traffic = star_reduce_cost(t.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).reduce(t, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "reduce");
     Tensor h = host_of(t);
@@ -213,7 +214,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
                   const Tensor& input) override {
-    call.traffic = ring_all_gather_cost(input.nbytes(), size_);
+    call.traffic = textbook_traffic(*this).all_gather(input);
     auto lock = serialize();
     Watched watched(*watchdog_, "all_gather");
     Tensor in = host_of(input);
@@ -227,7 +228,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void reduce_scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
                       ReduceOp op) override {
-    call.traffic = ring_all_gather_cost(output.nbytes(), size_);
+    call.traffic = textbook_traffic(*this).reduce_scatter(output);
     auto lock = serialize();
     Watched watched(*watchdog_, "reduce_scatter");
     // MPI wants the N blocks back to back; the inputs are separate tensors, so copy them once
@@ -246,7 +247,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
               int root) override {
-    call.traffic = star_reduce_cost(input.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).gather(input, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "gather");
     Tensor in = host_of(input);
@@ -261,7 +262,7 @@ class MpiEngine final : public CollectiveEngine {
 
   void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
                int root) override {
-    call.traffic = star_scatter_cost(output.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).scatter(output, root);
     auto lock = serialize();
     Watched watched(*watchdog_, "scatter");
     const int64_t bytes = output.nbytes();
@@ -283,7 +284,7 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void send(CollectiveCall& call, const Tensor& t, int dst) override {
-    call.traffic = send_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).send(t);
     auto lock = serialize();
     Watched watched(*watchdog_, "send");
     Tensor h = host_of(t);
@@ -292,7 +293,7 @@ class MpiEngine final : public CollectiveEngine {
   }
 
   void recv(CollectiveCall& call, Tensor& t, int src) override {
-    call.traffic = recv_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).recv(t);
     auto lock = serialize();
     Watched watched(*watchdog_, "recv");
     Tensor h = host_of(t);

@@ -12,7 +12,8 @@
 // naming the collective and this rank instead of a hang. An aborted communicator is never
 // destroyed again. The ProcessGroup's async worker gives DDP its overlap with the host.
 // NCCL has no gather/scatter/barrier: grouped ncclSend/ncclRecv, and a 1-float all-reduce.
-// NCCL does not say what it sent: each collective reports algorithms/cost.h's textbook traffic.
+// NCCL does not say what it sent: each collective reports algorithms/cost.h's textbook traffic
+// (textbook_traffic.h).
 // Compiled with the nccl build option; needs a GPU at run time (tests skip without one).
 // Read next: nccl_rules.h, mpi_engine.cpp, collective_engine.h.
 #include <cuda_runtime.h>
@@ -28,6 +29,7 @@
 #include "framework/error.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
+#include "parallel/engines/textbook_traffic.h"
 #include "parallel/engines/nccl_rules.h"
 #include "parallel/rendezvous/rendezvous.h"
 
@@ -120,7 +122,7 @@ class NcclEngine final : public CollectiveEngine {
   void all_reduce(CollectiveCall& call, Tensor& t, ReduceOp op,
                   std::optional<Algorithm>) override {  // NCCL picks its own
     call.name = fmt::format("all_reduce({}, {})", name_, reduce_op_name(op));
-    call.traffic = ring_all_reduce_cost(t.nbytes(), element_size(t.dtype()), rank_, size_);
+    call.traffic = textbook_traffic(*this).all_reduce(t);
     cudaStream_t s = begin(t, "all_reduce");
     nccl(ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), comm_,
                        s),
@@ -128,14 +130,14 @@ class NcclEngine final : public CollectiveEngine {
     finish("all_reduce");
   }
   void broadcast(CollectiveCall& call, Tensor& t, int root) override {
-    call.traffic = chain_broadcast_cost(t.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).broadcast(t, root);
     cudaStream_t s = begin(t, "broadcast");
     nccl(ncclBroadcast(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), root, comm_, s),
          "ncclBroadcast", "broadcast");
     finish("broadcast");
   }
   void reduce(CollectiveCall& call, Tensor& t, int root, ReduceOp op) override {
-    call.traffic = star_reduce_cost(t.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).reduce(t, root);
     // recvbuff is only written on the root, so the others' tensors stay unchanged
     cudaStream_t s = begin(t, "reduce");
     nccl(ncclReduce(t.raw_data(), t.raw_data(), t.numel(), type_of(t.dtype()), op_of(op), root,
@@ -145,7 +147,7 @@ class NcclEngine final : public CollectiveEngine {
   }
   void all_gather(CollectiveCall& call, std::vector<Tensor>& outputs,
                   const Tensor& input) override {
-    call.traffic = ring_all_gather_cost(input.nbytes(), size_);
+    call.traffic = textbook_traffic(*this).all_gather(input);
     for (const Tensor& o : outputs) check_device(o, "all_gather");
     cudaStream_t s = begin(input, "all_gather");
     Tensor all =
@@ -158,7 +160,7 @@ class NcclEngine final : public CollectiveEngine {
   }
   void reduce_scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
                       ReduceOp op) override {
-    call.traffic = ring_all_gather_cost(output.nbytes(), size_);
+    call.traffic = textbook_traffic(*this).reduce_scatter(output);
     for (const Tensor& in : inputs) check_device(in, "reduce_scatter");
     cudaStream_t s = begin(output, "reduce_scatter");
     const int64_t bytes = output.nbytes();
@@ -175,7 +177,7 @@ class NcclEngine final : public CollectiveEngine {
   }
   void gather(CollectiveCall& call, std::vector<Tensor>& outputs, const Tensor& input,
               int root) override {
-    call.traffic = star_reduce_cost(input.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).gather(input, root);
     if (rank_ == root)
       for (const Tensor& o : outputs) check_device(o, "gather");
     cudaStream_t s = begin(input, "gather");
@@ -199,7 +201,7 @@ class NcclEngine final : public CollectiveEngine {
   }
   void scatter(CollectiveCall& call, Tensor& output, const std::vector<Tensor>& inputs,
                int root) override {
-    call.traffic = star_scatter_cost(output.nbytes(), rank_, size_, root);
+    call.traffic = textbook_traffic(*this).scatter(output, root);
     if (rank_ == root)
       for (const Tensor& in : inputs) check_device(in, "scatter");
     cudaStream_t s = begin(output, "scatter");
@@ -230,13 +232,13 @@ class NcclEngine final : public CollectiveEngine {
     finish("barrier");
   }
   void send(CollectiveCall& call, const Tensor& t, int dst) override {
-    call.traffic = send_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).send(t);
     cudaStream_t s = begin(t, "send");
     nccl(ncclSend(t.raw_data(), t.numel(), type_of(t.dtype()), dst, comm_, s), "ncclSend", "send");
     finish("send");
   }
   void recv(CollectiveCall& call, Tensor& t, int src) override {
-    call.traffic = recv_cost(t.nbytes());
+    call.traffic = textbook_traffic(*this).recv(t);
     cudaStream_t s = begin(t, "recv");
     nccl(ncclRecv(t.raw_data(), t.numel(), type_of(t.dtype()), src, comm_, s), "ncclRecv", "recv");
     finish("recv");

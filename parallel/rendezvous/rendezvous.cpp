@@ -98,6 +98,29 @@ void master_from_env(const Env& env, RankInfo& info) {
               "MASTER_PORT={} is not a port (expected 1..65535)", info.master_port);
 }
 
+// The launchers whose variables say which rank a process is, in the order they are tried
+// (torchrun's win when it runs under srun). A launcher is recognised by its rank variable
+// (torchrun's also by WORLD_SIZE alone, so that a half-set environment names the missing
+// variable); it sets the rank and the world size together; the local rank and the local
+// world size, when absent, are those of one node. Slurm has no local world size variable:
+// SLURM_TASKS_PER_NODE lists the tasks of every node (nullptr below).
+struct LauncherVariables {
+  const char* launcher;  // who sets them, as the error messages name it
+  const char* rank;
+  const char* world_size;
+  bool world_size_alone_counts;
+  const char* local_rank;
+  const char* local_world_size;
+};
+// clang-format off
+constexpr LauncherVariables kLaunchers[] = {
+    // launcher                           rank                    world size              alone  local rank                    local world size
+    {"torchrun-style launch: dplab-run", "RANK",                 "WORLD_SIZE",           true,  "LOCAL_RANK",                 "LOCAL_WORLD_SIZE"},
+    {"mpirun",                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", false, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"srun",                             "SLURM_PROCID",         "SLURM_NTASKS",         false, "SLURM_LOCALID",              nullptr},
+};
+// clang-format on
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
@@ -107,32 +130,30 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 RankInfo rank_info_from_env(const Env& env) {
+  const LauncherVariables* launcher = nullptr;
+  for (const LauncherVariables& l : kLaunchers)
+    if (find(env, l.rank) || (l.world_size_alone_counts && find(env, l.world_size))) {
+      launcher = &l;
+      break;
+    }
+  if (launcher == nullptr) {
+    DPLAB_FAIL("no rank information in the environment: expected RANK and WORLD_SIZE (set by "
+               "dplab-run or torchrun), OMPI_COMM_WORLD_RANK (mpirun) or SLURM_PROCID (srun); "
+               "or pass rank and world_size explicitly");
+  }
+  const std::string why = fmt::format("{} sets {} and {} together", launcher->launcher,
+                                      launcher->rank, launcher->world_size);
   RankInfo info;
-  if (find(env, "RANK") || find(env, "WORLD_SIZE")) {
-    const char* why = "torchrun-style launch: dplab-run sets RANK and WORLD_SIZE together";
-    info.rank = require_int(env, "RANK", why);
-    info.world_size = require_int(env, "WORLD_SIZE", why);
-    info.local_rank = optional_int(env, "LOCAL_RANK", info.rank);
-    info.local_world_size = optional_int(env, "LOCAL_WORLD_SIZE", info.world_size);
-  } else if (find(env, "OMPI_COMM_WORLD_RANK")) {
-    const char* why = "mpirun sets OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE together";
-    info.rank = require_int(env, "OMPI_COMM_WORLD_RANK", why);
-    info.world_size = require_int(env, "OMPI_COMM_WORLD_SIZE", why);
-    info.local_rank = optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", info.rank);
-    info.local_world_size = optional_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", info.world_size);
-  } else if (find(env, "SLURM_PROCID")) {
-    const char* why = "srun sets SLURM_PROCID and SLURM_NTASKS together";
-    info.rank = require_int(env, "SLURM_PROCID", why);
-    info.world_size = require_int(env, "SLURM_NTASKS", why);
-    info.local_rank = optional_int(env, "SLURM_LOCALID", info.rank);
+  info.rank = require_int(env, launcher->rank, why);
+  info.world_size = require_int(env, launcher->world_size, why);
+  info.local_rank = optional_int(env, launcher->local_rank, info.rank);
+  if (launcher->local_world_size != nullptr) {
+    info.local_world_size = optional_int(env, launcher->local_world_size, info.world_size);
+  } else {  // Slurm: the tasks of this node, from the per-node list
     const std::string* per_node = find(env, "SLURM_TASKS_PER_NODE");
     info.local_world_size =
         per_node ? slurm_tasks_on_node(*per_node, optional_int(env, "SLURM_NODEID", 0))
                  : info.world_size;
-  } else {
-    DPLAB_FAIL("no rank information in the environment: expected RANK and WORLD_SIZE (set by "
-               "dplab-run or torchrun), OMPI_COMM_WORLD_RANK (mpirun) or SLURM_PROCID (srun); "
-               "or pass rank and world_size explicitly");
   }
   DPLAB_CHECK(info.world_size >= 1, "world size must be >= 1, got {}", info.world_size);
   DPLAB_CHECK(info.rank >= 0 && info.rank < info.world_size,

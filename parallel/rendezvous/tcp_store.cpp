@@ -77,27 +77,42 @@ void send_all(int fd, const std::string& data, const std::string& where) {
   }
 }
 
-// Reads exactly n bytes before the deadline; throws CommError on timeout or a closed socket.
-void recv_exact(int fd, char* buf, size_t n, Clock::time_point deadline, const std::string& where,
-                const char* op, const std::string& what) {
+// How a read of exactly n bytes ended.
+enum class ReadEnd { kDone, kTimedOut, kClosed };
+
+// Reads exactly n bytes before the deadline, across short reads and signals. kClosed: the
+// peer closed the connection (errno ECONNRESET) or it failed (errno says how).
+ReadEnd read_exact(int fd, char* buf, size_t n, Clock::time_point deadline) {
   size_t off = 0;
   while (off < n) {
     pollfd p{fd, POLLIN, 0};
     int rc = ::poll(&p, 1, ms_left(deadline));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) {
-      throw CommError(fmt::format("TCPStore: no reply from the store server {} to {}({}) in "
-                                  "time; the server is stuck or gone",
-                                  where, op, what));
-    }
+    if (rc == 0) return ReadEnd::kTimedOut;
     ssize_t got = ::recv(fd, buf + off, n - off, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
+      if (got == 0) errno = ECONNRESET;
+      return ReadEnd::kClosed;
+    }
+    off += static_cast<size_t>(got);
+  }
+  return ReadEnd::kDone;
+}
+
+// read_exact for a reply to op(what): throws CommError on timeout or a closed socket.
+void recv_exact(int fd, char* buf, size_t n, Clock::time_point deadline, const std::string& where,
+                const char* op, const std::string& what) {
+  switch (read_exact(fd, buf, n, deadline)) {
+    case ReadEnd::kDone: return;
+    case ReadEnd::kTimedOut:
+      throw CommError(fmt::format("TCPStore: no reply from the store server {} to {}({}) in "
+                                  "time; the server is stuck or gone",
+                                  where, op, what));
+    case ReadEnd::kClosed:
       throw CommError(fmt::format("TCPStore: the store server {} closed the connection during "
                                   "{}({}); rank 0 (which hosts it) exited or crashed",
                                   where, op, what));
-    }
-    off += static_cast<size_t>(got);
   }
 }
 
@@ -173,26 +188,14 @@ int TCPStore::connect_and_prove(Clock::time_point deadline) {
   // Reads n bytes; false if the server closed the connection first (it may have dropped us
   // to make room for others: worth another try).
   auto read = [&](char* buf, size_t n) {
-    size_t off = 0;
-    while (off < n) {
-      pollfd p{fd, POLLIN, 0};
-      int rc = ::poll(&p, 1, ms_left(deadline));
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc == 0) {
-        ::close(fd);
-        throw CommError(fmt::format("TCPStore: the server {} accepted the connection but did not "
-                                    "finish the handshake in time; is it a dplab store?",
-                                    where));
-      }
-      ssize_t got = ::recv(fd, buf + off, n - off, 0);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        if (got == 0) errno = ECONNRESET;
-        return false;
-      }
-      off += static_cast<size_t>(got);
+    const ReadEnd end = read_exact(fd, buf, n, deadline);
+    if (end == ReadEnd::kTimedOut) {
+      ::close(fd);
+      throw CommError(fmt::format("TCPStore: the server {} accepted the connection but did not "
+                                  "finish the handshake in time; is it a dplab store?",
+                                  where));
     }
-    return true;
+    return end == ReadEnd::kDone;
   };
   auto give_up = [&] {
     int saved = errno;

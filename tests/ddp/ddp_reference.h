@@ -5,6 +5,7 @@
 // Tests whose ranks are threads start every replica from one state made in the test thread
 // (initial_state: the default generator is shared by the threads, so seeding inside them
 // would race) and compare with single_process_from that state.
+// Partly is the model of the unused-parameter tests: its second layer runs only when told to.
 // Used by tests/ddp, tests/zero, tests/ps, tests/horovod, tests/ddp_utils (checkpoints),
 // tests/ddp_extensions (model parallel, compression) and tests/parallel/test_gpu_training.cpp.
 // Read next: test_ddp.cpp (threads and shm processes), test_ddp_mpi.cpp (mpirun).
@@ -12,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "framework/nn/layers.h"
 #include "framework/nn/module.h"
 #include "framework/nn/state_dict.h"
 #include "framework/ops/ops.h"
@@ -57,6 +59,20 @@ inline Params params_of(nn::Module& m) {
   for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
   return out;
 }
+
+// Two layers, a then b; b runs only while use_b is set, so its parameters go unused (no
+// gradient) in the steps without it: what find_unused_parameters is for.
+struct Partly : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = false;
+  Partly() {
+    a = register_module("a", std::make_shared<nn::Linear>(3, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(3, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    return use_b ? b->forward(a->forward(x)) : a->forward(x);
+  }
+};
 
 // One process, the whole global batch, the model initialised from seed 0.
 inline Params single_process(int world, int accumulate = 1) {

@@ -160,21 +160,6 @@ TEST_CASE("gradient_as_bucket_view leaves .grad as views of the buckets, same va
   });
 }
 
-namespace {
-// Uses net2 only when told to: net1 is unused in some steps.
-struct Partly : nn::Module {
-  std::shared_ptr<nn::Linear> a, b;
-  bool use_b = false;
-  Partly() {
-    a = register_module("a", std::make_shared<nn::Linear>(3, 3));
-    b = register_module("b", std::make_shared<nn::Linear>(3, 3));
-  }
-  Tensor forward(const Tensor& x) override {
-    return use_b ? b->forward(a->forward(x)) : a->forward(x);
-  }
-};
-}  // namespace
-
 TEST_CASE("an unused parameter is an error naming it, unless find_unused_parameters") {
   run_threads(2, [&](ProcessGroup& pg) {
     auto model = std::make_shared<Partly>();

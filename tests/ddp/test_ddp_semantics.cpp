@@ -18,11 +18,13 @@
 #include "framework/tensor/random.h"
 #include "models/toy.h"
 #include "parallel/ddp/distributed_data_parallel.h"
+#include "tests/ddp/ddp_reference.h"
 #include "tests/parallel/rank_harness.h"
 
 using namespace dplab;
 using namespace dplab::parallel;
 using dplab::parallel::testing::borrow;
+using dplab::parallel::testing::Partly;
 using dplab::parallel::testing::run_threads;
 
 namespace {
@@ -110,20 +112,6 @@ TEST_CASE(
     }
   });
 }
-
-namespace {
-struct Partly : nn::Module {
-  std::shared_ptr<nn::Linear> a, b;
-  bool use_b = true;
-  Partly() {
-    a = register_module("a", std::make_shared<nn::Linear>(3, 3));
-    b = register_module("b", std::make_shared<nn::Linear>(3, 3));
-  }
-  Tensor forward(const Tensor& x) override {
-    return use_b ? b->forward(a->forward(x)) : a->forward(x);
-  }
-};
-}  // namespace
 
 TEST_CASE(
     "find_unused_parameters over steps: a parameter unused in a later step gets a zero gradient") {
