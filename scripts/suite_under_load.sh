@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # suite_under_load.sh: the whole test suite beside CPU-bound busy loops, as a course's shared
 # lab machine or grading server runs it. A test that fails here judged the machine's speed,
-# not the code (docs/performance.md, "The suite under load", has the runs and what each test
-# measures instead of wall-clock time).
+# not the code (docs/measurements/setup_and_suite.md, "The suite on a busy machine", has the
+# runs and what each test measures instead of wall-clock time).
 #   bash scripts/suite_under_load.sh [--hogs N] [--nice K] [--runs R] [-- MESON_TEST_ARGS...]
 # Starts N loops (`while :; do :; done`, default 2) at nice K (default 0), runs
 # `meson test -C build --no-rebuild --num-processes $(nproc)` R times (default 3) without a

@@ -97,8 +97,8 @@ struct LinkCost {
 // dplab's shm transport on the 2-core machines of this project (cost.cpp has the values):
 // bench_allreduce fits alpha and beta + gamma from its recursive-doubling rows at N = 2, and
 // estimates wake, the time for a rank to be woken and get a core back, from the one-shot rows
-// where ranks outnumber cores (its fits: docs/performance.md). Only their ratios decide the
-// choice, and only near the crossover sizes.
+// where ranks outnumber cores (its fits: docs/measurements/allreduce_cpu.md). Only their
+// ratios decide the choice, and only near the crossover sizes.
 LinkCost shm_link_cost(int cores);
 
 // Seconds of one all-reduce of `bytes` over n ranks with `algo` (not Auto, not

@@ -147,7 +147,7 @@ void Reducer::mark_ready(size_t p) {
   if (!require_sync_) return;  // inside no_sync(): gradients just accumulate in .grad
   // One rank: its gradients are already the average over all ranks; copying them into a
   // bucket, handing the bucket to a communication hook and copying it back would cost
-  // time (measured: docs/performance.md) and change nothing.
+  // time (measured: docs/measurements/main_job.md) and change nothing.
   if (solo_) return;
   if (!backward_active_) {
     backward_active_ = true;

@@ -145,7 +145,8 @@ std::optional<std::string> MailboxTransport::problem(int peer, bool check_pid) {
 }
 
 // Why these phases (bench_allreduce at 4 KiB on 2 cores shared with other programs; the
-// table is in docs/performance.md, "Waiting"): with a core per rank the peer's write comes
+// table is in tutorials/16_ps_vs_ring.md, "Waiting"; more runs in
+// docs/measurements/allreduce_cpu.md): with a core per rank the peer's write comes
 // within microseconds and a spin catches it; with more ranks than cores a long spin burns
 // the slice the peer needs, and yielding hands it over at once, sooner than a sleeping
 // rank is woken. But a yield can also give the core to

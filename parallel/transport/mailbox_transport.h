@@ -52,7 +52,7 @@ struct alignas(64) LinkHeader {
 };
 
 // How a wait spends its time before it sleeps (why, in this order: tutorials/16_ps_vs_ring.md,
-// "Waiting"; the measurements behind the defaults: docs/performance.md):
+// "Waiting"; the measurements behind the defaults: docs/measurements/allreduce_cpu.md):
 //   spin_us: poll the counter (with a pause): a hand-off between two running ranks costs
 //         well under a microsecond. 10 us while every rank has a core, 2 us when ranks
 //         outnumber the cores: then the rank we wait for may need the very core we spin on
@@ -78,11 +78,11 @@ WaitPolicy wait_policy(int ranks);
 int cpu_cores();
 
 // The slot size of the shm transport for `ranks` ranks on `cores` cores (chosen with
-// bench_allreduce on 2 cores: docs/performance.md, "Slots"). While every rank has a core,
-// 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream better. With
-// more ranks than cores, 256 KiB: each hand-off may wait for the scheduler, so fewer are
-// better, but a chunk cut into too few segments leaves the ranks that do run nothing to
-// overlap.
+// bench_allreduce on 2 cores: docs/measurements/allreduce_cpu.md, "Slots"). While every rank
+// has a core, 1 MiB: a hand-off costs about a microsecond, and fewer, longer copies stream
+// better. With more ranks than cores, 256 KiB: each hand-off may wait for the scheduler, so
+// fewer are better, but a chunk cut into too few segments leaves the ranks that do run nothing
+// to overlap.
 // DPLAB_SEGMENT_KB overrides it, for measuring. The thread transport keeps kSegmentBytes.
 std::size_t shm_segment_bytes(int ranks, int cores = cpu_cores());
 

@@ -27,7 +27,8 @@ measured step longer (a sleep never ends early, a link never runs faster than it
 How close the calibrated prediction comes to the measurement is a wall-clock comparison, so
 it is printed, not judged; `--accuracy` judges it too (issue 35: within TOLERANCE, one master
 within TOLERANCE of its range from the pipelined to the fair step; every case but the star
-runs twice and the faster counts), for a quiet machine: docs/performance.md has its runs.
+runs twice and the faster counts), for a quiet machine: docs/measurements/netns_links.md has
+its runs.
 One master (the star): dplab-project's step shares the master's link fairly among its N-1
 leaves, so all pulls end together and the next step's pushes start after them; its
 pipelined step lets the leaves served first push while the others still pull. The star

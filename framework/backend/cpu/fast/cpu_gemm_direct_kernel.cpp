@@ -7,7 +7,7 @@
 // of the work, and this kernel runs the MLP's GEMMs near the FMA units' peak. In a weight
 // gradient K is the batch, so a block's start and end count: the accumulators must stay in
 // registers from clear() to the store (DPLAB_UNROLL, cpu_register_block.h). Measured:
-// docs/performance.md.
+// docs/measurements/cpu_training.md.
 // This file is compiled twice (see cpu_gemm_direct_kernel.h); everything but the entry point
 // is in an anonymous namespace and uses nothing from the standard library.
 #if defined(DPLAB_GEMM_AVX512)
