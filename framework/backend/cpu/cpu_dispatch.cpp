@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/cpu/fast/cpu_gemm_direct_kernel.h"  // its column block
 #include "framework/error.h"
 #include "framework/io/settings.h"
 
@@ -143,6 +144,27 @@ ConvAlgorithm parse_conv_algorithm(const std::string& name) {
 
 bool fused_conv() { return fuse_setting(); }
 void set_fused_conv(bool on) { fuse_setting() = on; }
+
+// ---- the decisions, per call ----
+
+bool gemm_direct_runs(const GemmArgs& g) {
+  using gemm_direct::kColumnBlock;
+  if (!gemm_direct_chosen() || g.alpha != 1.0f || (g.beta != 0.0f && g.beta != 1.0f) ||
+      g.K == 0 || g.K > kMaxDirectK)
+    return false;
+  return (g.trans_b ? g.M : g.N) % kColumnBlock == 0;
+}
+
+bool conv_direct_runs(const Window2d& w, int64_t O, bool input_grad) {
+  const bool empty = w.N == 0 || w.C == 0 || O == 0 || w.out_h == 0 || w.out_w == 0;
+  if (conv_algorithm() != ConvAlgorithm::Direct || empty) return false;
+  return !input_grad || (w.stride == 1 && w.pad <= w.kh - 1 && w.pad <= w.kw - 1);
+}
+
+bool conv_relu_pool_fused_runs(const Window2d& w, int64_t O) {
+  return fused_conv() && conv_direct_runs(w, O, /*input_grad=*/true) && w.out_h >= 2 &&
+         w.out_w >= 2;
+}
 
 // ---- float16 conversions ----
 

@@ -17,9 +17,17 @@
 // Each has a setter, for the tests and benchmarks that compare paths; the settings are
 // process-wide, so change one only while no kernel runs. kernels_summary() says in one line
 // what runs, for programs to print beside their device.
+// The decisions per call are here too (gemm_direct_runs, conv_direct_runs,
+// conv_relu_pool_fused_runs): the settings and the shapes each fast kernel handles, so that
+// cpu_gemm.cpp and fast/ only run what was decided. (ops/nn_conv.cpp asks a backend for its
+// direct convolution and falls back to the device-agnostic reference, ops/conv2d_im2col.cpp,
+// where the backend says no; for the CPU, this file says.)
 // Read next: cpu_gemm.cpp (the GEMM's dispatch), fast/cpu_conv_direct.cpp.
 #pragma once
+#include <cstdint>
 #include <string>
+
+#include "framework/backend/backend.h"  // GemmArgs, Window2d
 
 namespace dplab {
 
@@ -58,6 +66,25 @@ ConvAlgorithm parse_conv_algorithm(const std::string& name);
 // ---- conv + ReLU + max-pool fused: DPLAB_FUSE ----
 bool fused_conv();
 void set_fused_conv(bool on);
+
+// ---- the decisions, per call ----
+// The direct GEMM kernel (fast/cpu_gemm_direct_kernel.h) runs g when the settings chose it
+// (gemm_direct_chosen) and it handles g: alpha 1, beta 0 or 1, 0 < K <= kMaxDirectK, and the
+// rows it runs down a multiple of its column block (N when op(B) = B; M when op(B) = B^T,
+// where it computes C^T). Else reference/'s Eigen multiplies.
+bool gemm_direct_runs(const GemmArgs& g);
+// The direct K of at most this: the kernel keeps a K x 64 slice of its B in cache while it
+// runs down A (256 KB at K = 1024); past that, Eigen's packing into cache-sized panels pays.
+inline constexpr int64_t kMaxDirectK = 1024;
+// The direct convolution (fast/cpu_conv_direct.cpp) runs this window, forward and, when
+// input_grad, the input gradient too: DPLAB_CONV is direct and nothing is empty; the input
+// gradient needs stride 1 and padding at most k-1 (it is a forward convolution of the
+// padded gy). Else the reference, im2col + GEMM.
+bool conv_direct_runs(const Window2d& w, int64_t O, bool input_grad);
+// conv + ReLU + 2x2 max-pool as one kernel (fast/cpu_conv_fused.cpp): DPLAB_FUSE on, the
+// direct forward and input gradient (its backward has no other way to the input gradient),
+// and a window to pool (out_h and out_w at least 2).
+bool conv_relu_pool_fused_runs(const Window2d& w, int64_t O);
 
 // ---- the float16 conversions (cpu_half.cpp) ----
 // Which conversion instructions run: the one DPLAB_GEMM_ISA's setting allows (AVX-512 on

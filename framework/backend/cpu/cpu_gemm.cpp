@@ -1,8 +1,8 @@
 // cpu_gemm.cpp: C = alpha * op(A) @ op(B) + beta * C on the CPU: checks, threads, dispatch.
 // The multiply itself is fast/'s direct kernel (fast/cpu_gemm_direct_kernel.cpp) where the
-// shapes suit it (direct_plan) and the settings choose it, and reference/'s Eigen GEMM
-// (reference/cpu_gemm_eigen.cpp) elsewhere, each in the build for the instruction set
-// cpu_dispatch.h chose. Cost: 2*M*N*K flops per batch entry.
+// shapes and the settings let it (cpu_dispatch.cpp decides: gemm_direct_runs), and
+// reference/'s Eigen GEMM (reference/cpu_gemm_eigen.cpp) elsewhere, each in the build for the
+// instruction set cpu_dispatch.h chose. Cost: 2*M*N*K flops per batch entry.
 // With more than one thread (cpu_threads.h) the columns of C (or, for a narrow C, its rows) are
 // split between threads, each running the kernel on its slice: Eigen's own split suits square
 // matrices, but made a convolution's skinny GEMMs ([32, 400] @ [400, 5000]) slower on two
@@ -68,10 +68,6 @@ constexpr int64_t kMinColumnsPerThread = 64;
 
 // ---- fast/: the direct kernel ----
 
-// The direct kernel keeps a K x 64 slice of its B in cache while it runs down A (256 KB at
-// K = 1024); past that, Eigen's packing into cache-sized panels pays for itself.
-constexpr int64_t kMaxDirectK = 1024;
-
 // How the direct kernel runs one batch entry of g, when it can:
 //  - op(B) = B (stored [K, N]): C = op(A) @ B, A read in place (transposed or not), N a
 //    multiple of 16.
@@ -85,13 +81,11 @@ struct DirectPlan {
   int64_t rows = 0;                // the kernel's M: C's rows, or C's columns when transposed
 };
 
+// (whether it runs is cpu_dispatch.cpp's decision: gemm_direct_runs)
 DirectPlan direct_plan(const GemmArgs& g) {
-  using gemm_direct::kColumnBlock;
-  if (!gemm_direct_chosen() || g.alpha != 1.0f || (g.beta != 0.0f && g.beta != 1.0f) || g.K == 0 ||
-      g.K > kMaxDirectK)
-    return {};
-  if (!g.trans_b) return {.runs = g.N % kColumnBlock == 0, .rows = g.M};
-  return {.runs = g.M % kColumnBlock == 0, .copy_a_transposed = !g.trans_a, .rows = g.N};
+  if (!gemm_direct_runs(g)) return {};
+  if (!g.trans_b) return {.runs = true, .rows = g.M};
+  return {.runs = true, .copy_a_transposed = !g.trans_a, .rows = g.N};
 }
 
 // The kernel's arguments for its rows [r0, r1) of one batch entry (a: A, or its transposed

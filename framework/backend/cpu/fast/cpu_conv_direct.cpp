@@ -13,8 +13,9 @@
 //               = sum_{o,i',j'} gy_pad[h + i', w + j', o] W[o, c, kh-1-i', kw-1-j']
 // with gy_pad = gy padded by kh-1-p (i' = kh-1-i). Flops are im2col + GEMM's; the memory
 // traffic is the image and its gradient, not their columns.
-// Whether it runs is cpu_dispatch.h's DPLAB_CONV; where it declines (the input gradient of a
-// strided convolution, padding wider than the kernel, empty tensors) the reference runs.
+// Whether it runs is cpu_dispatch.cpp's decision (conv_direct_runs: DPLAB_CONV, and the
+// windows it handles); where it declines (the input gradient of a strided convolution,
+// padding wider than the kernel, empty tensors) the reference runs.
 // Read next: cpu_conv_direct_kernel.h; the reference is ops/conv2d_im2col.cpp over
 // reference/cpu_conv_pool.cpp.
 #include <algorithm>
@@ -47,10 +48,6 @@ Kernels kernels() {
 }
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-bool empty(const Window2d& w, int64_t O) {
-  return w.N == 0 || w.C == 0 || O == 0 || w.out_h == 0 || w.out_w == 0;
-}
 
 // weight [O, C, kh, kw] -> packed [kh, kw, C, O_pad] (forward), zeros for o >= O.
 std::vector<float> pack_forward_weight(const float* weight, const Window2d& w, int64_t O,
@@ -141,11 +138,6 @@ float add_lanes(const float (&part)[16]) {
   float t = 0.0f;
   for (float p : part) t += p;
   return t;
-}
-
-bool direct_runs(const Window2d& w, int64_t O, bool with_input_grad) {
-  if (conv_algorithm() != ConvAlgorithm::Direct || empty(w, O)) return false;
-  return !with_input_grad || (w.stride == 1 && w.pad <= w.kh - 1 && w.pad <= w.kw - 1);
 }
 
 void forward_images(CpuBackend& cpu, const float* x, const float* weight, const Window2d& w,
@@ -252,7 +244,7 @@ void backward_images(CpuBackend& cpu, const float* x, const float* weight, const
 
 bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float* bias,
                                const Window2d& w, int64_t O, float* y) {
-  if (!conv_images::direct_runs(w, O, /*with_input_grad=*/false)) return false;
+  if (!conv_direct_runs(w, O, /*input_grad=*/false)) return false;  // cpu_dispatch.cpp decides
   const int64_t L = w.out_h * w.out_w;
   conv_images::forward_images(*this, x, weight, w, O,
                               [&](int64_t n, const float* out, int64_t O_pad) {
@@ -264,7 +256,7 @@ bool CpuBackend::conv2d_direct(const float* x, const float* weight, const float*
 bool CpuBackend::conv2d_direct_backward(const float* gy, const float* x, const float* weight,
                                         const Window2d& w, int64_t O, float* gx, float* gw,
                                         float* gb) {
-  if (!conv_images::direct_runs(w, O, /*with_input_grad=*/gx != nullptr)) return false;
+  if (!conv_direct_runs(w, O, /*input_grad=*/gx != nullptr)) return false;
   const int64_t L = w.out_h * w.out_w;
   conv_images::backward_images(*this, x, weight, w, O, gx, gw, gb,
                                [&](int64_t n, conv_images::PaddedImage& grad, int64_t ph,

@@ -27,14 +27,6 @@ namespace {
 
 using conv_images::PaddedImage;
 
-// The fused path needs the setting (DPLAB_FUSE, cpu_dispatch.h), the direct forward and the
-// direct input gradient (its backward has no other way to the input gradient), and a window
-// to pool.
-bool fusable(const Window2d& w, int64_t O) {
-  return fused_conv() && conv_images::direct_runs(w, O, /*with_input_grad=*/true) && w.out_h >= 2 &&
-         w.out_w >= 2;
-}
-
 // ReLU as the unfused op computes it (Eigen's max(x, 0): x unless x < 0, so NaN stays NaN).
 inline float relu(float v) { return v < 0.0f ? 0.0f : v; }
 
@@ -141,7 +133,7 @@ bool CpuBackend::fuses_conv_relu_pool() const { return fused_conv(); }
 
 bool CpuBackend::conv2d_relu_pool_direct(const float* x, const float* weight, const float* bias,
                                          const Window2d& w, int64_t O, float* y, uint8_t* route) {
-  if (!fusable(w, O)) return false;
+  if (!conv_relu_pool_fused_runs(w, O)) return false;  // cpu_dispatch.cpp decides
   const int64_t PL = (w.out_h / 2) * (w.out_w / 2);
   conv_images::forward_images(*this, x, weight, w, O,
                               [&](int64_t n, const float* out, int64_t O_pad) {
@@ -159,7 +151,7 @@ bool CpuBackend::conv2d_relu_pool_direct_backward(const float* g, const uint8_t*
                                                   const float* x, const float* weight,
                                                   const Window2d& w, int64_t O, float* gx,
                                                   float* gw, float* gb) {
-  if (!fusable(w, O)) return false;
+  if (!conv_relu_pool_fused_runs(w, O)) return false;
   const int64_t PL = (w.out_h / 2) * (w.out_w / 2);
   conv_images::backward_images(
       *this, x, weight, w, O, gx, gw, gb,

@@ -35,11 +35,6 @@ struct PaddedImage {
 // dst [C, L] <- src [L, Cs] (its first C channels), + bias[c] when there is one.
 void from_hwc(const float* src, int64_t Cs, int64_t C, int64_t L, const float* bias, float* dst);
 
-// True where the direct path runs this convolution (forward and, when with_input_grad, the
-// input gradient too): the setting is Direct and nothing is empty, and the input gradient
-// needs stride 1 and padding at most k-1 (it is a forward convolution of the padded gy).
-bool direct_runs(const Window2d& w, int64_t O, bool with_input_grad);
-
 // Runs the forward kernel on every image (images shared between threads); store(n, out, O_pad)
 // gets image n's output, out [out_h, out_w, O_pad] channels-last, without bias.
 void forward_images(CpuBackend& cpu, const float* x, const float* weight, const Window2d& w,
