@@ -37,7 +37,6 @@
 #include "framework/amp/precision.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
-#include "framework/io/progress.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
 #include "framework/tensor/allocator.h"
@@ -218,17 +217,12 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   }
   optim::Optimizer& opt = *optimizer;
   ActivationMeter activations({dev});
-  const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
-  ProgressOptions bar_opts{
-      .total = cfg.steps, .desc = fmt::format("{} N={}", algo_name, n), .unit = "steps"};
-  if (rank != 0) bar_opts.mode = ProgressMode::Off;  // one bar per run, not N interleaved ones
-  ProgressBar bar(bar_opts);
-  std::vector<double> step_times;
+  TimedSteps timing(cfg, fmt::format("{} N={}", algo_name, n), rank == 0);
   amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   RunResult r{.mode = algo_name, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
   LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
-    if (step == timed_from) {
+    if (timing.is_first_timed(step)) {
       if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       comm.reset_times();
@@ -242,7 +236,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     activations.before_forward();
     Tensor loss = cross_entropy(net->forward(x).to(DType::Float32), y);
     const float loss_value = loss.item();
-    if (step >= timed_from) activations.after_forward();
+    if (timing.is_timed(step)) activations.after_forward();
     const auto t1 = Clock::now();
     scaler.scale(loss)
         .backward();  // buckets all-reduce while it runs; returns when all are averaged
@@ -253,16 +247,12 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     trace.add("forward", rank, to_us(t0), to_us(t1));
     trace.add("backward", rank, to_us(t1), to_us(t2));
     trace.add("optimizer step", rank, to_us(t2), to_us(t3));
-    if (step >= timed_from) {
-      r.timed_steps += 1;
-      step_times.push_back(seconds_between(t0, t3));
-    }
-    bar.update(1, {{"loss", double(loss_value)}});
+    timing.end_step(step, seconds_between(t0, t3), loss_value);
   }
-  bar.close();
+  r.timed_steps = timing.count();
+  r.seconds = timing.finish();
   if (netns)
     write_link_bytes(run_file(cfg, label, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
-  r.seconds = median(step_times) * double(r.timed_steps);
   // communication: time the buckets' all-reduces ran (overlapped with backward, so it is
   // not a slice of the step); waiting: time backward's end sat waiting for them; compute:
   // the rest of the step.

@@ -14,7 +14,6 @@
 #include "benchmarks/compare/trace.h"
 #include "benchmarks/compare/training.h"
 #include "framework/amp/precision.h"
-#include "framework/io/progress.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "parallel/dp/data_parallel.h"
@@ -25,7 +24,6 @@ namespace {
 
 struct LoopTimes {
   double seconds = 0, forward_s = 0, backward_s = 0, step_s = 0;  // seconds: median step x steps
-  std::vector<double> step_times;
   int64_t timed_steps = 0;
   int64_t optim_state_bytes = 0;          // the optimizer's state at the end (on the master)
   std::vector<int64_t> activation_bytes;  // per device of `devices`: what forward adds
@@ -40,12 +38,11 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
   ActivationMeter activations(devices);
   auto optimizer = make_optimizer(cfg, net.parameters());
   optim::Optimizer& opt = *optimizer;
-  const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
-  ProgressBar bar({.total = cfg.steps, .desc = label, .unit = "steps"});
+  TimedSteps timing(cfg, label);
   amp::GradScaler scaler = amp::make_scaler(amp::parse_precision(cfg.precision));  // fp16 only
   LoopTimes t;
   for (int64_t step = 0; step < cfg.steps; ++step) {
-    if (step == timed_from) on_timing_start();
+    if (timing.is_first_timed(step)) on_timing_start();
     const auto t0 = Clock::now();
     opt.zero_grad();
     Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device).to(model_dtype(cfg));
@@ -53,7 +50,7 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
     activations.before_forward();
     Tensor loss = cross_entropy(net.forward(x).to(DType::Float32), y);
     const float loss_value = loss.item();  // waits for a GPU, so the split below is honest
-    if (step >= timed_from) activations.after_forward();
+    if (timing.is_timed(step)) activations.after_forward();
     const auto t1 = Clock::now();
     scaler.scale(loss).backward();
     const auto t2 = Clock::now();
@@ -63,17 +60,15 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
     trace.add("forward", 0, to_us(t0), to_us(t1));
     trace.add("backward", 0, to_us(t1), to_us(t2));
     trace.add("optimizer step", 0, to_us(t2), to_us(t3));
-    if (step >= timed_from) {
-      t.timed_steps += 1;
-      t.step_times.push_back(seconds_between(t0, t3));
+    if (timing.is_timed(step)) {
       t.forward_s += seconds_between(t0, t1);
       t.backward_s += seconds_between(t1, t2);
       t.step_s += seconds_between(t2, t3);
     }
-    bar.update(1, {{"loss", double(loss_value)}});
+    timing.end_step(step, seconds_between(t0, t3), loss_value);
   }
-  bar.close();
-  t.seconds = median(t.step_times) * double(t.timed_steps);
+  t.timed_steps = timing.count();
+  t.seconds = timing.finish();
   t.optim_state_bytes = optimizer_state_bytes(opt);
   for (size_t i = 0; i < devices.size(); ++i) t.activation_bytes.push_back(activations.bytes(i));
   return t;

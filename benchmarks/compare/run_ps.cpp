@@ -21,7 +21,6 @@
 #include "benchmarks/compare/training.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
-#include "framework/io/progress.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/allocator.h"
 #include "parallel/comm/init.h"
@@ -78,17 +77,12 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   if (!worker) model.reset();  // a separate server keeps only its shard
   ActivationMeter activations({dev});
   TraceRecorder trace(cfg.trace);
-  const int64_t timed_from = std::min(cfg.warmup, cfg.steps - 1);
-  ProgressOptions bar_opts{
-      .total = cfg.steps, .desc = fmt::format("{} N={}", label, n), .unit = "steps"};
-  if (rank != 0) bar_opts.mode = ProgressMode::Off;
-  ProgressBar bar(bar_opts);
-  std::vector<double> step_times;
+  TimedSteps timing(cfg, fmt::format("{} N={}", label, n), rank == 0);
   std::vector<double> exchange_times;  // push + server step + pull, per timed step
   RunResult r{.mode = label, .n = n, .steps = cfg.steps, .global_batch = cfg.global_batch};
   LinkBytes link_at_start;  // --links netns: the node's link counters when timing starts
   for (int64_t step = 0; step < cfg.steps; ++step) {
-    if (step == timed_from) {
+    if (timing.is_first_timed(step)) {
       if (netns) link_at_start = link_bytes_settled(*pg);
       pg->reset_comm_stats();
       reset_peak_memory_stats(dev);
@@ -103,7 +97,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
       activations.before_forward();
       Tensor loss = cross_entropy(model->forward(x), y);
       loss_value = loss.item();
-      if (step >= timed_from) activations.after_forward();
+      if (timing.is_timed(step)) activations.after_forward();
       loss.backward();
     }
     const auto t1 = Clock::now();
@@ -111,17 +105,13 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
     const auto t2 = Clock::now();
     if (worker) trace.add("forward + backward", rank, to_us(t0), to_us(t1));
     trace.add("push, server step, pull", rank, to_us(t1), to_us(t2));
-    if (step >= timed_from) {
-      r.timed_steps += 1;
-      step_times.push_back(seconds_between(t0, t2));
-      exchange_times.push_back(seconds_between(t1, t2));
-    }
-    bar.update(1, {{"loss", double(loss_value)}});
+    if (timing.is_timed(step)) exchange_times.push_back(seconds_between(t1, t2));
+    timing.end_step(step, seconds_between(t0, t2), loss_value);
   }
-  bar.close();
+  r.timed_steps = timing.count();
+  r.seconds = timing.finish();
   if (netns)
     write_link_bytes(run_file(cfg, files, n, rank, "link"), link_at_start, link_bytes_settled(*pg));
-  r.seconds = median(step_times) * double(r.timed_steps);
   // medians, as the step's: the step waits for all of the exchange
   r.comm_s = r.wait_s = median(exchange_times);
   r.compute_s = std::max(0.0, r.step_s() - r.wait_s);

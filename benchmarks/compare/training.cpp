@@ -1,7 +1,7 @@
 // training.cpp: the data, initial model, evaluation and files every mode of dplab-compare
 // shares (training.h, compare.h). Rank files are plain "key value..." lines: small, greppable,
 // and parsed here with no JSON library (framework/io/json.h has no floats).
-// Read next: run_single.cpp.
+// Read next: run_local.cpp.
 #include "benchmarks/compare/training.h"
 
 #include "framework/amp/master_weights.h"
@@ -111,6 +111,28 @@ double median(std::vector<double> v) {
   const size_t mid = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
   return v[mid];
+}
+
+namespace {
+ProgressOptions bar_options(const Config& cfg, const std::string& label, bool show) {
+  ProgressOptions opts{.total = cfg.steps, .desc = label, .unit = "steps"};
+  if (!show) opts.mode = ProgressMode::Off;
+  return opts;
+}
+}  // namespace
+
+TimedSteps::TimedSteps(const Config& cfg, const std::string& bar_label, bool show_bar)
+    : timed_from_(std::min(cfg.warmup, cfg.steps - 1)),
+      bar_(bar_options(cfg, bar_label, show_bar)) {}
+
+void TimedSteps::end_step(int64_t step, double seconds, float loss) {
+  if (is_timed(step)) step_seconds_.push_back(seconds);
+  bar_.update(1, {{"loss", double(loss)}});
+}
+
+double TimedSteps::finish() {
+  bar_.close();
+  return median(step_seconds_) * double(count());
 }
 
 std::vector<float> flat_params(const nn::Module& model) {

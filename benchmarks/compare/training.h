@@ -1,10 +1,10 @@
 // training.h: what every mode of dplab-compare shares, so that only the parallel part differs:
 // the data (a Fashion-MNIST training subset cut into fixed global batches), the initial
 // model (one seed), the evaluation on the test subset, the flat parameter vector the test
-// compares, and a clock. Global batch k is rows [k*G, (k+1)*G) of the subset (cycled), so
-// step k sees the same samples in every mode; a device / rank of N gets rows
+// compares, a clock and the timed steps. Global batch k is rows [k*G, (k+1)*G) of the subset
+// (cycled), so step k sees the same samples in every mode; a device / rank of N gets rows
 // [k*G + r*G/N, k*G + (r+1)*G/N).
-// Read next: run_single.cpp (the baseline loop), trace.h.
+// Read next: run_local.cpp (the baseline loop), trace.h.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "benchmarks/compare/compare.h"
+#include "framework/io/progress.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"
 
@@ -69,6 +70,32 @@ class ActivationMeter {
 // The median of per-step times: the step time every mode reports. On a shared machine other
 // processes' bursts land on random steps; the median ignores them, the mean does not.
 double median(std::vector<double> v);
+
+// The timed steps of a run, the same in every mode: the first cfg.warmup steps (at most all
+// but the last) are left out while allocations and caches settle; each later step's seconds
+// are kept, and the run's time is the median step x the timed steps. It also draws the run's
+// progress bar (one bar per run: ranks other than 0 pass show_bar = false).
+//   TimedSteps timing(cfg, "ring N=4", rank == 0);
+//   for (step ...) { if (timing.is_first_timed(step)) reset the counters; ...;
+//                    timing.end_step(step, seconds_between(t0, t3), loss_value); }
+//   r.timed_steps = timing.count(); r.seconds = timing.finish();
+class TimedSteps {
+ public:
+  TimedSteps(const Config& cfg, const std::string& bar_label, bool show_bar = true);
+  // The step where timing starts: reset memory peaks and traffic counters before it runs.
+  bool is_first_timed(int64_t step) const { return step == timed_from_; }
+  bool is_timed(int64_t step) const { return step >= timed_from_; }
+  // Keeps the step's seconds if it is timed, and moves the bar on, showing its loss.
+  void end_step(int64_t step, double seconds, float loss);
+  int64_t count() const { return static_cast<int64_t>(step_seconds_.size()); }
+  // Closes the bar; the run's time: the median step x the timed steps.
+  double finish();
+
+ private:
+  int64_t timed_from_;
+  ProgressBar bar_;
+  std::vector<double> step_seconds_;
+};
 
 using Clock = std::chrono::steady_clock;
 inline double seconds_between(Clock::time_point a, Clock::time_point b) {
