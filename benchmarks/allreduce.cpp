@@ -313,9 +313,8 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asks for (the defaults are the usage's).
+struct Options {
   std::vector<int> ranks = {2, 3, 4};
   std::vector<std::string> engines = {
       "ring", "recursive_doubling", "halving_doubling", "one_shot", "auto", "star", "mpi"};
@@ -323,29 +322,37 @@ int main(int argc, char** argv) {
   int trials = 5, nodes = 1;
   std::string csv, btl = "vader";
   bool plot = true;
-  double link_gbps = 0;  // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
+  double link_gbps = 0;    // > 0: dplab's algorithms behind emulated links (transport/link_model.h)
   int ranks_per_node = 0;  // > 0: pretend nodes of this many ranks
+  // --ranks and --max-bytes as given: --device cuda hands them on to bench_allreduce_gpu
   std::string device = "cpu", ranks_arg, max_bytes_arg;
+};
+
+constexpr int kUsageError = 2;
+
+// Reads the command line into o; on an option it does not know, prints the usage and
+// returns false.
+bool parse_args(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--csv" && i + 1 < argc) csv = argv[++i];
+    if (a == "--csv" && i + 1 < argc) o.csv = argv[++i];
     else if (a == "--max-bytes" && i + 1 < argc)
-      max_bytes = std::atoll((max_bytes_arg = argv[++i]).c_str());
-    else if (a == "--trials" && i + 1 < argc) trials = std::atoi(argv[++i]);
-    else if (a == "--nodes" && i + 1 < argc) nodes = std::atoi(argv[++i]);
-    else if (a == "--min-bytes" && i + 1 < argc) min_bytes = std::atoll(argv[++i]);
-    else if (a == "--device" && i + 1 < argc) device = argv[++i];
-    else if (a == "--no-mpi") std::erase(engines, "mpi");
-    else if (a == "--no-plot") plot = false;
-    else if (a == "--mpi-btl" && i + 1 < argc) btl = argv[++i];
-    else if (a == "--link-gbps" && i + 1 < argc) link_gbps = std::atof(argv[++i]);
-    else if (a == "--ranks-per-node" && i + 1 < argc) ranks_per_node = std::atoi(argv[++i]);
+      o.max_bytes = std::atoll((o.max_bytes_arg = argv[++i]).c_str());
+    else if (a == "--trials" && i + 1 < argc) o.trials = std::atoi(argv[++i]);
+    else if (a == "--nodes" && i + 1 < argc) o.nodes = std::atoi(argv[++i]);
+    else if (a == "--min-bytes" && i + 1 < argc) o.min_bytes = std::atoll(argv[++i]);
+    else if (a == "--device" && i + 1 < argc) o.device = argv[++i];
+    else if (a == "--no-mpi") std::erase(o.engines, "mpi");
+    else if (a == "--no-plot") o.plot = false;
+    else if (a == "--mpi-btl" && i + 1 < argc) o.btl = argv[++i];
+    else if (a == "--link-gbps" && i + 1 < argc) o.link_gbps = std::atof(argv[++i]);
+    else if (a == "--ranks-per-node" && i + 1 < argc) o.ranks_per_node = std::atoi(argv[++i]);
     else if ((a == "--engine" || a == "--backend") && i + 1 < argc)
-      engines = split(argv[++i]);  // --backend: the old name
+      o.engines = split(argv[++i]);  // --backend: the old name
     else if (a == "--ranks" && i + 1 < argc) {
-      ranks.clear();
-      for (const std::string& n : split(ranks_arg = argv[++i]))
-        ranks.push_back(std::atoi(n.c_str()));
+      o.ranks.clear();
+      for (const std::string& n : split(o.ranks_arg = argv[++i]))
+        o.ranks.push_back(std::atoi(n.c_str()));
     } else {
       std::fprintf(
           stderr,
@@ -354,152 +361,152 @@ int main(int argc, char** argv) {
           "[--max-bytes N] [--trials T] [--mpi-btl vader|tcp] [--link-gbps G] "
           "[--csv FILE] [--no-plot] [--no-mpi] [--device cpu|cuda]\n",
           argv[0]);
-      return 2;
+      return false;
     }
   }
-  if (device == "cuda") return run_gpu_bench(ranks_arg, max_bytes_arg);
-  if (device != "cpu") {
-    std::fprintf(stderr, "bench_allreduce: --device must be cpu or cuda, got %s\n", device.c_str());
-    return 2;
-  }
-  std::vector<Algorithm> ours;
+  return true;
+}
+
+// dplab's algorithms among --engine (mpi and gloo are run apart); on an unknown name, says so
+// and returns false.
+bool our_algorithms(const std::vector<std::string>& engines, std::vector<Algorithm>& ours) {
   for (const std::string& b : engines) {
     if (b == "mpi" || b == "gloo") continue;
     try {
       ours.push_back(algorithm_from_name(b));
     } catch (const Error& e) {
       std::fprintf(stderr, "bench_allreduce: --engine takes those, mpi and gloo: %s\n", e.what());
-      return 2;
+      return false;
     }
   }
-  const bool mpi = std::find(engines.begin(), engines.end(), "mpi") != engines.end();
-  const bool gloo = std::find(engines.begin(), engines.end(), "gloo") != engines.end();
-  if (nodes < 1) {
-    std::fprintf(stderr, "bench_allreduce: --nodes must be >= 1, got %d\n", nodes);
-    return 2;
-  }
-  if (nodes > 1 && link_gbps > 0) {
-    std::fprintf(stderr, "bench_allreduce: --nodes > 1 runs over gloo's wire: no --link-gbps\n");
-    return 2;
-  }
-  if (btl != "vader" && btl != "tcp") {
-    std::fprintf(stderr, "bench_allreduce: --mpi-btl takes vader or tcp, got '%s'\n", btl.c_str());
-    return 2;
-  }
-  if (link_gbps < 0) {
-    std::fprintf(stderr, "bench_allreduce: --link-gbps must be >= 0 (0: none), got %g\n",
-                 link_gbps);
-    return 2;
-  }
-  if (trials < 1) {
-    std::fprintf(stderr, "bench_allreduce: --trials must be >= 1, got %d\n", trials);
-    return 2;
-  }
-  if (nodes > 1 && ranks_per_node > 0) {
-    std::fprintf(stderr,
-                 "bench_allreduce: --nodes K (nodes that talk over TCP) and --ranks-per-node L "
-                 "(nodes that share memory) are two ways to pretend nodes: give one, got both\n");
-    return 2;
-  }
-  for (int n : ranks)
-    if (n < 1) {
-      std::fprintf(stderr, "bench_allreduce: --ranks takes counts >= 1, got %d\n", n);
-      return 2;
-    } else if (ranks_per_node < 0 || (ranks_per_node > 0 && n % ranks_per_node != 0)) {
-      std::fprintf(stderr,
-                   "bench_allreduce: --ranks-per-node must be 0 (one node) or divide every "
-                   "--ranks count, got %d for %d ranks\n",
-                   ranks_per_node, n);
-      return 2;
-    }
-  std::vector<int64_t> sizes;
-  if (min_bytes < 4 || min_bytes % 4 != 0) {
-    std::fprintf(stderr, "bench_allreduce: --min-bytes must be a multiple of 4, got %lld\n",
-                 static_cast<long long>(min_bytes));
-    return 2;
-  }
-  for (int64_t b = min_bytes; b <= max_bytes; b *= 4) sizes.push_back(b);
+  return true;
+}
 
-  std::vector<Row> rows;
-  try {
-    for (int n : ranks) {
-      if (nodes > 1) {  // every dplab row and gloo's across the pretended nodes
-        std::vector<std::string> across;
-        for (const std::string& e : engines)
-          if (e != "mpi") across.push_back(e);
-        auto mine = run_nodes(n, nodes, sizes, across, trials);
-        rows.insert(rows.end(), mine.begin(), mine.end());
-      } else {
-        if (!ours.empty()) {
-          auto mine = run_ours(n, sizes, ours, link_gbps, trials, ranks_per_node);
-          rows.insert(rows.end(), mine.begin(), mine.end());
-        }
-        if (gloo) {
-          auto theirs = run_nodes(n, 1, sizes, {"gloo"}, trials);
-          rows.insert(rows.end(), theirs.begin(), theirs.end());
-        }
-      }
-      if (mpi) {
-        auto theirs = run_mpi(n, sizes, btl, trials);
-        rows.insert(rows.end(), theirs.begin(), theirs.end());
-      }
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
-    return 1;
-  }
-
-  std::map<std::tuple<int, std::string, int64_t>, const Row*> at;
-  for (const Row& r : rows) at[{r.n, r.algo, r.bytes}] = &r;
-  auto find = [&](int n, const std::string& algo, int64_t b) -> const Row* {
-    auto it = at.find({n, algo, b});
-    return it == at.end() || it->second->seconds <= 0 ? nullptr : it->second;
+// Says what is wrong with the options, the first thing found, and returns false.
+bool options_hold(const Options& o) {
+  auto refuse = [](const std::string& why) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", why.c_str());
+    return false;
   };
-  auto busbw = [](int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; };
+  if (o.nodes < 1) return refuse(fmt::format("--nodes must be >= 1, got {}", o.nodes));
+  if (o.nodes > 1 && o.link_gbps > 0)
+    return refuse("--nodes > 1 runs over gloo's wire: no --link-gbps");
+  if (o.btl != "vader" && o.btl != "tcp")
+    return refuse(fmt::format("--mpi-btl takes vader or tcp, got '{}'", o.btl));
+  if (o.link_gbps < 0)
+    return refuse(fmt::format("--link-gbps must be >= 0 (0: none), got {:g}", o.link_gbps));
+  if (o.trials < 1) return refuse(fmt::format("--trials must be >= 1, got {}", o.trials));
+  if (o.nodes > 1 && o.ranks_per_node > 0)
+    return refuse("--nodes K (nodes that talk over TCP) and --ranks-per-node L (nodes that share "
+                  "memory) are two ways to pretend nodes: give one, got both");
+  for (int n : o.ranks)
+    if (n < 1) {
+      return refuse(fmt::format("--ranks takes counts >= 1, got {}", n));
+    } else if (o.ranks_per_node < 0 || (o.ranks_per_node > 0 && n % o.ranks_per_node != 0)) {
+      return refuse(fmt::format("--ranks-per-node must be 0 (one node) or divide every --ranks "
+                                "count, got {} for {} ranks",
+                                o.ranks_per_node, n));
+    }
+  if (o.min_bytes < 4 || o.min_bytes % 4 != 0)
+    return refuse(fmt::format("--min-bytes must be a multiple of 4, got {}", o.min_bytes));
+  return true;
+}
+
+bool has(const std::vector<std::string>& engines, const std::string& name) {
+  return std::find(engines.begin(), engines.end(), name) != engines.end();
+}
+
+// Every row of every N: dplab's algorithms (over shm, or across pretended nodes), gloo's, MPI's.
+std::vector<Row> run_every_n(const Options& o, const std::vector<Algorithm>& ours,
+                             const std::vector<int64_t>& sizes) {
+  std::vector<Row> rows;
+  auto add = [&rows](const std::vector<Row>& more) {
+    rows.insert(rows.end(), more.begin(), more.end());
+  };
+  for (int n : o.ranks) {
+    if (o.nodes > 1) {  // every dplab row and gloo's across the pretended nodes
+      std::vector<std::string> across;
+      for (const std::string& e : o.engines)
+        if (e != "mpi") across.push_back(e);
+      add(run_nodes(n, o.nodes, sizes, across, o.trials));
+    } else {
+      if (!ours.empty()) add(run_ours(n, sizes, ours, o.link_gbps, o.trials, o.ranks_per_node));
+      if (has(o.engines, "gloo")) add(run_nodes(n, 1, sizes, {"gloo"}, o.trials));
+    }
+    if (has(o.engines, "mpi")) add(run_mpi(n, sizes, o.btl, o.trials));
+  }
+  return rows;
+}
+
+// The rows by (N, algorithm, size); a row that measured no time is as good as none.
+class RowIndex {
+ public:
+  explicit RowIndex(const std::vector<Row>& rows) {
+    for (const Row& r : rows) at_[{r.n, r.algo, r.bytes}] = &r;
+  }
+  const Row* find(int n, const std::string& algo, int64_t bytes) const {
+    auto it = at_.find({n, algo, bytes});
+    return it == at_.end() || it->second->seconds <= 0 ? nullptr : it->second;
+  }
+
+ private:
+  std::map<std::tuple<int, std::string, int64_t>, const Row*> at_;
+};
+
+// GB/s by the nccl-tests definition: the bytes a ring moves per rank, over the time.
+double busbw(int n, int64_t bytes, double s) { return 2.0 * (n - 1) / n * bytes / s / 1e9; }
+
+// What the table measured, over what, and how.
+void print_preamble(const Options& o) {
+  const std::string ours_over =
+      o.nodes > 1
+          ? fmt::format("shm in a node + gloo's TCP wire across {} pretended nodes", o.nodes)
+          : "its shm transport";
   std::printf(
       "all-reduce of float32, 1 thread per rank, %d cores: dplab's algorithms over %s, "
       "mpi = dplab's mpi engine over OpenMPI's %s, gloo = dplab's gloo engine (gloo's ring, TCP); "
       "time = slowest rank, best of %d (GB/s = 1e9 bytes/s)\n",
-      cpu_cores(),
-      nodes > 1 ? fmt::format("shm in a node + gloo's TCP wire across {} pretended nodes", nodes).c_str()
-                : "its shm transport",
-      btl.c_str(), trials);
-  if (ranks_per_node > 0)
+      cpu_cores(), ours_over.c_str(), o.btl.c_str(), o.trials);
+  if (o.ranks_per_node > 0)
     std::printf("pretend nodes of %d ranks (ranks_per_node): hierarchical runs in two levels; "
                 "'inter' = the busiest rank's bytes to other nodes per call\n",
-                ranks_per_node);
-  if (link_gbps > 0)
+                o.ranks_per_node);
+  if (o.link_gbps > 0)
     std::printf(
         "dplab's algorithms: every rank behind an emulated full-duplex %g Gbit/s link (%.2f GB/s): "
         "a bandwidth-optimal ring's busbw approaches it, the star's time is N x the ring's\n",
-        link_gbps, link_gbps / 8);
-  const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
-  const bool ratio = mpi && has_auto;
+        o.link_gbps, o.link_gbps / 8);
+}
+
+// One line per (N, size): each engine's time and busbw, auto's pick, auto against MPI.
+void print_table(const Options& o, bool has_auto, const std::vector<int64_t>& sizes,
+                 const RowIndex& index) {
+  const bool ratio = has(o.engines, "mpi") && has_auto;
+  const bool inter_column = o.ranks_per_node > 0;  // an inter-node bytes column per algorithm
   std::printf("%2s %8s", "N", "size");
-  const bool inter_column = ranks_per_node > 0;  // an inter-node bytes column per algorithm
-  for (const std::string& b : engines) {
+  for (const std::string& b : o.engines) {
     std::printf(" | %5s us %5s", short_name(b).c_str(), "busbw");
     if (inter_column && b != "mpi") std::printf(" %9s", "inter");
   }
   if (has_auto) std::printf(" | auto ran");
   if (ratio) std::printf(" | auto/mpi");
   std::printf("\n");
-  for (int n : ranks)
+  for (int n : o.ranks)
     for (int64_t b : sizes) {
       std::printf("%2d %8s", n, human(b).c_str());
-      for (const std::string& name : engines) {
-        const Row* r = find(n, name, b);
+      for (const std::string& name : o.engines) {
+        const Row* r = index.find(n, name, b);
         if (r) std::printf(" | %8.1f %5.2f", r->seconds * 1e6, busbw(n, b, r->seconds));
         else std::printf(" | %8s %5s", "-", "-");
         if (inter_column && name != "mpi")
           std::printf(" %9s", r ? human_exact(r->inter_node).c_str() : "-");
       }
       if (has_auto) {
-        const Row* a = find(n, "auto", b);
+        const Row* a = index.find(n, "auto", b);
         std::printf(" | %8s", a ? short_name(a->ran).c_str() : "-");
       }
       if (ratio) {  // busbw(auto) / busbw(mpi) = t(mpi) / t(auto)
-        const Row *a = find(n, "auto", b), *m = find(n, "mpi", b);
+        const Row *a = index.find(n, "auto", b), *m = index.find(n, "mpi", b);
         if (a && m) std::printf(" | %8.2f", m->seconds / a->seconds);
         else std::printf(" | %8s", "-");
       }
@@ -509,7 +516,10 @@ int main(int argc, char** argv) {
               "hierarchical; busbw = 2(N-1)/N "
               "* bytes / time; "
               "auto/mpi = busbw ratio (>= 1: dplab's choice at least as fast as MPI_Allreduce)\n");
-  const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine
+}
+
+// The measured alpha and beta + gamma beside the ones auto weighs on this machine.
+void print_alpha_beta_fit(const std::vector<Row>& rows, const LinkCost& model) {
   std::vector<std::pair<double, double>> rd2;
   for (const Row& r : rows)
     if (r.n == 2 && r.algo == "recursive_doubling") rd2.push_back({double(r.bytes), r.seconds});
@@ -519,14 +529,17 @@ int main(int argc, char** argv) {
         "S*(beta+gamma)): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s; the model auto uses "
         "(algorithms/cost.cpp): alpha = %.2f us, 1/(beta+gamma) = %.2f GB/s\n",
         alpha * 1e6, 1e-9 / beta, model.alpha * 1e6, 1e-9 / (model.beta + model.gamma));
-  // wake: a one-shot of 4 KiB is one slot, a wait on each of N-1 peers; where ranks outnumber
-  // cores, what it takes beyond the model's time without wake-ups is the scheduler bringing
-  // ranks back, that many times (the model's count: its time with wake = 1 s, less without)
+}
+
+// wake: a one-shot of 4 KiB is one slot, a wait on each of N-1 peers; where ranks outnumber
+// cores, what it takes beyond the model's time without wake-ups is the scheduler bringing
+// ranks back, that many times (the model's count: its time with wake = 1 s, less without)
+void print_wake_ups(const std::vector<int>& ranks, const RowIndex& index, const LinkCost& model) {
   LinkCost no_wake = model, unit_wake = model;
   no_wake.wake = 0;
   unit_wake.wake = 1;
   for (int n : ranks)
-    if (const Row* r = find(n, "one_shot", 4096); r && n > cpu_cores()) {
+    if (const Row* r = index.find(n, "one_shot", 4096); r && n > cpu_cores()) {
       const double base = all_reduce_seconds(Algorithm::OneShot, n, 4096, no_wake);
       const double wakes = all_reduce_seconds(Algorithm::OneShot, n, 4096, unit_wake) - base;
       std::printf(
@@ -534,30 +547,62 @@ int main(int argc, char** argv) {
           "%.1f us; the model auto uses: %.1f us\n",
           n, wakes, (r->seconds - base) / wakes * 1e6, model.wake * 1e6);
     }
-  if (!csv.empty()) {
-    FILE* f = std::fopen(csv.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "bench_allreduce: cannot write %s\n", csv.c_str());
-      return 1;
-    }
-    std::fprintf(f, "ranks,algorithm,ran,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps,"
-                    "ranks_per_node,inter_node_bytes\n");
-    for (const Row& r : rows)
-      std::fprintf(f, "%d,%s,%s,%lld,%.9f,%.4f,%.4f,%g,%d,%lld\n", r.n, r.algo.c_str(),
-                   r.ran.c_str(), static_cast<long long>(r.bytes), r.seconds,
-                   r.bytes / r.seconds / 1e9, busbw(r.n, r.bytes, r.seconds),
-                   r.algo == "mpi" ? 0.0 : link_gbps, r.algo == "mpi" ? 0 : ranks_per_node,
-                   static_cast<long long>(r.inter_node));
-    std::fclose(f);
-    std::printf("wrote %s\n", csv.c_str());
-    if (plot) {
-      const std::string png = std::filesystem::path(csv).replace_extension(".png").string();
-      const dplab::bench::PlotRun run =
-          dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {csv, png});
-      if (run.ok) std::printf("%s: %s\n", run.note.c_str(), png.c_str());
-      else std::printf("%s\n", run.note.c_str());
-      if (run.failed) return 1;
-    }
+}
+
+// --csv: every row, and its plot unless --no-plot. Exit status: 1 when either fails.
+int write_csv(const Options& o, const std::vector<Row>& rows) {
+  FILE* f = std::fopen(o.csv.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "bench_allreduce: cannot write %s\n", o.csv.c_str());
+    return 1;
   }
-  return 0;
+  std::fprintf(f, "ranks,algorithm,ran,bytes,seconds,algbw_gbs,busbw_gbs,link_gbps,"
+                  "ranks_per_node,inter_node_bytes\n");
+  for (const Row& r : rows)
+    std::fprintf(f, "%d,%s,%s,%lld,%.9f,%.4f,%.4f,%g,%d,%lld\n", r.n, r.algo.c_str(), r.ran.c_str(),
+                 static_cast<long long>(r.bytes), r.seconds, r.bytes / r.seconds / 1e9,
+                 busbw(r.n, r.bytes, r.seconds), r.algo == "mpi" ? 0.0 : o.link_gbps,
+                 r.algo == "mpi" ? 0 : o.ranks_per_node, static_cast<long long>(r.inter_node));
+  std::fclose(f);
+  std::printf("wrote %s\n", o.csv.c_str());
+  if (!o.plot) return 0;
+  const std::string png = std::filesystem::path(o.csv).replace_extension(".png").string();
+  const dplab::bench::PlotRun run =
+      dplab::bench::run_plot_script(DPLAB_ALLREDUCE_PLOT_SCRIPT, {o.csv, png});
+  if (run.ok) std::printf("%s: %s\n", run.note.c_str(), png.c_str());
+  else std::printf("%s\n", run.note.c_str());
+  return run.failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse_args(argc, argv, o)) return kUsageError;
+  if (o.device == "cuda") return run_gpu_bench(o.ranks_arg, o.max_bytes_arg);
+  if (o.device != "cpu") {
+    std::fprintf(stderr, "bench_allreduce: --device must be cpu or cuda, got %s\n",
+                 o.device.c_str());
+    return kUsageError;
+  }
+  std::vector<Algorithm> ours;
+  if (!our_algorithms(o.engines, ours) || !options_hold(o)) return kUsageError;
+  std::vector<int64_t> sizes;
+  for (int64_t b = o.min_bytes; b <= o.max_bytes; b *= 4) sizes.push_back(b);
+
+  std::vector<Row> rows;
+  try {
+    rows = run_every_n(o, ours, sizes);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_allreduce: %s\n", e.what());
+    return 1;
+  }
+  const RowIndex index(rows);
+  const bool has_auto = std::find(ours.begin(), ours.end(), Algorithm::Auto) != ours.end();
+  print_preamble(o);
+  print_table(o, has_auto, sizes, index);
+  const LinkCost model = shm_link_cost(cpu_cores());  // what auto weighs on this machine
+  print_alpha_beta_fit(rows, model);
+  print_wake_ups(o.ranks, index, model);
+  return o.csv.empty() ? 0 : write_csv(o, rows);
 }

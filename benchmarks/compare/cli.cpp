@@ -51,144 +51,185 @@ std::vector<std::pair<std::string, double>> projection_models(const Config& cfg,
   return {{cfg.model, params}, {"resnet50", 25.6e6}, {"gpt2-small", 124e6}};
 }
 
-int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
-            const std::string& plot_script, const std::optional<NetnsLinks>& netns) {
-  std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
-  std::cout << fmt::format("device: {}; kernels: {}\n", cfg.device, kernels_summary());
-  if (cfg.device == "cuda") {
-    int max_n = 1;
-    for (int n : cfg.ns) max_n = std::max(max_n, n);
-    if (cuda_logical_device_count() < max_n) {
-      std::cout << fmt::format(
-          "--device cuda: {} GPU(s) seen, {} asked for: using {} logical GPUs on them\n",
-          cuda_logical_device_count(), max_n, max_n);
-      set_virtual_gpus(max_n);
-    }
-  }
-  const std::string exe = self_exe();
-  // --links netns: one bed for the whole run, as many nodes as the largest N (2 at least,
-  // for the ping-pong); down at the end, on an error and on Ctrl-C (netns_links.h)
-  std::optional<NetnsBed> bed;
-  if (netns) {
-    int nodes = 2;
-    for (int n : cfg.ns) nodes = std::max(nodes, n);
-    bed.emplace(DPLAB_NETNS_CLUSTER_SCRIPT, nodes, netns->rate);
-  }
-  std::vector<RunResult> runs;
+// The largest of --ns, and at least `floor`.
+int largest_n(const Config& cfg, int floor) {
+  int largest = floor;
+  for (int n : cfg.ns) largest = std::max(largest, n);
+  return largest;
+}
+
+// --device cuda on fewer GPUs than the largest N: that many logical GPUs on the ones there are.
+void use_enough_gpus(const Config& cfg) {
+  const int max_n = largest_n(cfg, 1);
+  if (cuda_logical_device_count() >= max_n) return;
+  std::cout << fmt::format(
+      "--device cuda: {} GPU(s) seen, {} asked for: using {} logical GPUs on them\n",
+      cuda_logical_device_count(), max_n, max_n);
+  set_virtual_gpus(max_n);
+}
+
+// How the runs that start processes start them: this program in its --worker mode with our
+// options, and with --links netns the real links and the bed their twins run on.
+struct Workers {
+  std::string exe;
+  const std::vector<std::string>& args;
+  const std::optional<NetnsLinks>& netns;
+  const NetnsBed* bed;  // nullptr: no runs behind real links
+};
+
+// What the runs leave for the report: one result per run, one trace per run that recorded one.
+struct Runs {
+  std::vector<RunResult> results;
   std::vector<TraceRun> traces;
+};
+
+void set_emulated_link(RunResult& r, const Config& cfg, int n) {
+  r.link_gbps = link_gbps(cfg, r.mode, n);
+  r.link = r.link_gbps > 0 ? "emulated" : "none";
+}
+
+// A run of processes: one track per rank (star's rank 0 is its master).
+TraceRun rank_trace(const Config& cfg, const std::string& mode, int n, int world) {
+  TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
+  for (int r = 0; r < world; ++r) {
+    tr.fragments.push_back(run_file(cfg, mode, n, r, "trace"));
+    tr.track_names.push_back(fmt::format("rank {} ({}){}", r, device_of(cfg, r).str(),
+                                         mode == "star" && r == 0 && n > 1 ? " master" : ""));
+  }
+  return tr;
+}
+
+// A run in this process (single, dp): one track, the thread that drove it.
+TraceRun local_trace(const Config& cfg, const std::string& mode, int n) {
+  TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
+  tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
+  tr.track_names.push_back(mode == "dp" ? fmt::format("master thread ({})", device_of(cfg, 0).str())
+                                        : device_of(cfg, 0).str());
+  return tr;
+}
+
+// Mode ps at N: one run per placement and server count (run_ps.cpp); co-located ones also
+// behind real links, one rank per node.
+void run_ps_mode(const Config& cfg, int n, const Workers& w, Runs& out) {
+  for (const std::string& place : cfg.ps_placements)
+    for (size_t i = 0; i < cfg.servers.size(); ++i) {
+      const int s = resolve_servers(cfg.servers[i], n);
+      bool seen = false;  // --servers 1,N at N = 1: one run, not two
+      for (size_t j = 0; j < i; ++j) seen = seen || resolve_servers(cfg.servers[j], n) == s;
+      if (seen) continue;
+      RunResult emulated = run_ps(cfg, n, s, place == "separate", w.exe, w.args);
+      set_emulated_link(emulated, cfg, n);
+      out.traces.push_back(rank_trace(cfg, emulated.mode, n, ps_world(emulated.mode, n)));
+      out.results.push_back(std::move(emulated));
+      const RunResult& last = out.results.back();
+      if (w.bed && n > 1 && runs_on_netns(last.mode)) {
+        RunResult real = run_ddp_netns(cfg, last.mode, n, *w.netns, w.bed->name(), w.exe, w.args);
+        real.servers = last.servers;
+        out.results.push_back(std::move(real));
+      }
+    }
+}
+
+// The twin of a DDP run behind real links (--links netns), each rank on its own node.
+void run_on_real_links(const Config& cfg, const std::string& mode, int n, const Workers& w,
+                       Runs& out) {
+  RunResult real = run_ddp_netns(cfg, mode, n, *w.netns, w.bed->name(), w.exe, w.args);
+  real.precision = cfg.precision;
+  TraceRun tr{.label = fmt::format("{} N={} (netns links)", mode, n)};
+  for (int r = 0; r < n; ++r) {
+    tr.fragments.push_back(run_file(cfg, run_label(real), n, r, "trace"));
+    tr.track_names.push_back(fmt::format("rank {} (node {})", r, r));
+  }
+  out.results.push_back(std::move(real));
+  out.traces.push_back(std::move(tr));
+}
+
+// Any mode but ps at N: single and dp in this process, the DDP modes in worker processes.
+void run_mode(const Config& cfg, const std::string& mode, int n, const Workers& w, Runs& out) {
+  const bool local = mode == "single" || mode == "dp";
+  RunResult r = mode == "single" ? run_single(cfg)
+                : mode == "dp"   ? run_data_parallel(cfg, n)
+                                 : run_ddp(cfg, mode, n, w.exe, w.args);
+  set_emulated_link(r, cfg, n);
+  r.precision = cfg.precision;
+  out.results.push_back(std::move(r));
+  out.traces.push_back(local ? local_trace(cfg, mode, n) : rank_trace(cfg, mode, n, n));
+  if (w.bed && n > 1 && runs_on_netns(mode)) run_on_real_links(cfg, mode, n, w, out);
+}
+
+Runs run_every_mode(const Config& cfg, const Workers& w) {
+  Runs out;
   for (const std::string& mode : cfg.modes) {
     for (int n : cfg.ns) {
       if (mode == "single" && n != 1) continue;
       if (cfg.global_batch % n != 0)
         DPLAB_FAIL("--global-batch {} does not split evenly over N = {}: pick a multiple",
                    cfg.global_batch, n);
-      if (mode == "ps") {  // one run per server count and placement (run_ps.cpp)
-        for (const std::string& place : cfg.ps_placements)
-          for (size_t i = 0; i < cfg.servers.size(); ++i) {
-            const int s = resolve_servers(cfg.servers[i], n);
-            bool seen = false;  // --servers 1,N at N = 1: one run, not two
-            for (size_t j = 0; j < i; ++j) seen = seen || resolve_servers(cfg.servers[j], n) == s;
-            if (seen) continue;
-            runs.push_back(run_ps(cfg, n, s, place == "separate", exe, worker_args));
-            runs.back().link_gbps = link_gbps(cfg, runs.back().mode, n);
-            runs.back().link = runs.back().link_gbps > 0 ? "emulated" : "none";
-            TraceRun tr{.label = fmt::format("{} N={}", runs.back().mode, n)};
-            for (int r = 0; r < ps_world(runs.back().mode, n); ++r) {
-              tr.fragments.push_back(run_file(cfg, runs.back().mode, n, r, "trace"));
-              tr.track_names.push_back(fmt::format("rank {} ({})", r, device_of(cfg, r).str()));
-            }
-            traces.push_back(std::move(tr));
-            if (bed && n > 1 && runs_on_netns(runs.back().mode)) {  // co-located: one per node
-              const RunResult& emulated = runs.back();
-              RunResult real = run_ddp_netns(cfg, emulated.mode, n, *netns, bed->name(), exe,
-                                             worker_args);
-              real.servers = emulated.servers;
-              runs.push_back(std::move(real));
-            }
-          }
-        continue;
-      }
-      TraceRun tr{.label = fmt::format("{} N={}", mode, n)};
-      if (mode == "single") {
-        runs.push_back(run_single(cfg));
-      } else if (mode == "dp") {
-        runs.push_back(run_data_parallel(cfg, n));
-      } else {
-        runs.push_back(run_ddp(cfg, mode, n, exe, worker_args));
-      }
-      runs.back().link_gbps = link_gbps(cfg, mode, n);
-      runs.back().link = runs.back().link_gbps > 0 ? "emulated" : "none";
-      runs.back().precision = cfg.precision;
-      if (mode == "single" || mode == "dp") {
-        tr.fragments.push_back(run_file(cfg, mode, n, -1, "trace"));
-        tr.track_names.push_back(mode == "dp"
-                                     ? fmt::format("master thread ({})", device_of(cfg, 0).str())
-                                     : device_of(cfg, 0).str());
-      } else {
-        for (int r = 0; r < n; ++r) {
-          tr.fragments.push_back(run_file(cfg, mode, n, r, "trace"));
-          tr.track_names.push_back(fmt::format("rank {} ({}){}", r, device_of(cfg, r).str(),
-                                               mode == "star" && r == 0 && n > 1 ? " master" : ""));
-        }
-      }
-      traces.push_back(std::move(tr));
-      if (bed && n > 1 && runs_on_netns(mode)) {  // the same run behind real links
-        runs.push_back(run_ddp_netns(cfg, mode, n, *netns, bed->name(), exe, worker_args));
-        runs.back().precision = cfg.precision;
-        TraceRun real{.label = fmt::format("{} N={} (netns links)", mode, n)};
-        for (int r = 0; r < n; ++r) {
-          real.fragments.push_back(run_file(cfg, run_label(runs.back()), n, r, "trace"));
-          real.track_names.push_back(fmt::format("rank {} (node {})", r, r));
-        }
-        traces.push_back(std::move(real));
-      }
+      if (mode == "ps") run_ps_mode(cfg, n, w, out);
+      else run_mode(cfg, mode, n, w, out);
     }
   }
+  return out;
+}
 
+// The ping-pong's alpha-beta fits: over the emulated link (or shm), and over the real links.
+struct Fits {
   std::optional<AlphaBeta> ab, real_ab;
-  if (cfg.projection && !runs.empty()) {
-    std::cout << "ping-pong between 2 processes for the alpha-beta model...\n";
-    ab = fit_alpha_beta(run_pingpong(cfg, exe, worker_args));
-    // the fit as a calibration file, which dplab-project --calibration reads: on real links
-    // (--links netns) their own fit, else the emulated link's (or shm's)
-    const double link = link_gbps(cfg, "ring", 2);
-    if (bed) {
-      std::cout << "ping-pong between 2 nodes over the real links...\n";
-      real_ab = fit_real_links(run_pingpong(cfg, exe, worker_args, bed->name()));
-      projection::write_calibration(
-          (std::filesystem::path(cfg.out) / "calibration.csv").string(),
-          {{.level = "inter", .alpha_us = 1e6 * real_ab->alpha, .gbps = 8e-9 / real_ab->beta,
-            .source = fmt::format("dplab-compare ping-pong between network namespaces over "
-                                  "tbf-shaped {} links (TCP)", netns->rate)}});
-    } else
-    projection::write_calibration((std::filesystem::path(cfg.out) / "calibration.csv").string(),
-                               {{.level = link > 0 ? "inter" : "intra", .alpha_us = 1e6 * ab->alpha,
-                                 .gbps = 8e-9 / ab->beta, .source = link > 0 ? fmt::format("dplab-compare ping-pong "
-                                 "over a {:g} Gbit/s emulated link", link) : "dplab-compare ping-pong over shm"}});
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    add_predictions(runs, *ab, cfg, cores);
-    if (real_ab) add_real_link_predictions(runs, *real_ab, cfg);
-    const RunResult& first = runs.front();
-    double base_compute = first.compute_s;
-    for (const RunResult& r : runs)
-      if (r.mode == "single") base_compute = r.compute_s;
-    write_projection_csv(
-        (std::filesystem::path(cfg.out) / "projection.csv").string(),
-        project(*ab, projection_models(cfg, double(first.param_count)), double(first.param_count),
-                base_compute, cfg.bucket_cap_mb * (1 << 20)));
+};
+
+// The fit as a calibration file, which dplab-project --calibration reads: on real links
+// (--links netns) their own fit, else the emulated link's (or shm's).
+void write_calibration_file(const Config& cfg, const Fits& fits, const Workers& w) {
+  const std::string path = (std::filesystem::path(cfg.out) / "calibration.csv").string();
+  if (fits.real_ab) {
+    const AlphaBeta& real = *fits.real_ab;
+    const std::string source = fmt::format(
+        "dplab-compare ping-pong between network namespaces over tbf-shaped {} links (TCP)",
+        w.netns->rate);
+    projection::write_calibration(path, {{.level = "inter",
+                                          .alpha_us = 1e6 * real.alpha,
+                                          .gbps = 8e-9 / real.beta,
+                                          .source = source}});
+    return;
   }
+  const double link = link_gbps(cfg, "ring", 2);
+  const std::string source =
+      link > 0 ? fmt::format("dplab-compare ping-pong over a {:g} Gbit/s emulated link", link)
+               : "dplab-compare ping-pong over shm";
+  projection::write_calibration(path, {{.level = link > 0 ? "inter" : "intra",
+                                        .alpha_us = 1e6 * fits.ab->alpha,
+                                        .gbps = 8e-9 / fits.ab->beta,
+                                        .source = source}});
+}
 
-  const std::filesystem::path out(cfg.out);
-  write_results_csv((out / "results.csv").string(), runs);
-  write_per_device_csv((out / "per_device.csv").string(), runs);
-  Agreement agreement = check_agreement(cfg, runs);
-  if (!initial_model(cfg)->buffers().empty())
-    agreement.lines.push_back(fmt::format(
-        "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same "
-        "computation "
-        "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead",
-        cfg.model));
+// The ping-pong between 2 processes (and 2 nodes over real links), each run's predicted step,
+// and the projection to N = 1024 in projection.csv.
+Fits fit_and_project(const Config& cfg, const Workers& w, std::vector<RunResult>& runs) {
+  Fits fits;
+  std::cout << "ping-pong between 2 processes for the alpha-beta model...\n";
+  fits.ab = fit_alpha_beta(run_pingpong(cfg, w.exe, w.args));
+  if (w.bed) {
+    std::cout << "ping-pong between 2 nodes over the real links...\n";
+    fits.real_ab = fit_real_links(run_pingpong(cfg, w.exe, w.args, w.bed->name()));
+  }
+  write_calibration_file(cfg, fits, w);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  add_predictions(runs, *fits.ab, cfg, cores);
+  if (fits.real_ab) add_real_link_predictions(runs, *fits.real_ab, cfg);
+  const RunResult& first = runs.front();
+  double base_compute = first.compute_s;
+  for (const RunResult& r : runs)
+    if (r.mode == "single") base_compute = r.compute_s;
+  write_projection_csv(
+      (std::filesystem::path(cfg.out) / "projection.csv").string(),
+      project(*fits.ab, projection_models(cfg, double(first.param_count)),
+              double(first.param_count), base_compute, cfg.bucket_cap_mb * (1 << 20)));
+  return fits;
+}
 
+// The tables and the agreement with the single device, on stdout.
+void print_findings(const std::vector<RunResult>& runs, const Config& cfg,
+                    const Agreement& agreement) {
   std::cout << '\n' << format_table(runs) << '\n' << link_note(cfg) << '\n';
   std::cout << "\nmemory per device (MiB; other = the peak's transient buffers of backward and "
                "communication):\n"
@@ -203,13 +244,31 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   for (const std::string& l : agreement.lines) std::cout << "  " << l << '\n';
   std::cout << (agreement.ok ? "all modes agree: accuracy within 0.5 points of the single device\n"
                              : "WARNING: some modes DISAGREE with the single device (see above)\n");
-  if (ab)
+}
+
+// results.csv, per_device.csv, the tables, trace.json, the plots and report.md. Exit status:
+// 0, or 3 when a mode disagrees with the single device.
+int report(const Config& cfg, const Runs& runs, const Fits& fits, const std::string& plot_script,
+           const std::optional<NetnsLinks>& netns) {
+  const std::filesystem::path out(cfg.out);
+  write_results_csv((out / "results.csv").string(), runs.results);
+  write_per_device_csv((out / "per_device.csv").string(), runs.results);
+  Agreement agreement = check_agreement(cfg, runs.results);
+  if (!initial_model(cfg)->buffers().empty())
+    agreement.lines.push_back(fmt::format(
+        "note: {} has BatchNorm: each device normalises its own G/N rows, so N > 1 is not the same "
+        "computation "
+        "as one device (SyncBatchNorm would make it so); compare the modes at the same N instead",
+        cfg.model));
+  print_findings(runs.results, cfg, agreement);
+  if (fits.ab)
     std::cout << fmt::format(
         "alpha-beta fit: alpha = {:.2f} us, beta = {:.4f} ns/byte ({:.2f} GB/s); "
         "pred ms = the model's DDP step (overlap) for this machine's {} cores\n",
-        1e6 * ab->alpha, 1e9 * ab->beta, ab->bandwidth_gbs(), std::thread::hardware_concurrency());
+        1e6 * fits.ab->alpha, 1e9 * fits.ab->beta, fits.ab->bandwidth_gbs(),
+        std::thread::hardware_concurrency());
   if (cfg.trace) {
-    const int64_t events = merge_traces(traces, (out / "trace.json").string());
+    const int64_t events = merge_traces(runs.traces, (out / "trace.json").string());
     std::cout << fmt::format(
         "trace: {} events in {} (open in https://ui.perfetto.dev or chrome://tracing)\n", events,
         (out / "trace.json").string());
@@ -218,15 +277,33 @@ int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
   std::vector<std::string> plots;
   if (cfg.plots) plots = make_plots(cfg, plot_script, plot_note);
   std::cout << plot_note << '\n';
-  write_report_md((out / "report.md").string(), cfg, runs, agreement, ab, plots, plot_note);
+  write_report_md((out / "report.md").string(), cfg, runs.results, agreement, fits.ab, plots,
+                  plot_note);
   if (netns) {
     std::ofstream md(out / "report.md", std::ios::app);
-    write_netns_section(md, *netns, runs, real_ab);
-    write_netns_section(std::cout, *netns, runs, real_ab);
+    write_netns_section(md, *netns, runs.results, fits.real_ab);
+    write_netns_section(std::cout, *netns, runs.results, fits.real_ab);
   }
   std::cout << fmt::format("wrote {}, {}, {}\n", (out / "results.csv").string(),
                            (out / "per_device.csv").string(), (out / "report.md").string());
   return agreement.ok ? 0 : 3;
+}
+
+int run_all(const Config& cfg, const std::vector<std::string>& worker_args,
+            const std::string& plot_script, const std::optional<NetnsLinks>& netns) {
+  std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs");
+  std::cout << fmt::format("device: {}; kernels: {}\n", cfg.device, kernels_summary());
+  if (cfg.device == "cuda") use_enough_gpus(cfg);
+  const std::string exe = self_exe();
+  // --links netns: one bed for the whole run, as many nodes as the largest N (2 at least,
+  // for the ping-pong); down at the end, on an error and on Ctrl-C (netns_links.h)
+  std::optional<NetnsBed> bed;
+  if (netns) bed.emplace(DPLAB_NETNS_CLUSTER_SCRIPT, largest_n(cfg, 2), netns->rate);
+  const Workers workers{exe, worker_args, netns, bed ? &*bed : nullptr};
+  Runs runs = run_every_mode(cfg, workers);
+  Fits fits;
+  if (cfg.projection && !runs.results.empty()) fits = fit_and_project(cfg, workers, runs.results);
+  return report(cfg, runs, fits, plot_script, netns);
 }
 
 // Every run of N devices starts N processes (ps with separate servers: N + S), or N threads
