@@ -27,13 +27,24 @@ enum class ReduceOp { Sum, Avg, Max, Min };
 //   Auto               per call, the one the alpha-beta model of cost.h says is fastest for
 //                      this size and N (choose_all_reduce), as MPI picks by message size and
 //                      NCCL picks tree or ring
-// clang-format off
-enum class Algorithm { Ring, Star, RecursiveDoubling, HalvingDoubling, OneShot, Hierarchical,
-                       Auto };
+enum class Algorithm {
+  Ring,
+  Star,
+  RecursiveDoubling,
+  HalvingDoubling,
+  OneShot,
+  Hierarchical,
+  Auto
+};
 inline constexpr Algorithm kAlgorithms[] = {
-    Algorithm::Ring, Algorithm::Star, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling,
-    Algorithm::OneShot, Algorithm::Hierarchical, Algorithm::Auto};
-// clang-format on
+    Algorithm::Ring,
+    Algorithm::Star,
+    Algorithm::RecursiveDoubling,
+    Algorithm::HalvingDoubling,
+    Algorithm::OneShot,
+    Algorithm::Hierarchical,
+    Algorithm::Auto,
+};
 
 std::string reduce_op_name(ReduceOp op);
 // "ring", "star", "recursive_doubling", "halving_doubling", "one_shot", "hierarchical", "auto"

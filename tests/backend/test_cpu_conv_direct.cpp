@@ -81,65 +81,17 @@ void check_direct_equals_im2col(const Case& c, GemmIsa isa, uint64_t seed) {
 std::vector<Case> random_cases(uint32_t seed, int count) {
   std::mt19937 gen(seed);
   auto pick = [&gen](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+  // x: [N, C, H, W], weight: [O, C, kh, kw], one case to a row
+  // clang-format off
   std::vector<Case> cases = {
-      // clang-format off: one case to a row
-      {.N = 3,
-       .C = 1,
-       .H = 28,
-       .W = 28,
-       .O = 16,
-       .kh = 5,
-       .kw = 5,
-       .stride = 1,
-       .pad = 2,
-       .bias = true,
-       .x_grad = false},  // LeNet conv1
-      {.N = 2,
-       .C = 16,
-       .H = 14,
-       .W = 14,
-       .O = 32,
-       .kh = 5,
-       .kw = 5,
-       .stride = 1,
-       .pad = 2,
-       .bias = true,
-       .x_grad = true},  // LeNet conv2
-      {.N = 1,
-       .C = 3,
-       .H = 7,
-       .W = 9,
-       .O = 5,
-       .kh = 3,
-       .kw = 2,
-       .stride = 1,
-       .pad = 1,
-       .bias = false,
-       .x_grad = true},  // batch 1, odd
-      {.N = 2,
-       .C = 7,
-       .H = 9,
-       .W = 8,
-       .O = 33,
-       .kh = 3,
-       .kw = 3,
-       .stride = 2,
-       .pad = 1,
-       .bias = true,
-       .x_grad = false},  // strided, O past a block
-      {.N = 2,
-       .C = 17,
-       .H = 6,
-       .W = 31,
-       .O = 3,
-       .kh = 1,
-       .kw = 1,
-       .stride = 1,
-       .pad = 0,
-       .bias = true,
-       .x_grad = true},  // 1x1, wide rows
-                         // clang-format on
+    // N  C   H   W   O   kh  kw  stride  pad  bias   x_grad
+      {3, 1,  28, 28, 16, 5,  5,  1,      2,   true,  false},  // LeNet conv1
+      {2, 16, 14, 14, 32, 5,  5,  1,      2,   true,  true},   // LeNet conv2
+      {1, 3,  7,  9,  5,  3,  2,  1,      1,   false, true},   // batch 1, odd
+      {2, 7,  9,  8,  33, 3,  3,  2,      1,   true,  false},  // strided, O past a block
+      {2, 17, 6,  31, 3,  1,  1,  1,      0,   true,  true},   // 1x1, wide rows
   };
+  // clang-format on
   for (int k = 0; k < count; ++k) {
     Case c{.N = pick(1, 3),
            .C = pick(1, 19),

@@ -70,40 +70,15 @@ Run run(const Case& c, uint64_t seed) {
 }
 
 std::vector<Case> cases() {
+  // x: [N, C, H, W], weight: [O, C, k, k], one case to a row
+  // clang-format off
   std::vector<Case> all = {
-      // clang-format off: one case to a row
-      {.N = 3,
-       .C = 1,
-       .H = 28,
-       .W = 28,
-       .O = 16,
-       .k = 5,
-       .stride = 1,
-       .pad = 2,
-       .bias = true,
-       .x_grad = false},  // LeNet conv1
-      {.N = 2,
-       .C = 16,
-       .H = 14,
-       .W = 14,
-       .O = 32,
-       .k = 5,
-       .stride = 1,
-       .pad = 2,
-       .bias = true,
-       .x_grad = true},  // LeNet conv2
-      {.N = 1,
-       .C = 3,
-       .H = 7,
-       .W = 9,
-       .O = 70,
-       .k = 3,
-       .stride = 1,
-       .pad = 1,
-       .bias = false,
-       .x_grad = true},  // odd sizes, O > 64
-                         // clang-format on
+    // N  C   H   W   O   k  stride  pad  bias   x_grad
+      {3, 1,  28, 28, 16, 5, 1,      2,   true,  false},  // LeNet conv1
+      {2, 16, 14, 14, 32, 5, 1,      2,   true,  true},   // LeNet conv2
+      {1, 3,  7,  9,  70, 3, 1,      1,   false, true},   // odd sizes, O > 64
   };
+  // clang-format on
   std::mt19937 gen(11);
   auto pick = [&gen](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
   for (int n = 0; n < 10; ++n) {

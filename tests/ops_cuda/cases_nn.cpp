@@ -8,7 +8,6 @@
 #include "framework/tensor/random.h"
 #include "tests/ops_cuda/parity.h"
 
-// clang-format off: the tables keep one case to a row
 namespace dplab::parity {
 
 std::vector<OpCase> nn_cases() {
@@ -16,64 +15,36 @@ std::vector<OpCase> nn_cases() {
   // ---- softmax family over every dim ----
   for (int64_t d : {0, 1, -1}) {
     const std::string k = " dim " + std::to_string(d);
-    t.push_back({"softmax [6,9,13]" + k,
-                 {"softmax"},
-                 {x({6, 9, 13})},
-                 [d](const V& v) { return V{softmax(v[0], d)}; },
-                 kSum});
-    t.push_back({"log_softmax [6,9,13]" + k,
-                 {"log_softmax"},
-                 {x({6, 9, 13})},
-                 [d](const V& v) { return V{log_softmax(v[0], d)}; },
-                 kSum});
+    // clang-format off
+    //           name                        covers           inputs           f, tol
+    t.push_back({"softmax [6,9,13]" + k,     {"softmax"},     {x({6, 9, 13})}, [d](const V& v) { return V{softmax(v[0], d)}; }, kSum});
+    t.push_back({"log_softmax [6,9,13]" + k, {"log_softmax"}, {x({6, 9, 13})}, [d](const V& v) { return V{log_softmax(v[0], d)}; }, kSum});
+    // clang-format on
   }
-  t.push_back({"softmax of rows of 1000 (several warps)",
-               {"softmax"},
-               {x({5, 1000})},
-               [](const V& v) { return V{softmax(mul_scalar(v[0], 4.0f), -1)}; },
-               kSum});
-  t.push_back({"log_softmax of large logits",
-               {"log_softmax"},
-               {x({3, 300})},
-               [](const V& v) { return V{log_softmax(mul_scalar(v[0], 40.0f), -1)}; },
-               kSum});
-  t.push_back({"softmax of a [7] vector",
-               {"softmax"},
-               {x({7})},
-               [](const V& v) { return V{softmax(v[0])}; },
-               kSum});
+  // clang-format off
+  //           name                                       covers           inputs          f, tol
+  t.push_back({"softmax of rows of 1000 (several warps)", {"softmax"},     {x({5, 1000})}, [](const V& v) { return V{softmax(mul_scalar(v[0], 4.0f), -1)}; }, kSum});
+  t.push_back({"log_softmax of large logits",             {"log_softmax"}, {x({3, 300})},  [](const V& v) { return V{log_softmax(mul_scalar(v[0], 40.0f), -1)}; }, kSum});
+  t.push_back({"softmax of a [7] vector",                 {"softmax"},     {x({7})},       [](const V& v) { return V{softmax(v[0])}; }, kSum});
+  // clang-format on
 
   // ---- losses, each reduction ----
   const std::pair<Reduction, const char*> reductions[] = {
       {Reduction::None, "none"}, {Reduction::Mean, "mean"}, {Reduction::Sum, "sum"}};
   for (const auto& [red, rn] : reductions) {
     const Reduction r = red;  // a plain variable: lambdas capture it by value
-    t.push_back({std::string("nll_loss ") + rn,
-                 {"nll_loss"},
-                 {x({37, 11}), idx({37}, 11)},
-                 [r](const V& v) { return V{nll_loss(log_softmax(v[0], 1), v[1], r)}; },
-                 kSum});
-    t.push_back({std::string("cross_entropy ") + rn,
-                 {"cross_entropy"},
-                 {x({37, 11}), idx({37}, 11)},
-                 [r](const V& v) { return V{cross_entropy(v[0], v[1], r)}; },
-                 kSum});
-    t.push_back({std::string("mse_loss ") + rn,
-                 {"mse_loss"},
-                 {x({9, 35}), x({9, 35})},
-                 [r](const V& v) { return V{mse_loss(v[0], v[1], r)}; },
-                 kSum});
+    // clang-format off
+    //           name                                covers             inputs                        f, tol
+    t.push_back({std::string("nll_loss ") + rn,      {"nll_loss"},      {x({37, 11}), idx({37}, 11)}, [r](const V& v) { return V{nll_loss(log_softmax(v[0], 1), v[1], r)}; }, kSum});
+    t.push_back({std::string("cross_entropy ") + rn, {"cross_entropy"}, {x({37, 11}), idx({37}, 11)}, [r](const V& v) { return V{cross_entropy(v[0], v[1], r)}; }, kSum});
+    t.push_back({std::string("mse_loss ") + rn,      {"mse_loss"},      {x({9, 35}), x({9, 35})},     [r](const V& v) { return V{mse_loss(v[0], v[1], r)}; }, kSum});
+    // clang-format on
   }
-  t.push_back({"nll_loss of raw scores",
-               {"nll_loss"},
-               {x({5, 300}), idx({5}, 300)},
-               [](const V& v) { return V{nll_loss(v[0], v[1])}; },
-               kSum});
-  t.push_back({"mse_loss against a constant target",
-               {"mse_loss"},
-               {x({33}), cst({33})},
-               [](const V& v) { return V{mse_loss(v[0], v[1])}; },
-               kSum});
+  // clang-format off
+  //           name                                  covers        inputs                        f, tol
+  t.push_back({"nll_loss of raw scores",             {"nll_loss"}, {x({5, 300}), idx({5}, 300)}, [](const V& v) { return V{nll_loss(v[0], v[1])}; }, kSum});
+  t.push_back({"mse_loss against a constant target", {"mse_loss"}, {x({33}), cst({33})},         [](const V& v) { return V{mse_loss(v[0], v[1])}; }, kSum});
+  // clang-format on
 
   // ---- conv2d: x [N, C, H, W], weight [O, C, kh, kw], bias [O] ----
   struct Conv {
@@ -81,15 +52,18 @@ std::vector<OpCase> nn_cases() {
     bool bias;
     int64_t stride, pad;
   };
+  // clang-format off
   const Conv convs[] = {
-      {{2, 3, 11, 9}, {5, 3, 3, 3}, true, 1, 0},
-      {{2, 3, 11, 9}, {5, 3, 3, 3}, true, 1, 1},
-      {{2, 3, 11, 9}, {5, 3, 3, 3}, false, 2, 1},
-      {{3, 2, 8, 8}, {4, 2, 5, 5}, true, 1, 2},    // LeNet's 5x5, padding 2
-      {{1, 6, 7, 10}, {3, 6, 1, 1}, true, 1, 0},   // 1x1
-      {{2, 4, 13, 13}, {7, 4, 3, 2}, true, 3, 2},  // a non-square kernel, stride 3
-      {{4, 1, 28, 28}, {16, 1, 5, 5}, true, 1, 2},
+    // xs              ws             bias   stride  pad
+      {{2, 3, 11, 9},  {5, 3, 3, 3},  true,  1,      0},
+      {{2, 3, 11, 9},  {5, 3, 3, 3},  true,  1,      1},
+      {{2, 3, 11, 9},  {5, 3, 3, 3},  false, 2,      1},
+      {{3, 2, 8, 8},   {4, 2, 5, 5},  true,  1,      2},  // LeNet's 5x5, padding 2
+      {{1, 6, 7, 10},  {3, 6, 1, 1},  true,  1,      0},  // 1x1
+      {{2, 4, 13, 13}, {7, 4, 3, 2},  true,  3,      2},  // a non-square kernel, stride 3
+      {{4, 1, 28, 28}, {16, 1, 5, 5}, true,  1,      2},
   };
+  // clang-format on
   for (const Conv& c : convs) {
     const std::string name = "conv2d x " + shape_str(c.xs) + " w " + shape_str(c.ws) + " stride " +
                              std::to_string(c.stride) + " pad " + std::to_string(c.pad) +
@@ -107,11 +81,14 @@ std::vector<OpCase> nn_cases() {
 
   // ---- conv2d_relu_max_pool2d: fused on the CPU where it is direct (stride 1), the three
   // ops elsewhere (stride 2 here, and CUDA); odd sizes leave a row and a column unpooled ----
+  // clang-format off
   const Conv fused[] = {
-      {{3, 2, 8, 8}, {4, 2, 5, 5}, true, 1, 2},    // LeNet's 5x5, padding 2
-      {{2, 3, 11, 9}, {5, 3, 3, 3}, false, 1, 1},  // odd sizes, no bias
-      {{2, 3, 11, 9}, {5, 3, 3, 3}, true, 2, 1},   // strided: the three ops
+    // xs             ws            bias   stride  pad
+      {{3, 2, 8, 8},  {4, 2, 5, 5}, true,  1,      2},  // LeNet's 5x5, padding 2
+      {{2, 3, 11, 9}, {5, 3, 3, 3}, false, 1,      1},  // odd sizes, no bias
+      {{2, 3, 11, 9}, {5, 3, 3, 3}, true,  2,      1},  // strided: the three ops
   };
+  // clang-format on
   for (const Conv& c : fused) {
     const std::string name = "conv2d_relu_max_pool2d x " + shape_str(c.xs) + " w " +
                              shape_str(c.ws) + " stride " + std::to_string(c.stride) +
@@ -132,24 +109,25 @@ std::vector<OpCase> nn_cases() {
     Shape xs;
     int64_t k, stride, pad;
   };
+  // clang-format off
   const Pool pools[] = {
-      {{2, 3, 10, 10}, 2, 0, 0}, {{2, 3, 11, 9}, 3, 2, 1},  {{1, 5, 7, 7}, 3, 1, 1},
-      {{2, 2, 9, 13}, 2, 1, 1},  {{3, 4, 28, 28}, 2, 2, 0},
+    // xs              k  stride  pad
+      {{2, 3, 10, 10}, 2, 0,      0},
+      {{2, 3, 11, 9},  3, 2,      1},
+      {{1, 5, 7, 7},   3, 1,      1},
+      {{2, 2, 9, 13},  2, 1,      1},
+      {{3, 4, 28, 28}, 2, 2,      0},
   };
+  // clang-format on
   for (const Pool& p : pools) {
     const std::string geom = shape_str(p.xs) + " k " + std::to_string(p.k) + " stride " +
                              std::to_string(p.stride) + " pad " + std::to_string(p.pad);
-    t.push_back({"max_pool2d " + geom, {"max_pool2d"}, {x(p.xs)}, [p](const V& v) {
-                   return V{max_pool2d(v[0], p.k, p.stride, p.pad)};
-                 }});
-    t.push_back({"max_pool2d with ties " + geom, {"max_pool2d"}, {ties(p.xs)}, [p](const V& v) {
-                   return V{max_pool2d(v[0], p.k, p.stride, p.pad)};
-                 }});
-    t.push_back({"avg_pool2d " + geom,
-                 {"avg_pool2d"},
-                 {x(p.xs)},
-                 [p](const V& v) { return V{avg_pool2d(v[0], p.k, p.stride, p.pad)}; },
-                 kSum});
+    // clang-format off
+    //           name                            covers          inputs        f, tol
+    t.push_back({"max_pool2d " + geom,           {"max_pool2d"}, {x(p.xs)},    [p](const V& v) { return V{max_pool2d(v[0], p.k, p.stride, p.pad)}; }});
+    t.push_back({"max_pool2d with ties " + geom, {"max_pool2d"}, {ties(p.xs)}, [p](const V& v) { return V{max_pool2d(v[0], p.k, p.stride, p.pad)}; }});
+    t.push_back({"avg_pool2d " + geom,           {"avg_pool2d"}, {x(p.xs)},    [p](const V& v) { return V{avg_pool2d(v[0], p.k, p.stride, p.pad)}; }, kSum});
+    // clang-format on
   }
 
   // ---- batch_norm: x, weight, bias, running_mean, running_var ----
@@ -207,4 +185,3 @@ std::vector<OpCase> nn_cases() {
 }
 
 }  // namespace dplab::parity
-// clang-format on
