@@ -115,8 +115,8 @@ void fill_memory(DeviceFigures& d, const std::vector<Tensor>& params, int64_t st
                  int64_t extra_grad_bytes);
 int64_t optimizer_state_bytes(const optim::Optimizer& opt);
 
-// The modes (run_single.cpp, run_dp.cpp, run_ddp.cpp). The DDP ones start N processes of
-// this program in its hidden --worker mode and read back each rank's result file.
+// The modes (run_local.cpp: single and dp; run_ddp.cpp; run_ps.cpp). The DDP ones start N
+// processes of this program in its hidden --worker mode and read back each rank's result file.
 RunResult run_single(const Config& cfg);
 RunResult run_data_parallel(const Config& cfg, int n);
 RunResult run_ddp(const Config& cfg, const std::string& algo, int n, const std::string& self_exe,
