@@ -22,6 +22,7 @@
 #include "framework/tensor/tensor.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/rendezvous/file_store.h"
+#include "tests/parallel/rank_harness.h"  // start_together, kHarnessTimeout
 
 using namespace dplab;
 using namespace dplab::parallel;
@@ -147,10 +148,16 @@ std::vector<int64_t> run_all(ProcessGroup& pg, Device d) {
 }
 
 int run(const std::string& mode, int rank, int n, const std::string& path) {
+  // Start-up is not what the short timeout of the failure modes is about: every rank first
+  // makes its CUDA context (lazy, and seconds on a busy machine), then checks in on a store
+  // with the harness's long timeout; only the collectives after that get 3 s.
+  const bool on_gpu = mode != "cpu";
+  if (on_gpu) make(rank, 1, Device(DeviceKind::CUDA, rank));
+  auto store = std::make_shared<FileStore>(path, n, testing::kHarnessTimeout);
+  testing::start_together(*store, rank, n);
   ProcessGroupOptions opts{.timeout = Seconds(mode == "collectives" ? 60.0 : 3.0)};
-  auto store = std::make_shared<FileStore>(path, n, opts.timeout);
   auto pg = create_process_group(store, rank, n, opts);
-  if (mode == "cpu") {
+  if (!on_gpu) {
     run_all(*pg, Device(DeviceKind::CPU));
     return 0;
   }
