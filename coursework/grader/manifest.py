@@ -28,6 +28,7 @@ LIMITS = {
 
 COMMON_SOURCES = ["grader_main.cpp", "channel.cpp", "crash.cpp"]  # in common/: the test main
 POINTS = re.compile(r"\((\d+) points?\)\s*$")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 
 
@@ -89,6 +90,27 @@ class Assignment:
 
     def has_reference(self):
         return all(os.path.isfile(self.path(f)) for f in self.student_files)
+
+
+def course_includes(files, dirs):
+    """files and the course's files they include, directly or not, by `#include "..."`
+    found next to the including file or in dirs (library headers, found in neither, are left
+    out): real paths, each once, in the order found. What `start` copies, and what
+    `meson install` must ship (CI's course_install)."""
+    seen, todo = [], [os.path.realpath(f) for f in files]
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.append(path)
+        with open(path) as f:
+            for name in INCLUDE.findall(f.read()):
+                for d in [os.path.dirname(path)] + dirs:
+                    candidate = os.path.join(d, name)
+                    if os.path.isfile(candidate):
+                        todo.append(os.path.realpath(candidate))
+                        break
+    return seen
 
 
 def list_assignments(course_dir):

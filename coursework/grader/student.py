@@ -15,29 +15,8 @@ import shutil
 import manifest
 from runner import test_names
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-
-
 class StartError(Exception):
     pass
-
-
-def course_includes(files, dirs):
-    """The course's files that `files` include, directly or not (library headers excluded)."""
-    seen, todo = [], list(files)
-    while todo:
-        path = todo.pop(0)
-        if path in seen:
-            continue
-        seen.append(path)
-        with open(path) as f:
-            for name in INCLUDE.findall(f.read()):
-                for d in [os.path.dirname(path)] + dirs:
-                    candidate = os.path.join(d, name)
-                    if os.path.isfile(candidate):
-                        todo.append(candidate)
-                        break
-    return seen
 
 
 def meson_build(a, cases, pkg_config_path):
@@ -82,11 +61,13 @@ def start(a, starter_dir, target, pkg_config_path=""):
     # the tests and whatever they include under tests/
     given = [a.path("README.md")] + [a.path(h) for h in a.student_headers if os.path.isfile(a.path(h))] + \
         [a.path(f) for f in a.given_files]
-    for path in course_includes([p for p in given if p.endswith((".h", ".cpp"))], [a.dir, common]) + given[:1]:
-        if os.path.dirname(path) == a.dir and os.path.basename(path) not in a.student_files:
+    hw_dir = os.path.realpath(a.dir)
+    code = manifest.course_includes([p for p in given if p.endswith((".h", ".cpp"))], [a.dir, common])
+    for path in code + [os.path.realpath(given[0])]:
+        if os.path.dirname(path) == hw_dir and os.path.basename(path) not in a.student_files:
             shutil.copyfile(path, os.path.join(target, os.path.basename(path)))
     tests = [a.path(f) for f in a.visible_tests] + [a.common(f) for f in manifest.COMMON_SOURCES]
-    for path in course_includes(tests, [a.dir, common]):
+    for path in manifest.course_includes(tests, [a.dir, common]):
         name = os.path.basename(path)
         if not os.path.exists(os.path.join(target, name)):  # your headers stay next to your files
             shutil.copyfile(path, os.path.join(target, "tests", name))

@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cheats  # noqa: E402
 import ci_limits  # noqa: E402
+import report  # noqa: E402
 
 
 def sha(path):
@@ -250,11 +251,7 @@ class Check:
             self.problems.append("a submission wrote into the grader's cache")
         shutil.rmtree(self.work, ignore_errors=True)
         shutil.rmtree(self.open_dir, ignore_errors=True)
-        for p in self.problems:
-            print("PROBLEM:", p)
-        print(f"{self.a.name}: {'ok' if not self.problems else str(len(self.problems)) + ' problem(s)'} "
-              f"({self.jobs} grades)")
-        return 1 if self.problems else 0
+        return report.finish(self.a.name, self.problems, f"({self.jobs} grades)")
 
 
 if __name__ == "__main__":

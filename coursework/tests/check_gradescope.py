@@ -30,6 +30,7 @@ import zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cheats  # noqa: E402
 import ci_limits  # noqa: E402
+import report  # noqa: E402
 
 
 def comm_pids(name):
@@ -169,10 +170,7 @@ def main():
         problems.append("the cheating submission's results show the hidden tests")
 
     shutil.rmtree(root, ignore_errors=True)
-    for p in problems:
-        print("PROBLEM:", p)
-    print(f"gradescope: {'ok' if not problems else str(len(problems)) + ' problem(s)'}")
-    return 1 if problems else 0
+    return report.finish("gradescope", problems)
 
 
 if __name__ == "__main__":

@@ -5,33 +5,16 @@ student's `dplab-course start` and `test` need.
 From `meson introspect --installed` (no install is made): no reference solution, no hidden
 test and no ci_checks.json of any assignment is installed; every file the visible tests,
 the given code and the student's headers include from the course (followed through their
-#include "..." lines) is; so are the starters, the grader and the common test main.
+#include "..." lines, manifest.course_includes: the walk `start` makes) is; so are the
+starters, the grader and the common test main.
 """
 import json
 import os
-import re
 import subprocess
 import sys
 
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-
-
-def closure(files, dirs):
-    """The course's files that `files` include, directly or not (library headers left out)."""
-    seen, todo = set(), list(files)
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        with open(path) as f:
-            for name in INCLUDE.findall(f.read()):
-                for d in [os.path.dirname(path)] + dirs:
-                    candidate = os.path.join(d, name)
-                    if os.path.isfile(candidate):
-                        todo.append(os.path.realpath(candidate))
-                        break
-    return seen
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
 
 
 def main():
@@ -54,9 +37,10 @@ def main():
             if os.path.realpath(path) in installed:
                 problems.append(f"{a.name}: {os.path.basename(path)} is installed (staff only)")
         common = os.path.join(course, "common")
-        needed = closure([a.path(f) for f in a.visible_tests + a.given_files] +
-                         [a.path(h) for h in a.student_headers if os.path.isfile(a.path(h))] +
-                         [a.common(f) for f in manifest.COMMON_SOURCES], [a.dir, common])
+        roots = [a.path(f) for f in a.visible_tests + a.given_files] + \
+            [a.path(h) for h in a.student_headers if os.path.isfile(a.path(h))] + \
+            [a.common(f) for f in manifest.COMMON_SOURCES]
+        needed = set(manifest.course_includes(roots, [a.dir, common]))
         needed |= {os.path.realpath(a.path(f)) for f in ("README.md", "assignment.json")}
         for path in sorted(needed):
             if path.startswith(course + "/") and path not in installed:
@@ -68,11 +52,7 @@ def main():
     for rel in ("grader/grade.py", "grader/sandbox.py", "common/symbols.json", "STAFF.md"):
         if os.path.realpath(os.path.join(course, rel)) not in installed:
             problems.append(f"{rel} is not installed")
-    for p in problems:
-        print("PROBLEM:", p)
-    print(f"install: {'ok' if not problems else str(len(problems)) + ' problem(s)'} "
-          f"({len(installed)} files installed in all)")
-    return 1 if problems else 0
+    return report.finish("install", problems, f"({len(installed)} files installed in all)")
 
 
 if __name__ == "__main__":
