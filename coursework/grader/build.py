@@ -155,16 +155,26 @@ STUDENT_FLAGS = ["-std=c++20", "-O2", "-g1", "-pthread"]  # -g1: lines for crash
 PCH = "dplab_student.h"  # every student header, precompiled: half a student compile's time
 
 
+def stage_key(assignment, cache, include_dirs, defines):
+    """The staged headers' cache key, and the include roots, shortest first (the first
+    that holds a header names it: "framework/tensor/tensor.h", not "tensor/tensor.h").
+    The key hashes (sha256) what the staging depends on, in an order of its own: never a
+    set's, which changes with PYTHONHASHSEED and would stage (and precompile) the headers
+    afresh in every grade."""
+    roots = sorted({os.path.realpath(d) for d in include_dirs}, key=lambda d: (len(d), d))
+    key = cache.key("stage", os.path.realpath(assignment.dir), *assignment.student_headers, *roots,
+                    *STUDENT_FLAGS, *defines)
+    return key, roots
+
+
 def stage_headers(assignment, cache, include_dirs, defines, out_dir):
     """Puts the student-facing headers, everything they include from the library, and their
     precompiled form (PCH, used with -include) into out_dir. Returns the system headers
     among them (allowed to the student's files too). The staged folder is made once per
     cache and linked (else copied) into each grade's."""
-    # by length, then name: a set's order changes with PYTHONHASHSEED, and so would the key
-    roots = sorted({os.path.realpath(d) for d in include_dirs}, key=lambda d: (len(d), d))
+    key, roots = stage_key(assignment, cache, include_dirs, defines)
     hw_dir = os.path.realpath(assignment.dir)
     names = assignment.student_headers
-    key = cache.key("stage", hw_dir, *names, *roots, *STUDENT_FLAGS, *defines)
     staged_dir = os.path.join(cache.dir, "stage-" + key)
     meta_path = staged_dir + ".json"
     meta = cache.valid(meta_path)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_grader_units.py: the grader's parts, one by one, without compiling anything.
 
-symbols.py's names and rules, build.py's dependency lists, sandbox.py's covered paths,
+symbols.py's names and rules, build.py's dependency lists and staged headers' key (the same
+under every PYTHONHASHSEED), sandbox.py's covered paths,
 runner.py's test names, feedback.py's verdicts (a pass needs the verdict, status 0, no
 forged record, one verdict), runner.py's time requests (a test's "time" record, with the
 run's token, extends its limit, never shortens it, never past paced_timeout_s or the budget),
@@ -11,6 +12,7 @@ test hanging) under Gradescope's 10 minutes.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import types
@@ -114,6 +116,34 @@ class Files(unittest.TestCase):
         with self.assertRaises(SystemExit):
             runner.test_names([f.name])
         os.unlink(f.name)
+
+
+class StagedHeadersKey(unittest.TestCase):
+    """The staged (and precompiled) headers are found again by their key in every grade: a
+    key that changed with PYTHONHASHSEED (a set's order, hash()) staged them afresh each time,
+    and a cache grew by a precompiled header per grade."""
+
+    KEY = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import build, manifest
+a = manifest.resolve(sys.argv[2], "hw3")
+cache = build.Cache(sys.argv[3], a.course_dir)
+# include folders of one length (ordered by name only) and one twice, as pkg-config gives them
+dirs = [f"/dplab/build/{w}" for w in ("alpha", "bravo", "delta", "gamma", "kappa", "omega", "sigma", "theta")]
+print(build.stage_key(a, cache, dirs + dirs[:1], ["-DDPLAB_X=1"])[0])
+"""
+
+    def test_the_same_under_every_hash_seed(self):
+        with tempfile.TemporaryDirectory() as cache_dir:
+            keys = []
+            for seed in ("1", "2"):
+                env = dict(os.environ, PYTHONHASHSEED=seed)
+                r = subprocess.run([sys.executable, "-c", self.KEY, os.path.join(COURSE, "grader"), COURSE, cache_dir],
+                                   capture_output=True, text=True, env=env, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                keys.append(r.stdout.strip())
+            self.assertEqual(keys[0], keys[1], "the staged headers' key changes with PYTHONHASHSEED")
 
 
 class Verdicts(unittest.TestCase):
