@@ -15,23 +15,32 @@ import shutil
 import manifest
 from runner import test_names
 
+
 class StartError(Exception):
     pass
 
 
+def meson_quoted(text):
+    """text inside a Meson '...' string."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
 def meson_build(a, cases, pkg_config_path):
-    hint = (f"meson setup build --pkg-config-path {pkg_config_path}" if pkg_config_path
-            else "meson setup build")
+    """The folder's meson.build. Where dplab.pc is outside pkg-config's own path (dplab's
+    build folder, an install under another prefix), its folder is the project's default
+    pkg_config_path, so that the handout's plain `meson setup build` finds dplab."""
     sources = a.student_files + a.given_files + [f"tests/{f}" for f in a.visible_tests] + \
         [f"tests/{f}" for f in manifest.COMMON_SOURCES]
     lines = [
         f"# {a.name}: your files with the visible tests, made by `dplab-course start`.",
-        f"#   {hint}",
+        "#   meson setup build",
         "#   meson test -C build                 every visible test (one per test case)",
         "#   gdb --args build/visible_tests -tc=\"NAME\"",
         f"# The grader builds the same files: `dplab-course test {a.short} .` runs them its way.",
         f"project('{a.name}', 'cpp', default_options: ['cpp_std=c++20', 'buildtype=debug',",
-        "                                            'warning_level=2'])",
+        "                                            'warning_level=2'" +
+        (f",\n                                            'pkg_config_path={meson_quoted(pkg_config_path)}'])"
+         if pkg_config_path else "])"),
         "dplab = dependency('dplab')",
         "visible_tests = executable('visible_tests',",
         "  " + ", ".join(repr(s) for s in sources) + ",",
@@ -77,5 +86,4 @@ def start(a, starter_dir, target, pkg_config_path=""):
     print(f"{a.short}: {', '.join(a.student_files)}, the handout (README.md), the headers, the visible tests "
           f"(tests/) and a meson.build are in {target}")
     print(f"next: read README.md, write your code, then `dplab-course test {a.short} {target}`")
-    hint = f" --pkg-config-path {pkg_config_path}" if pkg_config_path else ""
-    print(f"to build and debug there yourself: cd {target} && meson setup build{hint} && meson test -C build")
+    print(f"to build and debug there yourself: cd {target} && meson setup build && meson test -C build")
