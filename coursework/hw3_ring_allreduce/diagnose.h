@@ -3,13 +3,16 @@
 // at reduce-scatter step s rank r sends chunk r-s to r+1 and adds chunk r-s-1 from r-1; at
 // all-gather step s it sends chunk r+1-s and copies chunk r-s. The first difference names
 // the mistake: the direction, the chunk rule (the remainder on the last chunk), a chunk
-// sent out of turn, Copy for Reduce or Reduce for Copy, steps too many or too few, the
-// average taken twice. A ring written without exchange() gets no diagnosis here (its
+// sent out of turn, Copy for Reduce or Reduce for Copy, a phase that ends before its N-1
+// steps, steps too many or too few, the average taken twice. offset_words() checks where in
+// the buffer each exchange pointed, for the test whose offsets pass 2^31. A ring written without exchange() gets no diagnosis here (its
 // result and its bytes still speak).
 // Read next: grading.h.
 #pragma once
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,14 +34,15 @@ inline int chunk_of(int64_t count, int n, int64_t element) {
   return n - 1;
 }
 
-inline std::string bytes_words(int64_t b) {  // 5,336 B
-  std::string digits = std::to_string(b < 0 ? -b : b), out;
+inline std::string number_words(int64_t v) {  // 5,336
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
-  return (b < 0 ? "-" : "") + out + " B";
+  return (v < 0 ? "-" : "") + out;
 }
+inline std::string bytes_words(int64_t b) { return number_words(b) + " B"; }  // 5,336 B
 
 inline std::string elements_words(int64_t first, int64_t len) {
   if (len <= 0) return "no elements";
@@ -111,6 +115,10 @@ inline std::string schedule_words(int r, int n, int64_t count, int64_t es, const
       return fmt::format("in {} step {} rank {} of {} sent to rank {} and received from rank {}; a ring sends to its "
                          "right neighbour (rank {}) and receives from its left (rank {})", phase, st.s, r, n, e.to,
                          e.from, right, left);
+    if (st.reduce_scatter && e.how == Combine::Copy && k > 0)  // every step before added: all-gather came early
+      return fmt::format("rank {} of {} ran reduce-scatter for {} step{} where a ring of {} ranks needs N-1 = {}: its "
+                         "exchange() number {} already copied (Combine::Copy, all-gather's). Each phase takes N-1 "
+                         "steps (README sections 3 and 4)", r, n, k, k == 1 ? "" : "s", n, n - 1, k + 1);
     if (st.reduce_scatter && e.how == Combine::Copy)
       return fmt::format("in reduce-scatter step {} rank {} of {} overwrote chunk {} with what arrived (Combine::Copy): "
                          "reduce-scatter adds it (Combine::Reduce), or the sum keeps only the last rank's part", st.s,
@@ -133,6 +141,9 @@ inline std::string schedule_words(int r, int n, int64_t count, int64_t es, const
   }
   if (std::string rule = chunk_rule_words(n, count, seen); !rule.empty()) return rule;
   if (!out_of_turn.empty()) return out_of_turn;
+  if (const int done = static_cast<int>(log.exchanges.size()); done < steps && done >= n - 1)
+    return fmt::format("rank {} of {} ran all-gather for {} step{} where a ring of {} ranks needs N-1 = {} (README "
+                       "section 4)", r, n, done - (n - 1), done - (n - 1) == 1 ? "" : "s", n, n - 1);
   if (static_cast<int>(log.exchanges.size()) < steps)
     return fmt::format("rank {} of {} called exchange() only {} times; a ring of {} ranks takes 2(N-1) = {} steps",
                        r, n, log.exchanges.size(), n, steps);
@@ -140,6 +151,51 @@ inline std::string schedule_words(int r, int n, int64_t count, int64_t es, const
     return fmt::format("divide() ran {} times on rank {}: the average divides by N once, at the end", log.divides, r);
   if (!average && log.divides > 0) return fmt::format("divide() ran on rank {}, but a sum divides by nothing", r);
   return "";
+}
+
+// Where rank r's exchanges pointed, against the chunks they should move: no words when every
+// exchange of the schedule sent and received its chunk's bytes at its chunk's offset. For
+// a buffer whose offsets pass 2^31 bytes (or elements), a value off by a multiple of 2^32
+// is named for what it is: a 32-bit int that wrapped around.
+struct OffsetCheck {
+  std::string words;
+  bool wrapped = false;
+};
+inline OffsetCheck offset_words(int r, int n, int64_t count, int64_t es, const std::byte* base,
+                                const observe::Log& log) {
+  const int steps = 2 * (n - 1);
+  if (static_cast<int>(log.exchanges.size()) != steps)
+    return {fmt::format("rank {} of {} called exchange() {} times; a ring of {} ranks takes 2(N-1) = {} steps", r, n,
+                        log.exchanges.size(), n, steps)};
+  auto wrapped = [&](int64_t got, int64_t want) {  // equal modulo 2^32, in bytes or in elements
+    constexpr int64_t k32 = int64_t{1} << 32;
+    return got != want && ((got - want) % k32 == 0 || (got % es == 0 && (got / es - want / es) % k32 == 0));
+  };
+  for (int k = 0; k < steps; ++k) {
+    const observe::Exchange& e = log.exchanges[k];
+    const Step st = step_of(r, n, k);
+    const char* phase = st.reduce_scatter ? "reduce-scatter" : "all-gather";
+    struct Side {
+      const char* verb;
+      int chunk;
+      int64_t at, bytes;
+    };
+    for (const Side& side : {Side{"to send", st.out_chunk, e.out - base, e.out_bytes},
+                             Side{"to receive", st.in_chunk, e.in - base, e.in_bytes}}) {
+      const int64_t want_at = chunk_first(count, n, side.chunk) * es, want_bytes = chunk_length(count, n, side.chunk) * es;
+      if (side.at == want_at && side.bytes == want_bytes) continue;
+      const std::string why = fmt::format("in {} step {} rank {} of {} gave exchange() {} at byte {} of its buffer "
+                                          "{} chunk {}, which is {} at byte {}", phase, st.s, r, n,
+                                          bytes_words(side.bytes), number_words(side.at), side.verb, side.chunk,
+                                          bytes_words(want_bytes), number_words(want_at));
+      if (wrapped(side.at, want_at) || wrapped(side.bytes, want_bytes))
+        return {why + ": it wrapped around at 2^32, so it was computed in a 32-bit int. Keep counts, offsets and "
+                      "sizes in int64_t, as count is", true};
+      return {why + ": this buffer's offsets pass 2^31 = 2,147,483,648; were they computed in a 32-bit int? Keep "
+                    "counts, offsets and sizes in int64_t, as count is"};
+    }
+  }
+  return {};
 }
 
 }  // namespace hw3::grading

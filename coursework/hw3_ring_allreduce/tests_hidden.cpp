@@ -1,6 +1,7 @@
 // tests_hidden.cpp: the hw3 tests kept for grading. Rank counts 1 to 8; sizes 0, 1, N-1, a
 // prime and 64 MiB; float32, int64 and float16; sum and average; the bytes each rank sends
-// and receives against the ring's formula; and bus bandwidth against the library's own ring,
+// and receives against the ring's formula; offsets past 2^31 (a 12 GiB buffer that is never
+// touched: a dry run of exchange()); and bus bandwidth against the library's own ring,
 // both warmed up (speed points need every other test passed: assignment.json speed_tests).
 // The two tests of 64 MiB time the library's ring first and ask the grader for time in
 // units of it, so that a slow ring is told it is slow, never that it ran out of time,
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -145,7 +147,7 @@ Race race(int n, int64_t count, int rounds, double allowance) {
 
 TEST_SUITE("hidden") {
 
-TEST_CASE("sum over N = 1 to 8 ranks with 0 and 1 and N-1 elements and a prime count (20 points)") {
+TEST_CASE("sum over N = 1 to 8 ranks with 0 and 1 and N-1 elements and a prime count (15 points)") {
   for (int n = 1; n <= 8; ++n)
     for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{1009}}) {
       if (!check_all_reduce(n, count, DType::Float32, Op::Sum)) return;
@@ -169,6 +171,33 @@ TEST_CASE("64 MiB over 4 ranks: many segments per chunk (5 points)") {
   // your call and its check, for a ring up to kSlowestWaitedFor times slower than the library's
   course::harness::ask_for_time((kSlowestWaitedFor + 2) * library_round_seconds(n, count));
   check_all_reduce(n, count, DType::Float32, Op::Sum);
+}
+
+// A 12 GiB buffer cannot exist within the test's memory limit, and need not: exchange() and
+// divide() run dry here (observe.h), recording where each step pointed and moving nothing,
+// so the buffer is an address nobody maps. Its 3 x 2^30 + 5 float32 put counts, element
+// offsets and byte offsets past 2^31, where a 32-bit int wraps around.
+TEST_CASE("12 GiB over 4 ranks: offsets past 2^31 need int64_t (5 points)") {
+  const int n = 4;
+  const int64_t count = (int64_t{3} << 30) + 5, es = 4;
+  std::byte* const nowhere = reinterpret_cast<std::byte*>(uintptr_t{1} << 44);  // 16 TiB: never mapped
+  course::harness::note("this test hands your ring a 12 GiB buffer that does not exist: exchange() records where each "
+                        "step points and moves nothing, so touch the buffer only through exchange() and divide()");
+  RingRun run = run_ranks(n, [&](CountingTransport& tr, RingRun& rr) {
+    rr.logs[tr.rank()].dry = true;
+    rr.buffers[tr.rank()] = nowhere;
+    ring_all_reduce(tr, nowhere, count, DType::Float32, Op::Sum);
+  });
+  for (int r = 0; r < n; ++r) {
+    const OffsetCheck where = offset_words(r, n, count, es, nowhere, run.logs[r]);
+    if (where.words.empty()) continue;
+    // a mistake of the schedule (direction, Combine, steps) is told in its own words
+    const std::string steps = where.wrapped ? "" : schedule_words(r, n, count, es, nowhere, run.logs[r], false);
+    FAIL_CHECK(fmt::format("sum of {} float32 elements over {} ranks: {}", count, n,
+                           steps.empty() ? where.words : steps));
+    return;
+  }
+  CHECK(true);  // every rank's every step pointed at its chunk
 }
 
 TEST_CASE("every rank sends and receives exactly what a ring moves (20 points)") {
