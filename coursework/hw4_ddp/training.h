@@ -3,17 +3,27 @@
 // synchronised, the others run inside no_sync (set_require_sync(false)). The rank's group
 // records what the reducer launched (recording_engine.h), so a wrong result is explained:
 // which parameter's gradient landed at which offset of which bucket, a gradient scaled by
-// the number of ranks or of micro-batches, or an all-reduce waited for inside a hook.
+// the number of ranks or of micro-batches, an all-reduce waited for inside a hook, or a
+// backward that launched fewer buckets than the first (counts finish() did not reset).
 // Read next: recording_engine.h, tests_hidden.cpp.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "grading.h"
+#include "harness.h"
 #include "recording_engine.h"
+#include "framework/autograd/engine.h"
 
 namespace hw4::grading {
+
+// Once per test process: the words on counts not reset come from the first rank that sees it.
+inline std::atomic<bool>& counts_named() {
+  static std::atomic<bool> named{false};
+  return named;
+}
 
 struct RankRun {
   std::vector<std::vector<float>> params;
@@ -35,12 +45,39 @@ inline RankRun ddp_train(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<Recor
   run.rec = rec;
   Reducer* reducer = nullptr;
   bool synced = false;  // inside the step's synchronised backward
+  int64_t launched_at_step_start = 0;
+  int step = 0;
+  // At the end of each synchronised backward, before the reducer's finish() (queued first, by
+  // a hook that runs before the reducer's): every bucket is full by then, so all should be
+  // launched. A reducer that launched them all in the first backward and not in a later one
+  // kept counting from where the last backward left off; finish() then waits on buckets
+  // never launched, which may crash there: this says why first.
+  const int64_t buckets = static_cast<int64_t>(assign_buckets(params, cap_bytes).size());
+  int64_t launched_in_first = -1;
+  bool end_queued = false;
+  auto at_backward_end = [&] {
+    end_queued = false;
+    const int64_t launched = reducer->all_reduces_launched() - launched_at_step_start;
+    if (launched_in_first < 0) launched_in_first = launched;
+    else if (launched < buckets && launched_in_first == buckets && !counts_named().exchange(true))
+      course::harness::note(fmt::format(
+          "rank {}: training step {}'s backward ended with {} of its {} bucket{} launched, where training step 1's "
+          "had launched {}: the counts your gradient hooks keep (each bucket's gradients still to come, the next "
+          "bucket to launch) were not reset for the next backward. finish() should leave them as the constructor did",
+          r, step + 1, launched, buckets, buckets == 1 ? "" : "s", buckets == 1 ? "it" : "all of them"));
+  };
   // around the reducer's hook on every parameter, one before and one after: the hold of the
   // overlap test sees a reducer's hook that never returns (recording_engine.h)
-  for (Tensor& p : params) p.register_post_accumulate_grad_hook([rec](Tensor&) { rec->hook_entered(); });
+  for (Tensor& p : params)
+    p.register_post_accumulate_grad_hook([&, rec](Tensor&) {
+      rec->hook_entered();
+      if (synced && !end_queued) {
+        end_queued = true;
+        queue_backward_callback(at_backward_end);
+      }
+    });
   // registered before the reducer's hooks, so it runs first: param 0's gradient is the last
   // of a backward (buckets go in reverse order), so whatever was launched by now overlapped
-  int64_t launched_at_step_start = 0;
   params[0].register_post_accumulate_grad_hook([&](Tensor&) {
     if (!synced) return;
     if (reducer) run.launched_before_last_gradient = reducer->all_reduces_launched() - launched_at_step_start;
@@ -54,6 +91,7 @@ inline RankRun ddp_train(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<Recor
   run.buckets = assign_buckets(params, cap_bytes);
   optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
   for (int s = 0; s < steps; ++s) {
+    step = s;
     const int64_t before = pg->comm_stats().per_collective["all_reduce"].calls;
     launched_at_step_start = reducer->all_reduces_launched();
     course::harness::place().step = s + 1;
