@@ -4,8 +4,10 @@
 `dplab-course package hw3` makes the zip; it is unpacked into ROOT/source of a folder laid
 out like /autograder (ROOT/submission, ROOT/results), and its run_autograder runs as root
 with AUTOGRADER_ROOT=ROOT and this build's dplab (setup.sh, which installs packages and
-builds dplab, is only checked for syntax here; its warm step is a copy of the build's cache of
-the same tests). Four submissions:
+builds dplab, is checked for syntax, and for what it installs: every package of
+scripts/setup.sh that grading needs, and the Debian package of every dependency this build
+found (dpkg -S), except those its meson options switch off; its warm step is a copy of the
+build's cache of the same tests). Four submissions:
   - correct (the reference's code, in a subfolder as an upload keeps it): 100, with
     results.json's fields (execution_time, stdout_visibility, each test's visibility:
     "visible" for the visible tests, "after_due_date" for the hidden ones);
@@ -45,6 +47,61 @@ def comm_pids(name):
     return found
 
 
+def apt_installs(script):
+    """The packages a shell script installs with `apt-get install` (its continued lines too)."""
+    words, inside = [], False
+    for line in script.splitlines():
+        if "apt-get install" in line:
+            inside, line = True, line.split("apt-get install", 1)[1]
+        if inside:
+            words += line.rstrip("\\").split()
+            inside = line.rstrip().endswith("\\")
+    return {w for w in words if not w.startswith("-") and "=" not in w and not w.startswith("$")}
+
+
+# A dependency the package's build may lack: the meson option that switches it off.
+SWITCHED_OFF_BY = {"cuda": "cuda", "nccl": "nccl", "ompi-cxx": "mpi", "ompi-c": "mpi", "ompi": "mpi", "mpich": "mpi"}
+
+
+def setup_problems(setup_text, source_root, build_dir, package):
+    """What the package's setup.sh fails to install: a package of scripts/setup.sh (the
+    repository's own list) that is neither installed nor in package.NOT_NEEDED, and the
+    Debian package of each dependency this build found (its pkg-config file's, or
+    doctest's header's, owner by dpkg -S) that the package's build does not switch off."""
+    problems, installs = [], apt_installs(setup_text)
+    with open(os.path.join(source_root, "scripts", "setup.sh")) as f:
+        m = re.search(r"^packages=\((.*?)\)", f.read(), re.S | re.M)
+    repo = re.sub(r"#[^\n]*", "", m.group(1)).split() if m else []
+    if not repo:
+        problems.append("scripts/setup.sh has no packages=(...) list to compare with")
+    for p in repo:
+        if p not in installs and p not in package.NOT_NEEDED:
+            problems.append(f"setup.sh does not install {p}, which scripts/setup.sh does (add it to package.py's "
+                            f"APT_PACKAGES, or to NOT_NEEDED with the reason)")
+    if not shutil.which("dpkg"):
+        print("note: no dpkg here: the owners of the build's dependencies are not checked")
+        return problems
+    with open(os.path.join(build_dir, "meson-info", "intro-dependencies.json")) as f:
+        found = {d["name"] for d in json.load(f)}
+    files = {}
+    for name in sorted(found):
+        option = SWITCHED_OFF_BY.get(name)
+        if option and f"-D{option}=disabled" in setup_text:
+            continue
+        r = subprocess.run(["pkg-config", "--variable=pcfiledir", name], capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip():
+            files[f"dependency('{name}')"] = os.path.join(r.stdout.strip(), name + ".pc")
+    files["doctest/doctest.h"] = "/usr/include/doctest/doctest.h"  # meson.build's check_header
+    for what, path in files.items():
+        r = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
+        if r.returncode != 0:
+            continue  # not from a Debian package here (a local build): nothing to compare
+        owner = r.stdout.split(":")[0].strip()
+        if owner not in installs:
+            problems.append(f"setup.sh does not install {owner}, which dplab's build needs for {what} ({path})")
+    return problems
+
+
 def main():
     if os.geteuid() != 0:
         print("SKIP: run_autograder runs as root (as on Gradescope); this check needs root")
@@ -69,12 +126,16 @@ def main():
                 problems.append(f"the zip has no {n}")
         z.extractall(os.path.join(root, "source"))
     src = os.path.join(root, "source")
+    sys.path.insert(0, os.path.join(course, "grader"))
+    import package
+    with open(os.path.join(src, "setup.sh")) as f:
+        problems += setup_problems(f.read(), os.path.dirname(os.path.realpath(course)),
+                                   os.path.dirname(build_pc), package)
     for script in ("setup.sh", "run_autograder"):
         os.chmod(os.path.join(src, script), 0o755)
         if subprocess.run(["bash", "-n", os.path.join(src, script)]).returncode != 0:
             problems.append(f"{script} is not valid bash")
     hidden_marker = open(os.path.join(course, "hw3_ring_allreduce", "tests_hidden.cpp")).readline().strip()
-    sys.path.insert(0, os.path.join(course, "grader"))
     import manifest
     env = dict(ci_limits.environ(os.environ, manifest.resolve(course, "hw3")), AUTOGRADER_ROOT=root,
                DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
