@@ -4,9 +4,12 @@
      header they include) are copied into a folder of their own: the student's files are
      compiled against that folder only, never the course folder or the library's sources.
   2. The student's files are copied in (regular files only: a symlink to the hidden tests
-     is refused) and compiled in the sandbox, as its unprivileged user, with a timeout.
+     is refused) and compiled in the sandbox, as its unprivileged user, with a timeout:
+     to assembly first, then assembled (grade.compile_student_file).
   3. Every file the compiler read (its -MD list) must be one of those headers, the
-     student's own files or the C and C++ standard library's headers.
+     student's own files or the C and C++ standard library's headers; every file the
+     assembler read (its --MD list: an .incbin or .include of inline assembly) must be the
+     assembly itself or one of those.
   4. symbols.py checks what the objects call and define.
   5. The given code, the tests and the test main compile as the grader, in a cache kept
      between grades (an object is reused while its source, flags and headers are the same),
@@ -47,8 +50,9 @@ def dplab_flags(pkg_config_path):
     return cflags, libs
 
 
-def parse_deps(path):
-    """The files of a Make-style dependency list (-MD), with escaped spaces."""
+def parse_deps(path, cwd=None):
+    """The files of a Make-style dependency list (-MD), with escaped spaces; a relative
+    path is taken from cwd (the folder the compiler ran in), else from ours."""
     with open(path) as f:
         text = f.read().replace("\\\n", " ")
     deps = []
@@ -73,7 +77,23 @@ def parse_deps(path):
             i += 1
         if word:
             deps.append(word)
-    return [os.path.realpath(d) for d in deps]
+    return [os.path.realpath(os.path.join(cwd, d) if cwd else d) for d in deps]
+
+
+def own_assembler_messages(text, own):
+    """What GNU as said about the student's own files (`own`: their assembly, and the source
+    it came from, to which GCC's line markers attribute inline assembly), and nothing it said
+    about another file: an .include of a file that is not assembly prints that file's lines."""
+    kept, left_out = [], 0
+    for line in text.splitlines():
+        if any(line.startswith(o + ":") for o in own):
+            kept.append(line)
+        elif line.strip() and not line.endswith("Assembler messages:"):
+            left_out += 1
+    if left_out:
+        kept.append(f"({left_out} line(s) about other files left out: your code may not make the assembler read "
+                    f"files)")
+    return "\n".join(kept)
 
 
 _digests = {}

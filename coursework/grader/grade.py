@@ -101,32 +101,17 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     compile_uid = sandbox.uids[-1] if sandbox.root else None
     sandbox.give(obj, compile_uid)
 
-    # 1-2: the staged headers and the student's files, compiled in the sandbox
+    # 1-3: the staged headers and the student's files, compiled in the sandbox and checked
     defines = [f for f in cflags if f.startswith("-D")]
     system_headers = build.stage_headers(a, cache, include_dirs, defines, inc)
     sources = build.copy_submission(a, student_dir, src)
     objects, names = [], {}
+    std_dirs = build.standard_library_dirs()
     for source in sources:
-        base = os.path.basename(source)
-        argv = [build.CXX] + build.STUDENT_FLAGS + defines + [
-            "-fdiagnostics-color=never", "-fmax-errors=10", "-MD", "-MF", base + ".d", "-I", inc,
-            "-include", build.PCH, "-c", source, "-o", base + ".o"]
-        out, rc = compile_in_sandbox(argv, obj, a, sandbox, compile_uid, deadline)
-        out = out.replace(src + "/", "").replace(inc + "/", "")
-        if rc != 0:
-            raise build.BuildFailed(f"{base} does not compile:\n{out[-6000:]}")
-        # 3: every file the compiler read was allowed (copied out of the sandbox's reach first)
-        o, d = os.path.join(private, base + ".o"), os.path.join(private, base + ".d")
-        copy_regular(os.path.join(obj, base + ".o"), o)
-        copy_regular(os.path.join(obj, base + ".d"), d)
-        std_dirs = build.standard_library_dirs()
-        for dep in build.parse_deps(d):
-            if not build.allowed_include(dep, [os.path.realpath(src), os.path.realpath(inc)], system_headers,
-                                         std_dirs):
-                raise build.BuildFailed(f"{base} includes {dep}: your files may include only the assignment's "
-                                        f"headers ({', '.join(a.student_headers)}) and the C++ standard library")
+        o = compile_student_file(a, source, src, inc, obj, private, defines, system_headers, std_dirs, sandbox,
+                                 compile_uid, deadline)
         objects.append(o)
-        names[o] = base
+        names[o] = os.path.basename(source)
     # 4: what the objects call and define
     if opts.static_checks:
         rules = symbols.Rules(a, symbols.load_groups(a.course_dir))
@@ -144,6 +129,55 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     shutil.copyfile(exe, os.path.join(bindir, "tests"))
     os.chmod(os.path.join(bindir, "tests"), 0o711)  # the sandbox may run it, not read it
     return os.path.join(bindir, "tests"), feedback.Symbolizer(exe, src), src
+
+
+def compile_student_file(a, source, src, inc, obj, private, defines, system_headers, std_dirs, sandbox, uid,
+                         deadline):
+    """One of the student's files to an object, in two steps as the sandbox's user, each
+    checked before the next: the compiler proper (-S) to assembly, whose every file read
+    (its -MD list) must be an allowed include; then the assembler, whose every file read
+    (GNU as --MD: its input, and any .incbin or .include, however the inline assembly spelled
+    it) must be that assembly or a file the compiler was allowed to read. A read of anything
+    else refuses the file, and an assembler's failure shows only its messages about the
+    student's own assembly, never lines of another file."""
+    base = os.path.basename(source)
+    argv = [build.CXX] + build.STUDENT_FLAGS + defines + [
+        "-fdiagnostics-color=never", "-fmax-errors=10", "-MD", "-MF", base + ".d", "-I", inc,
+        "-include", build.PCH, "-S", source, "-o", base + ".s"]
+    out, rc = compile_in_sandbox(argv, obj, a, sandbox, uid, deadline)
+    out = out.replace(src + "/", "").replace(inc + "/", "")
+    if rc != 0:
+        raise build.BuildFailed(f"{base} does not compile:\n{out[-6000:]}")
+    # 3: every file the compiler read was allowed (copied out of the sandbox's reach first)
+    d = os.path.join(private, base + ".d")
+    copy_regular(os.path.join(obj, base + ".d"), d)
+    read = build.parse_deps(d)
+    for dep in read:
+        if not build.allowed_include(dep, [os.path.realpath(src), os.path.realpath(inc)], system_headers, std_dirs):
+            raise build.BuildFailed(f"{base} includes {dep}: your files may include only the assignment's headers "
+                                    f"({', '.join(a.student_headers)}) and the C++ standard library")
+    argv = [build.CXX, "-c", "-x", "assembler", base + ".s", "-o", base + ".o", f"-Wa,--MD,{base}.ad"]
+    out, rc = compile_in_sandbox(argv, obj, a, sandbox, uid, deadline)
+    if rc != 0:
+        own = build.own_assembler_messages(out, [base + ".s", source]).replace(src + "/", "")
+        raise build.BuildFailed(f"{base} compiles, but its assembly does not assemble (inline assembly?):\n"
+                                f"{own[-4000:]}")
+    ad = os.path.join(private, base + ".ad")
+    try:
+        copy_regular(os.path.join(obj, base + ".ad"), ad)
+    except OSError:
+        raise build.BuildFailed(f"{base}: the assembler left no list of the files it read, so what it read cannot "
+                                f"be checked")
+    # its input, and the source's name as GCC's `.file` gives it (its base name: nothing there)
+    allowed = set(read) | {os.path.realpath(os.path.join(obj, n)) for n in (base + ".s", base)}
+    for dep in build.parse_deps(ad, cwd=obj):
+        if dep not in allowed:
+            raise build.BuildFailed(f"{base} makes the assembler read {dep} (.incbin or .include in inline "
+                                    f"assembly): your files may read nothing at compile time but the assignment's "
+                                    f"headers and the C++ standard library")
+    o = os.path.join(private, base + ".o")
+    copy_regular(os.path.join(obj, base + ".o"), o)
+    return o
 
 
 def course_objects(a, suites, cache, cflags):

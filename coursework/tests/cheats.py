@@ -12,7 +12,8 @@ check_assignment.py grades them again with that check off, so that the runtime d
 go into one submission (combined()): each test case of the assignment runs one of them,
 chosen by the test's name (read from /proc/self/cmdline), so one grade tries them all,
 each in processes of its own.
-`expect`: words the feedback must contain (any of them).
+`expect`: words the feedback must contain (any of them); `never`: words neither the feedback
+nor the grader's console may show (what a file read at compile time holds).
 """
 
 RAW = r"""
@@ -60,6 +61,37 @@ STATIC = [
      "top": 'extern "C" long write(int, const void*, unsigned long) { return 0; }\n', "body": "",
      "expect": ["your files define write"]},
 ]
+
+# Files read at compile time behind the include check's back: the assembler's .incbin (its
+# name spelled through macros, string concatenation and a comment that gas drops, so that
+# no scan of the source or the assembly finds the word), its .include (through a gas macro;
+# a file that is not assembly shows its lines in the assembler's errors) and #embed (C23,
+# C++26: GCC 15 takes it in C++ too). The file is /etc/passwd: any user can read it, and
+# its first line's words (PASSWD) must never reach the feedback.
+PASSWD = "root:x:0:0"
+COMPILE_TIME_READS = [
+    {"name": "the assembler's .incbin of a file, spelled through macros",
+     "top": r"""#include <cstdio>
+#define DPLAB_WORD2(x) #x
+#define DPLAB_WORD(x) DPLAB_WORD2(x)
+asm(".pushsection .rodata\ndplab_blob:\n." DPLAB_WORD(inc) "/* */" "bin \"/etc/" "passwd\"\n.byte 0\n.popsection");
+""",
+     "body": r'{ const char* blob; asm("lea dplab_blob(%%rip), %0" : "=r"(blob)); std::fputs(blob, stdout); }',
+     "expect": ["makes the assembler read /etc/passwd"], "never": [PASSWD]},
+    {"name": "the assembler's .include of a file, through a gas macro",
+     "top": r"""asm(".macro dplab_read what\n.in\\what \"/etc/passwd\"\n.endm\ndplab_read clude");
+""",
+     "body": "", "expect": ["does not assemble", "makes the assembler read /etc/passwd"], "never": [PASSWD]},
+    {"name": "a file embedded at compile time (#embed)",
+     "top": """#include <cstdio>
+static const unsigned char dplab_embedded[] = {
+#embed "/etc/passwd"
+, 0};
+""",
+     "body": "std::fputs(reinterpret_cast<const char*>(dplab_embedded), stdout);",
+     "expect": ["does not compile", "your files may include only"], "never": [PASSWD]},
+]
+STATIC += COMPILE_TIME_READS
 
 RUNTIME = [
     {"name": "exit 0 with a raw system call", "top": RAW, "body": "dplab_raw(231, 0);",

@@ -7,8 +7,9 @@
     graded on the tests whose names hold "tests", else all) scores below 100 and the
     feedback names the mistake (its "feedback" words);
   - each cheat (cheats.py, and ci_checks.json "cheats") scores no more than the starter,
-    with the feedback the cheat expects; the runtime cheats once more with the grader's
-    static checks off, so that the channel's token, the sandbox and kill-all hold alone;
+    with the feedback the cheat expects and none of the words it must never show; the
+    runtime cheats once more with the grader's static checks off, so that the channel's
+    token, the sandbox and kill-all hold alone;
   - after every grade, no process of the submission is alive, the hidden tests and the
     reference are unchanged, nothing was written into the grader's cache, and no test's
     feedback shows the hidden tests' or the reference's text.
@@ -207,6 +208,9 @@ class Check:
             self.problems.append(f"{label} scored {result['score']}, more than the starter's 0:\n{feedback[:2000]}")
         if not any(e in feedback for e in c["expect"]):
             self.problems.append(f"{label}: the feedback says none of {c['expect']}:\n{feedback[:2000]}")
+        for words in c.get("never", []):
+            if words in feedback or words in console:
+                self.problems.append(f"{label}: the feedback or the console shows {words!r}")
         self.no_leaks(label, feedback, console)
 
     def runtime_cheats(self):

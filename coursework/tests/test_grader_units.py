@@ -96,6 +96,22 @@ class Files(unittest.TestCase):
         self.assertEqual(build.parse_deps(f.name), ["/a/b.cpp", "/a/with space.h", "/usr/include/stdio.h"])
         os.unlink(f.name)
 
+    def test_parse_deps_relative_to_the_compilers_folder(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".d", delete=False) as f:
+            f.write("x.o: /etc/passwd x.s\n")
+        self.assertEqual(build.parse_deps(f.name, cwd="/work/obj"), ["/etc/passwd", "/work/obj/x.s"])
+        os.unlink(f.name)
+
+    def test_own_assembler_messages(self):
+        text = ("x.s: Assembler messages:\n/etc/passwd:1: Error: no such instruction: `root:x:0:0:root'\n"
+                "x.s:7:   Info: macro invoked from here\nx.s:9: Error: junk at end of line\n"
+                "/src/x.cpp:3: Error: no such instruction: `bogus'\n")
+        words = build.own_assembler_messages(text, ["x.s", "/src/x.cpp"])
+        self.assertNotIn("root:x", words)
+        self.assertIn("x.s:9: Error: junk at end of line", words)
+        self.assertIn("/src/x.cpp:3: Error: no such instruction: `bogus'", words)  # inline assembly, by line
+        self.assertIn("1 line(s) about other files left out", words)
+
     def test_outermost(self):
         self.assertEqual(sandbox.outermost(["/a/b/c", "/a/b", "/ab", "/a/b"]), ["/ab", "/a/b"])
 
