@@ -3,7 +3,9 @@
 // watches (grading.h sets the log). It lets feedback say which step sent which chunk where,
 // and which chunk sizes the ring used. Not for the student's code: the grader refuses calls
 // into hw3::observe. A dry log (the offsets test's) also asks them to move nothing: the ring
-// then runs over a buffer that is never touched, larger than the test's memory.
+// then runs over a buffer that is never touched, larger than the test's memory. It keeps one
+// record for calls that continue each other (a step moved in pieces), so that its size
+// follows the ring's steps, not the pieces of a 12 GiB buffer.
 // Read next: diagnose.h (what the tests make of it).
 #pragma once
 #include <cstddef>
@@ -27,6 +29,13 @@ struct Log {
   std::vector<Exchange> exchanges;
   int divides = 0;
   bool dry = false;  // record only: exchange() and divide() touch neither buffer nor transport
+  // Whether a call picks up where the last record ends, with the same peers and Combine (no
+  // two steps of a ring of 3 or more ranks do: the next step's chunks lie behind, not ahead).
+  bool continues(int to, int from, const std::byte* out, const std::byte* in, Combine how) const {
+    if (exchanges.empty()) return false;
+    const Exchange& e = exchanges.back();
+    return e.to == to && e.from == from && e.how == how && out == e.out + e.out_bytes && in == e.in + e.in_bytes;
+  }
 };
 
 Log*& current();  // this thread's log; null while no test watches (support.cpp)

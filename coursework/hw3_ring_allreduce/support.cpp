@@ -27,6 +27,11 @@ void exchange(Transport& tr, int to, const std::byte* out, int64_t out_bytes, in
   place.step = place.step < 0 ? 1 : place.step + 1;  // the rank's ring step, counted from 1
   place.step_word = "ring step";
   if (observe::Log* log = observe::current()) {
+    if (log->dry && log->continues(to, from, out, in, how)) {  // a step moved in pieces: one record
+      log->exchanges.back().out_bytes += out_bytes;
+      log->exchanges.back().in_bytes += in_bytes;
+      return;
+    }
     log->exchanges.push_back({to, from, out, out_bytes, in, in_bytes, how});
     if (log->dry) return;
   }
