@@ -48,6 +48,8 @@ enum class UnaryOp {
   RsubScalar,  // s - x
   RdivScalar,  // s / x
   GtScalar,    // 1 if x > s else 0
+  Gelu,        // x * Phi(x), Phi the standard normal CDF: 0.5 x (1 + erf(x / sqrt 2))
+  GeluTanh,    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's approximation
 };
 
 enum class BinaryOp {
@@ -58,10 +60,12 @@ enum class BinaryOp {
   Pow,
   Max,
   Min,
-  Eq,           // 1 if a == b else 0
-  ReluGrad,     // a * (b > 0)        a = grad, b = relu input
-  SigmoidGrad,  // a * b * (1 - b)    b = sigmoid output
-  TanhGrad,     // a * (1 - b*b)      b = tanh output
+  Eq,            // 1 if a == b else 0
+  ReluGrad,      // a * (b > 0)        a = grad, b = relu input
+  SigmoidGrad,   // a * b * (1 - b)    b = sigmoid output
+  TanhGrad,      // a * (1 - b*b)      b = tanh output
+  GeluGrad,      // a * gelu'(b)       b = gelu input (the formulas: backend/gelu_math.h)
+  GeluTanhGrad,  // a * gelu_tanh'(b)  b = gelu input
 };
 
 // What a kernel computes over elements: along a dim (reduce) or elementwise into a buffer
@@ -147,6 +151,27 @@ class Backend {
   // glogp[i, j] = -gout[i] if j == target[i] else 0
   virtual void nll_loss_backward(const float* gout, const int64_t* target, float* glogp,
                                  int64_t rows, int64_t cols) = 0;
+
+  // ---- the transformer's kernels: causal softmax, layer norm ----
+  // x viewed as [batch, q, k] (attention scores: q queries, k keys). Row i of each [q, k]
+  // matrix is a softmax over its columns j <= i + (k - q), with the row max subtracted, and
+  // its later columns are written 0 exactly: the last query sees every key, and for q = k
+  // row i sees 0..i. Needs 0 <= q <= k (every row sees at least one key). The backward is
+  // softmax_backward's: a masked y of 0 gives a gradient of 0 there.
+  void causal_softmax(const float* x, float* y, int64_t batch, int64_t q, int64_t k);
+  // Layer norm over each row of x [rows, cols] (cols > 0): mean[r], rstd[r] = 1 / sqrt(var +
+  // eps) with the biased variance, and y = (x - mean) * rstd * w + b; w and b are [cols], and
+  // either may be null (1 and 0).
+  virtual void layer_norm(const float* x, const float* w, const float* b, float* y, float* mean,
+                          float* rstd, int64_t rows, int64_t cols, float eps) = 0;
+  // Its gradients from gy and the forward's mean and rstd, with xhat = (x - mean) * rstd:
+  //   gx = rstd * (gy*w - mean_j(gy*w) - xhat * mean_j(gy*w * xhat))   (per row)
+  //   gw = sum_rows(gy * xhat),  gb = sum_rows(gy)
+  // gx [rows, cols], gw and gb [cols] are overwritten, each unless null (not wanted); w may
+  // be null (1).
+  virtual void layer_norm_backward(const float* gy, const float* x, const float* w,
+                                   const float* mean, const float* rstd, float* gx, float* gw,
+                                   float* gb, int64_t rows, int64_t cols) = 0;
 
   // ---- indexing along dim 0 ----
   // out[i, :] = src[idx[i], :]; idx must lie in [0, src_rows) (throws otherwise).
@@ -241,6 +266,8 @@ class Backend {
                              const Strided& b_layout, float* out) = 0;
   virtual void reduce_kernel(ReduceKind op, const float* x, void* out, int64_t outer, int64_t r,
                              int64_t inner) = 0;
+  virtual void causal_softmax_kernel(const float* x, float* y, int64_t batch, int64_t q,
+                                     int64_t k) = 0;
   virtual void im2col_kernel(const float* x, const Window2d& w, float* cols) = 0;
   virtual void col2im_kernel(const float* cols, const Window2d& w, float* gx) = 0;
   virtual void max_pool2d_kernel(const float* x, const Window2d& w, float* y, int64_t* argmax) = 0;

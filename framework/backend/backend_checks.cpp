@@ -46,6 +46,13 @@ void check_adam_args(const AdamArgs& a) {
   DPLAB_CHECK(a.step >= 1, "adam_step: expected step >= 1 (1-based), got {}", a.step);
 }
 
+void check_causal(int64_t batch, int64_t q, int64_t k) {
+  DPLAB_CHECK(batch >= 0 && q >= 0 && q <= k,
+              "causal_softmax: expected [batch, q, k] with 0 <= q <= k (every query sees a key), "
+              "got [{}, {}, {}]",
+              batch, q, k);
+}
+
 // ---- the public Backend functions: the check, then the backend's kernel ----
 
 void Backend::binary(BinaryOp op, const float* a, const Strided& a_layout, const float* b,
@@ -58,6 +65,11 @@ void Backend::reduce(ReduceKind op, const float* x, void* out, int64_t outer, in
                      int64_t inner) {
   check_reduce(op, outer, r, inner);
   reduce_kernel(op, x, out, outer, r, inner);
+}
+
+void Backend::causal_softmax(const float* x, float* y, int64_t batch, int64_t q, int64_t k) {
+  check_causal(batch, q, k);
+  causal_softmax_kernel(x, y, batch, q, k);
 }
 
 void Backend::im2col(const float* x, const Window2d& w, float* cols) {

@@ -22,5 +22,7 @@ void check_reduce(ReduceKind op, int64_t outer, int64_t r, int64_t inner);
 void check_sgd_args(const SgdArgs& a, const float* momentum_buf);
 // step is 1-based (bias correction divides by 1 - beta^step).
 void check_adam_args(const AdamArgs& a);
+// [batch, q, k] non-negative with q <= k: every query row sees at least one key.
+void check_causal(int64_t batch, int64_t q, int64_t k);
 
 }  // namespace dplab

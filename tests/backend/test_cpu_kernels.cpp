@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -81,6 +82,20 @@ TEST_CASE("strided_copy: transpose, broadcast and int64 match index arithmetic")
     for (int c = 0; c < 13; ++c) CHECK(got[r * 13 + c] == -r);
 }
 
+namespace {
+
+// GELU in float64, and its derivative by a central difference of step 1e-5 (the float32
+// kernels' closed forms are backend/gelu_math.h's: this checks them independently).
+double gelu_ref(double x, bool tanh_form) {
+  if (tanh_form) return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+}
+double gelu_grad_ref(double x, bool tanh_form) {
+  return (gelu_ref(x + 1e-5, tanh_form) - gelu_ref(x - 1e-5, tanh_form)) / 2e-5;
+}
+
+}  // namespace
+
 TEST_CASE("unary ops match std:: on 37 elements") {
   Backend& be = cpu();
   std::vector<float> x = random_vec(37, 3, -3.0f, 3.0f), pos = random_vec(37, 4, 0.1f, 4.0f);
@@ -106,6 +121,8 @@ TEST_CASE("unary ops match std:: on 37 elements") {
       {UnaryOp::RsubScalar, false, [](double v, double p) { return p - v; }},
       {UnaryOp::RdivScalar, true, [](double v, double p) { return p / v; }},
       {UnaryOp::GtScalar, false, [](double v, double p) { return v > p ? 1.0 : 0.0; }},
+      {UnaryOp::Gelu, false, [](double v, double) { return gelu_ref(v, false); }},
+      {UnaryOp::GeluTanh, false, [](double v, double) { return gelu_ref(v, true); }},
   };
   for (const Case& c : cases) {
     CAPTURE(static_cast<int>(c.op));
@@ -138,6 +155,8 @@ double binary_ref(BinaryOp op, double a, double b) {
     case BinaryOp::ReluGrad: return b > 0 ? a : 0.0;
     case BinaryOp::SigmoidGrad: return a * b * (1 - b);
     case BinaryOp::TanhGrad: return a * (1 - b * b);
+    case BinaryOp::GeluGrad: return a * gelu_grad_ref(b, false);
+    case BinaryOp::GeluTanhGrad: return a * gelu_grad_ref(b, true);
   }
   return 0;
 }
@@ -146,10 +165,11 @@ double binary_ref(BinaryOp op, double a, double b) {
 void check_binary(const Strided& al, const Strided& bl, int64_t a_size, int64_t b_size) {
   std::vector<float> a = random_vec(a_size, 10, 0.2f, 2.0f), b = random_vec(b_size, 11, 0.2f, 2.0f);
   a[0] = b[0];  // an Eq hit
-  const BinaryOp ops[] = {BinaryOp::Add,         BinaryOp::Sub,     BinaryOp::Mul,
-                          BinaryOp::Div,         BinaryOp::Pow,     BinaryOp::Max,
-                          BinaryOp::Min,         BinaryOp::Eq,      BinaryOp::ReluGrad,
-                          BinaryOp::SigmoidGrad, BinaryOp::TanhGrad};
+  const BinaryOp ops[] = {BinaryOp::Add,         BinaryOp::Sub,      BinaryOp::Mul,
+                          BinaryOp::Div,         BinaryOp::Pow,      BinaryOp::Max,
+                          BinaryOp::Min,         BinaryOp::Eq,       BinaryOp::ReluGrad,
+                          BinaryOp::SigmoidGrad, BinaryOp::TanhGrad, BinaryOp::GeluGrad,
+                          BinaryOp::GeluTanhGrad};
   for (BinaryOp op : ops) {
     CAPTURE(static_cast<int>(op));
     std::vector<float> out(static_cast<std::size_t>(al.numel())), ref(out.size());

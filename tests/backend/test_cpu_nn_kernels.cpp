@@ -1,7 +1,8 @@
 // test_cpu_nn_kernels.cpp: the CPU backend's neural-network kernels against naive loops:
-// softmax family (stable on inputs near 1000), nll_loss and indexing (with the errors a bad
-// label or index must raise), im2col/col2im (and their adjointness), pooling, and the fused
-// SGD / Adam(W) steps against values computed by hand from torch.optim's formulas.
+// softmax family (stable on inputs near 1000, causal too), layer norm, nll_loss and indexing
+// (with the errors a bad label or index must raise), im2col/col2im (and their adjointness),
+// pooling, and the fused SGD / Adam(W) steps against values computed by hand from
+// torch.optim's formulas.
 // Shares helpers with test_cpu_kernels.cpp through tests/backend_test_util.h.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -80,6 +81,67 @@ TEST_CASE("softmax_backward is the Jacobian-transpose product") {
     }
   check_all_close(gx, ref, 1e-6, 1e-4);
   check_all_close(glx, ref_log, 1e-6, 1e-4);
+}
+
+TEST_CASE("causal_softmax: each query row over the keys it sees, zeros after; q > k refused") {
+  const int64_t batch = 2, q = 3, k = 5;  // row i sees keys 0 .. i + 2
+  std::vector<float> x = random_vec(batch * q * k, 43, -3.0f, 3.0f), y(x.size());
+  cpu().causal_softmax(x.data(), y.data(), batch, q, k);
+  for (int64_t r = 0; r < batch * q; ++r) {
+    const int64_t seen = r % q + k - q + 1;
+    std::vector<float> visible(x.begin() + r * k, x.begin() + r * k + seen);
+    std::vector<double> ref = softmax_ref(visible, 1, seen);
+    ref.resize(static_cast<std::size_t>(k), 0.0);
+    std::vector<float> got(y.begin() + r * k, y.begin() + (r + 1) * k);
+    check_all_close(got, ref, 0.0, 1e-5);  // the zeros exactly
+  }
+  CHECK_THROWS_WITH_AS(cpu().causal_softmax(x.data(), y.data(), 1, 5, 3),
+                       doctest::Contains("0 <= q <= k"), Error);
+}
+
+TEST_CASE("layer_norm and its backward against float64, with and without weight and bias") {
+  const int64_t rows = 3, cols = 10;
+  std::vector<float> x = random_vec(rows * cols, 44, -2.0f, 3.0f), w = random_vec(cols, 45),
+                     b = random_vec(cols, 46), gy = random_vec(rows * cols, 47);
+  for (bool affine : {false, true}) {
+    CAPTURE(affine);
+    const float* wp = affine ? w.data() : nullptr;
+    std::vector<float> y(x.size()), mean(rows), rstd(rows), gx(x.size()), gw(cols), gb(cols);
+    cpu().layer_norm(x.data(), wp, affine ? b.data() : nullptr, y.data(), mean.data(), rstd.data(),
+                     rows, cols, 1e-5f);
+    cpu().layer_norm_backward(gy.data(), x.data(), wp, mean.data(), rstd.data(), gx.data(),
+                              gw.data(), gb.data(), rows, cols);
+    std::vector<double> ry(x.size()), rgx(x.size()), rgw(cols, 0.0), rgb(cols, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mu = 0, var = 0;
+      for (int64_t j = 0; j < cols; ++j) mu += x[r * cols + j] / double(cols);
+      for (int64_t j = 0; j < cols; ++j) var += std::pow(x[r * cols + j] - mu, 2) / double(cols);
+      const double rs = 1 / std::sqrt(var + 1e-5);
+      double mean_gh = 0, mean_ghx = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double xhat = (x[r * cols + j] - mu) * rs, wj = affine ? w[j] : 1.0;
+        ry[r * cols + j] = xhat * wj + (affine ? b[j] : 0.0);
+        mean_gh += gy[r * cols + j] * wj / double(cols);
+        mean_ghx += gy[r * cols + j] * wj * xhat / double(cols);
+        rgw[j] += gy[r * cols + j] * xhat;
+        rgb[j] += gy[r * cols + j];
+      }
+      for (int64_t j = 0; j < cols; ++j) {
+        const double xhat = (x[r * cols + j] - mu) * rs, wj = affine ? w[j] : 1.0;
+        rgx[r * cols + j] = rs * (gy[r * cols + j] * wj - mean_gh - xhat * mean_ghx);
+      }
+    }
+    check_all_close(y, ry, 1e-5, 1e-5);
+    check_all_close(gx, rgx, 1e-5, 1e-4);
+    check_all_close(gw, rgw, 1e-5, 1e-4);
+    check_all_close(gb, rgb, 1e-5, 1e-5);
+    // only the parameters' gradients (gx not wanted): the same numbers
+    std::vector<float> gw2(cols), gb2(cols);
+    cpu().layer_norm_backward(gy.data(), x.data(), wp, mean.data(), rstd.data(), nullptr,
+                              gw2.data(), gb2.data(), rows, cols);
+    CHECK(gw2 == gw);
+    CHECK(gb2 == gb);
+  }
 }
 
 TEST_CASE("nll_loss picks -logp[target] and names a bad target") {

@@ -89,7 +89,7 @@ TEST_CASE("cuda strided_copy and index_rows move float16 words like the CPU" *
 
 TEST_CASE("cuda unary ops match the CPU" * doctest::skip(!has_gpu())) {
   const int64_t n = 4099;
-  for (int k = 0; k <= static_cast<int>(UnaryOp::GtScalar); ++k) {
+  for (int k = 0; k <= static_cast<int>(UnaryOp::GeluTanh); ++k) {
     const auto op = static_cast<UnaryOp>(k);
     const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::PowScalar ||
                           op == UnaryOp::RdivScalar;
@@ -110,7 +110,7 @@ TEST_CASE("cuda binary ops with broadcasting match the CPU" * doctest::skip(!has
   al.strides[1] = 0;
   bl.strides[0] = 0;
   const int64_t n = 5 * 3 * 7;
-  for (int k = 0; k <= static_cast<int>(BinaryOp::TanhGrad); ++k) {
+  for (int k = 0; k <= static_cast<int>(BinaryOp::GeluTanhGrad); ++k) {
     const auto op = static_cast<BinaryOp>(k);
     const bool positive = op == BinaryOp::Pow;
     std::vector<float> a = random_vec(5 * 7, 20 + k, positive ? 0.2f : -2.0f, 2.0f);

@@ -1,7 +1,11 @@
-// test_cuda_kernels_nn.cpp: indexing, im2col / col2im, pooling and the fused optimizer
-// steps on CUDA against the CPU backend, plus the index checks that kernels report through
-// the device-side error flag. Skipped without a GPU. Read next: test_cuda_devices.cpp.
+// test_cuda_kernels_nn.cpp: indexing, causal softmax, layer norm, im2col / col2im, pooling and
+// the fused optimizer steps on CUDA against the CPU backend, plus the index checks that
+// kernels report through the device-side error flag. Skipped without a GPU.
+// Read next: test_cuda_devices.cpp.
 #include <doctest/doctest.h>
+
+#include <tuple>
+#include <utility>
 
 #include "tests/backend_test_util.h"
 
@@ -63,6 +67,46 @@ TEST_CASE("cuda indexing along dim 0 matches the CPU" * doctest::skip(!has_gpu()
   CHECK_THROWS_WITH_AS(gpu().gather_rows(gsrc.get(), src_rows, bad_g.get(), rows, cols, gout.get()),
                        doctest::Contains("got 13"), Error);
   CHECK_NOTHROW(gpu().gather_rows(gsrc.get(), src_rows, ggi.get(), rows, cols, gout.get()));
+}
+
+TEST_CASE("cuda causal_softmax and layer_norm match the CPU" * doctest::skip(!has_gpu())) {
+  // rows shorter and longer than a block of 256 threads
+  for (auto [batch, q, k] : {std::tuple{3, 7, 7}, std::tuple{2, 5, 300}, std::tuple{1, 600, 600}}) {
+    CAPTURE(k);
+    std::vector<float> x = random_vec(batch * q * k, 60, -4.0f, 4.0f);
+    GpuBuf<float> gx(x), gy(x.size());
+    gpu().causal_softmax(gx.get(), gy.get(), batch, q, k);
+    std::vector<float> ry(x.size());
+    cpu().causal_softmax(x.data(), ry.data(), batch, q, k);
+    check_close(gy.host(), ry, "causal_softmax", 1e-6, 1e-5);
+  }
+  for (auto [rows, cols] : {std::pair{5, 37}, std::pair{3, 1000}}) {
+    for (bool affine : {false, true}) {
+      CAPTURE(cols);
+      CAPTURE(affine);
+      std::vector<float> x = random_vec(rows * cols, 61, -2.0f, 3.0f), w = random_vec(cols, 62),
+                         b = random_vec(cols, 63), gy = random_vec(rows * cols, 64);
+      GpuBuf<float> gxin(x), gw_in(w), gb_in(b), ggy(gy), gyout(x.size()), gmean(rows), grstd(rows),
+          ggx(x.size()), ggw(cols), ggb(cols);
+      const float* wg = affine ? gw_in.get() : nullptr;
+      gpu().layer_norm(gxin.get(), wg, affine ? gb_in.get() : nullptr, gyout.get(), gmean.get(),
+                       grstd.get(), rows, cols, 1e-5f);
+      gpu().layer_norm_backward(ggy.get(), gxin.get(), wg, gmean.get(), grstd.get(), ggx.get(),
+                                ggw.get(), ggb.get(), rows, cols);
+      std::vector<float> y(x.size()), mean(rows), rstd(rows), gx(x.size()), gw(cols), gb(cols);
+      const float* wc = affine ? w.data() : nullptr;
+      cpu().layer_norm(x.data(), wc, affine ? b.data() : nullptr, y.data(), mean.data(),
+                       rstd.data(), rows, cols, 1e-5f);
+      cpu().layer_norm_backward(gy.data(), x.data(), wc, mean.data(), rstd.data(), gx.data(),
+                                gw.data(), gb.data(), rows, cols);
+      check_close(gyout.host(), y, "layer_norm y", 1e-5, 1e-5);
+      check_close(gmean.host(), mean, "layer_norm mean", 1e-5, 1e-5);
+      check_close(grstd.host(), rstd, "layer_norm rstd", 1e-5, 1e-5);
+      check_close(ggx.host(), gx, "layer_norm gx", 1e-4, 1e-4);
+      check_close(ggw.host(), gw, "layer_norm gw", 1e-4, 1e-4);
+      check_close(ggb.host(), gb, "layer_norm gb", 1e-4, 1e-4);
+    }
+  }
 }
 
 TEST_CASE("cuda im2col, col2im and pooling match the CPU" * doctest::skip(!has_gpu())) {

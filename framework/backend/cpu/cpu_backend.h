@@ -4,7 +4,8 @@
 //   cpu_backend.cpp        memory, copies, the one CpuBackend
 //   cpu_threads.{h,cpp}    thread count, lanes (run_pieces)
 //   cpu_elementwise.cpp, cpu_reduce.cpp, cpu_nn.cpp (softmax, nll, indexing),
-//   cpu_optim.cpp (fused SGD / Adam): the kernels with one implementation
+//   cpu_optim.cpp (fused SGD / Adam), cpu_transformer.cpp (causal softmax, layer norm):
+//                          the kernels with one implementation
 //   cpu_gemm.cpp           the GEMM's checks, threads and choice: reference/ or fast/
 //   cpu_gemm_lowp.cpp, cpu_half.{h,cpp}   16-bit floats
 //   cpu_vector.{h,cpp}     the 8-float vector type and the tiled transpose both halves use
@@ -61,6 +62,13 @@ class CpuBackend final : public Backend {
   void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) override;
   void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows, int64_t cols,
                         bool log) override;
+  void causal_softmax_kernel(const float* x, float* y, int64_t batch, int64_t q,
+                             int64_t k) override;
+  void layer_norm(const float* x, const float* w, const float* b, float* y, float* mean,
+                  float* rstd, int64_t rows, int64_t cols, float eps) override;
+  void layer_norm_backward(const float* gy, const float* x, const float* w, const float* mean,
+                           const float* rstd, float* gx, float* gw, float* gb, int64_t rows,
+                           int64_t cols) override;
   void nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,
                 int64_t cols) override;
   void nll_loss_backward(const float* gout, const int64_t* target, float* glogp, int64_t rows,

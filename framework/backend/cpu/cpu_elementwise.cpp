@@ -3,7 +3,8 @@
 // laid out back to back in every operand are merged first, so a contiguous tensor becomes
 // one flat loop and [B, N] + [N] becomes B loops over N; then only the innermost loop runs
 // per element, with its strides fixed at 1 or 0 in the common cases, which g++ -O3 turns
-// into AVX2 code. Unary maths (exp, tanh, ...) uses Eigen arrays for vectorised exp/log.
+// into AVX2 code. Unary maths (exp, tanh, ...) uses Eigen arrays for vectorised exp/log;
+// GELU's formulas are gelu_math.h's, shared with CUDA.
 // Read next: cpu_reduce.cpp.
 #include <Eigen/Core>
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "framework/backend/cpu/cpu_backend.h"
 #include "framework/backend/cpu/cpu_half.h"
 #include "framework/backend/cpu/cpu_threads.h"
+#include "framework/backend/gelu_math.h"
 #include "framework/error.h"
 
 namespace dplab {
@@ -225,6 +227,12 @@ static bool unary_chunk(UnaryOp op, const float* x, float* y, int64_t n, float s
     case UnaryOp::GtScalar:
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > s ? 1.0f : 0.0f;
       return true;
+    case UnaryOp::Gelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = gelu_math::gelu(x[i]);
+      return true;
+    case UnaryOp::GeluTanh:  // gelu_math::gelu_tanh, with Eigen's vectorised tanh
+      Y = 0.5f * X * (1.0f + (gelu_math::kSqrt2OverPi * (X + gelu_math::kCubic * X.cube())).tanh());
+      return true;
   }
   return false;
 }
@@ -271,6 +279,12 @@ void CpuBackend::binary_kernel(BinaryOp op, const float* a, const Strided& al, c
       return;
     case BinaryOp::TanhGrad:
       binary_rows(a, b, out, w, [](float g, float y) { return g * (1.0f - y * y); });
+      return;
+    case BinaryOp::GeluGrad:
+      binary_rows(a, b, out, w, [](float g, float x) { return g * gelu_math::gelu_grad(x); });
+      return;
+    case BinaryOp::GeluTanhGrad:
+      binary_rows(a, b, out, w, [](float g, float x) { return g * gelu_math::gelu_tanh_grad(x); });
       return;
   }
   DPLAB_FAIL("binary: unknown BinaryOp {}", static_cast<int>(op));

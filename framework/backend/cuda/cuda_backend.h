@@ -46,6 +46,13 @@ class CudaBackend final : public Backend {
   void softmax(const float* x, float* y, int64_t rows, int64_t cols, bool log) override;
   void softmax_backward(const float* gy, const float* y, float* gx, int64_t rows, int64_t cols,
                         bool log) override;
+  void causal_softmax_kernel(const float* x, float* y, int64_t batch, int64_t q,
+                             int64_t k) override;
+  void layer_norm(const float* x, const float* w, const float* b, float* y, float* mean,
+                  float* rstd, int64_t rows, int64_t cols, float eps) override;
+  void layer_norm_backward(const float* gy, const float* x, const float* w, const float* mean,
+                           const float* rstd, float* gx, float* gw, float* gb, int64_t rows,
+                           int64_t cols) override;
   void nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,
                 int64_t cols) override;
   void nll_loss_backward(const float* gout, const int64_t* target, float* glogp, int64_t rows,

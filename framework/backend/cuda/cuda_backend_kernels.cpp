@@ -1,6 +1,6 @@
-// cuda_backend_kernels.cpp: CudaBackend's elementwise, reduction, softmax, indexing,
-// convolution, pooling and optimizer kernels: argument checks (the same as the CPU
-// backend's), translation of backend.h's structs to cuda_kernels.h's plain mirrors, and a
+// cuda_backend_kernels.cpp: CudaBackend's elementwise, reduction, softmax (causal too), layer
+// norm, indexing, convolution, pooling and optimizer kernels: argument checks (the same as the
+// CPU backend's), translation of backend.h's structs to cuda_kernels.h's plain mirrors, and a
 // launch on the stream of the logical device that owns the output (fill, unary and
 // reduce_into, the kernels collectives use, go on its comm stream inside a CommStreamScope).
 // Index-validating kernels are followed by take_index_errors(): a stream sync plus 16 bytes
@@ -24,7 +24,10 @@ using cuda::LogicalDevice;
 // The mirrored enums must keep backend.h's order: kernels receive them as plain ints.
 static_assert(static_cast<int>(UnaryOp::GtScalar) == static_cast<int>(cuda::KUnary::GtScalar));
 static_assert(static_cast<int>(UnaryOp::PowScalar) == static_cast<int>(cuda::KUnary::PowScalar));
+static_assert(static_cast<int>(UnaryOp::GeluTanh) == static_cast<int>(cuda::KUnary::GeluTanh));
 static_assert(static_cast<int>(BinaryOp::TanhGrad) == static_cast<int>(cuda::KBinary::TanhGrad));
+static_assert(static_cast<int>(BinaryOp::GeluTanhGrad) ==
+              static_cast<int>(cuda::KBinary::GeluTanhGrad));
 static_assert(static_cast<int>(BinaryOp::Eq) == static_cast<int>(cuda::KBinary::Eq));
 static_assert(static_cast<int>(ReduceKind::ArgMax) == static_cast<int>(cuda::KReduce::ArgMax));
 static_assert(cuda::kKernelMaxDims == kMaxDims);
@@ -178,6 +181,30 @@ void CudaBackend::softmax_backward(const float* gy, const float* y, float* gx, i
   if (rows <= 0 || cols <= 0) return;
   LogicalDevice& dev = bind_owner(gx, "softmax_backward");
   CUDA_CHECK(cuda::launch_softmax_backward(gy, y, gx, rows, cols, log, dev.stream));
+}
+
+void CudaBackend::causal_softmax_kernel(const float* x, float* y, int64_t batch, int64_t q,
+                                        int64_t k) {
+  if (batch * q <= 0 || k <= 0) return;
+  LogicalDevice& dev = bind_owner(y, "causal_softmax");
+  CUDA_CHECK(cuda::launch_causal_softmax(x, y, batch, q, k, dev.stream));
+}
+
+void CudaBackend::layer_norm(const float* x, const float* w, const float* b, float* y, float* mean,
+                             float* rstd, int64_t rows, int64_t cols, float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  LogicalDevice& dev = bind_owner(y, "layer_norm");
+  CUDA_CHECK(cuda::launch_layer_norm(x, w, b, y, mean, rstd, rows, cols, eps, dev.stream));
+}
+
+void CudaBackend::layer_norm_backward(const float* gy, const float* x, const float* w,
+                                      const float* mean, const float* rstd, float* gx, float* gw,
+                                      float* gb, int64_t rows, int64_t cols) {
+  float* owner = gx ? gx : gw ? gw : gb;
+  if (cols <= 0 || owner == nullptr) return;
+  LogicalDevice& dev = bind_owner(owner, "layer_norm_backward");
+  CUDA_CHECK(
+      cuda::launch_layer_norm_backward(gy, x, w, mean, rstd, gx, gw, gb, rows, cols, dev.stream));
 }
 
 void CudaBackend::nll_loss(const float* logp, const int64_t* target, float* out, int64_t rows,

@@ -4,9 +4,10 @@
 // more index arithmetic than needed. Contiguous operands take a flat path; strided ones
 // (broadcast: stride 0, transpose: permuted strides) decompose the output index once per
 // element with the shape passed by value in a KStrided (136 bytes of kernel parameters).
-// Read next: cuda_reduce.cu.
+// GELU's formulas are ../gelu_math.h's, the CPU's too. Read next: cuda_reduce.cu.
 #include "framework/backend/cuda/cuda_kernels.h"
 #include "framework/backend/cuda/cuda_launch.cuh"
+#include "framework/backend/gelu_math.h"
 
 namespace dplab::cuda {
 namespace {
@@ -69,12 +70,14 @@ __device__ inline float unary_op(KUnary op, float x, float s) {
     case KUnary::RsubScalar: return s - x;
     case KUnary::RdivScalar: return s / x;
     case KUnary::GtScalar: return x > s ? 1.0f : 0.0f;
+    case KUnary::Gelu: return gelu_math::gelu(x);
+    case KUnary::GeluTanh: return gelu_math::gelu_tanh(x);
   }
   return 0.0f;
 }
 
 // The switch is uniform across the grid (every thread takes the same branch), so it costs
-// a few instructions per element, not divergence; one kernel serves all 14 ops.
+// a few instructions per element, not divergence; one kernel serves all 16 ops.
 __global__ void unary_kernel(KUnary op, const float* x, float* y, int64_t n, float s) {
   DPLAB_GRID_LOOP(i, n) y[i] = unary_op(op, x[i], s);
 }
@@ -89,9 +92,11 @@ __device__ inline float binary_op(KBinary op, float a, float b) {
     case KBinary::Max: return (a != a || a >= b) ? a : b;  // NaN propagates, as torch.maximum
     case KBinary::Min: return (a != a || a <= b) ? a : b;
     case KBinary::Eq: return a == b ? 1.0f : 0.0f;
-    case KBinary::ReluGrad: return b > 0.0f ? a : 0.0f;    // a = grad, b = relu input
-    case KBinary::SigmoidGrad: return a * b * (1.0f - b);  // b = sigmoid output
-    case KBinary::TanhGrad: return a * (1.0f - b * b);     // b = tanh output
+    case KBinary::ReluGrad: return b > 0.0f ? a : 0.0f;          // a = grad, b = relu input
+    case KBinary::SigmoidGrad: return a * b * (1.0f - b);        // b = sigmoid output
+    case KBinary::TanhGrad: return a * (1.0f - b * b);           // b = tanh output
+    case KBinary::GeluGrad: return a * gelu_math::gelu_grad(b);  // b = gelu input
+    case KBinary::GeluTanhGrad: return a * gelu_math::gelu_tanh_grad(b);  // b = gelu input
   }
   return 0.0f;
 }

@@ -37,9 +37,25 @@ enum class KUnary : int {
   MulScalar,
   RsubScalar,
   RdivScalar,
-  GtScalar
+  GtScalar,
+  Gelu,
+  GeluTanh
 };
-enum class KBinary : int { Add, Sub, Mul, Div, Pow, Max, Min, Eq, ReluGrad, SigmoidGrad, TanhGrad };
+enum class KBinary : int {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Max,
+  Min,
+  Eq,
+  ReluGrad,
+  SigmoidGrad,
+  TanhGrad,
+  GeluGrad,
+  GeluTanhGrad
+};
 enum class KReduce : int { Sum, Max, Min, ArgMax };
 
 // ---- cuda_elementwise.cu ----
@@ -85,6 +101,15 @@ cudaError_t launch_gather_rows(const float* src, int64_t src_rows, const int64_t
                                int64_t cols, float* out, unsigned long long* err, cudaStream_t s);
 cudaError_t launch_scatter_add_rows(const float* g, const int64_t* idx, int64_t rows, int64_t cols,
                                     float* out, unsigned long long* err, cudaStream_t s);
+
+// ---- cuda_transformer.cu: causal softmax and layer norm (backend.h has their maths) ----
+cudaError_t launch_causal_softmax(const float* x, float* y, int64_t batch, int64_t q, int64_t k,
+                                  cudaStream_t s);
+cudaError_t launch_layer_norm(const float* x, const float* w, const float* b, float* y, float* mean,
+                              float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t s);
+cudaError_t launch_layer_norm_backward(const float* gy, const float* x, const float* w,
+                                       const float* mean, const float* rstd, float* gx, float* gw,
+                                       float* gb, int64_t rows, int64_t cols, cudaStream_t s);
 
 // ---- cuda_conv_pool.cu ----
 cudaError_t launch_im2col(const float* x, const KWindow& w, float* cols, cudaStream_t s);

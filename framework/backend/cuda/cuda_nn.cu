@@ -13,29 +13,6 @@
 namespace dplab::cuda {
 namespace {
 
-// Sum (max when is_max) of v over the block; every thread gets the result.
-// scratch holds one value per warp (kThreads / 32 = 8).
-__device__ float block_reduce(float v, bool is_max, float* scratch) {
-  for (int off = 16; off > 0; off /= 2) {
-    const float o = __shfl_down_sync(0xffffffffu, v, off);
-    v = is_max ? fmaxf(v, o) : v + o;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : (is_max ? -INFINITY : 0.0f);
-    for (int off = 16; off > 0; off /= 2) {
-      const float o = __shfl_down_sync(0xffffffffu, v, off);
-      v = is_max ? fmaxf(v, o) : v + o;
-    }
-    if (lane == 0) scratch[0] = v;
-  }
-  __syncthreads();
-  return scratch[0];
-}
-
 // y = exp(x - max) / sum(exp(x - max));  log: y = x - max - log(sum(exp(x - max)))
 __global__ void softmax_kernel(const float* x, float* y, int64_t rows, int64_t cols, bool log) {
   __shared__ float scratch[kThreads / 32];
@@ -154,10 +131,6 @@ __global__ void scatter_add_rows_kernel(const float* g, const int64_t* idx, int6
       atomicAdd(&out[r * cols + j], g[e]);
     }
   }
-}
-
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
 }
 
 }  // namespace
