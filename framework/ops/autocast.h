@@ -3,10 +3,11 @@
 // from 16-bit math run in `dtype` and the ones that lose accuracy run in float32, whatever
 // dtype their inputs have; outside it nothing changes. The lists are PyTorch's:
 //   low precision (cast float32 inputs to dtype): matmul, linear, conv2d
-//   float32 (cast 16-bit inputs up): softmax, log_softmax, nll_loss, cross_entropy,
-//     mse_loss, batch_norm, sum, mean, var, exp, log, pow
-//   everything else (relu, add, pooling, reshape, ...) runs in the dtype it is given; a
-//   binary op on two dtypes promotes (float16 + float32 -> float32), as PyTorch does.
+//   float32 (cast 16-bit inputs up): softmax, log_softmax, causal_softmax, nll_loss,
+//     cross_entropy, mse_loss, batch_norm, layer_norm, sum, mean, var, exp, log, pow
+//   everything else (relu, gelu, add, pooling, embedding, reshape, ...) runs in the dtype it
+//   is given; a binary op on two dtypes promotes (float16 + float32 -> float32), as PyTorch
+//   does.
 // Why these lists: a GEMM sums K products, and float32 accumulation keeps that sum accurate
 // while 16-bit inputs halve the bytes read (and run on tensor cores); exp, log, softmax and
 // the losses are where 10 mantissa bits lose real information (exp(11) overflows float16).

@@ -220,4 +220,15 @@ Tensor tanh(const Tensor& a) {
   });
 }
 
+// GELU, exact or tanh-approximated (the formulas and derivatives: backend/gelu_math.h).
+// Backward reads the input: d gelu/dx = Phi(x) + x phi(x) is not a function of the output.
+Tensor gelu(const Tensor& a, GeluApproximation approximate) {
+  const bool tanh_form = approximate == GeluApproximation::Tanh;
+  Tensor out = unary_raw(tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, "gelu", a);
+  return record(out, "GeluBackward", {a}, [a, tanh_form](const Tensor& g) {
+    return std::vector<Tensor>{
+        binary_raw(tanh_form ? BinaryOp::GeluTanhGrad : BinaryOp::GeluGrad, "gelu", g, a)};
+  });
+}
+
 }  // namespace dplab

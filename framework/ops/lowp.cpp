@@ -36,6 +36,15 @@ std::optional<DType> lowp_result_dtype(const std::vector<Tensor>& inputs) {
   return any ? result : std::nullopt;
 }
 
+bool needs_float32(const std::vector<Tensor>& inputs) {
+  return amp::autocast_dtype() || lowp_result_dtype(inputs).has_value();
+}
+
+DType float32_op_result(const std::vector<Tensor>& inputs) {
+  if (amp::autocast_dtype()) return DType::Float32;
+  return lowp_result_dtype(inputs).value_or(DType::Float32);
+}
+
 Tensor conv2d_lowp(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
                    int64_t padding, DType out_dtype) {
   auto conv_in_float32 = [stride, padding, out_dtype](const std::vector<Tensor>& in) {

@@ -4,7 +4,7 @@
 //    copy, freed at once), compute, and round the result to 16 bits; what backward saves
 //    stays 16-bit (elementwise.cpp, matmul.cpp via Backend::gemm_lowp);
 //  - ops whose backward saves nothing large (reductions, pooling, losses, softmax, norms)
-//    run their float32 version between two differentiable casts: `run_in_float32`;
+//    run their float32 version between two differentiable casts (needs_float32 below);
 //  - conv2d, which would otherwise save a float32 copy of its input, runs its float32
 //    version under a checkpoint (autograd/checkpoint.h): it saves its 16-bit inputs and
 //    recomputes the float32 forward in backward (one more forward per conv; conv2d_lowp).
@@ -20,6 +20,13 @@ namespace dplab {
 // nullopt when no input is 16-bit; else the dtype the op's result has (the promotion of
 // its floating inputs: float16 alone stays float16, float16 with float32 gives float32).
 std::optional<DType> lowp_result_dtype(const std::vector<Tensor>& inputs);
+
+// The second way, for the ops of autocast's float32 list (softmax, the losses, the norms):
+// needs_float32 says whether the op must cast its inputs up first (one of them is 16-bit, or
+// autocast is on), and float32_op_result what its result is cast back to: the inputs' dtype
+// outside autocast, float32 inside it (autocast.h).
+bool needs_float32(const std::vector<Tensor>& inputs);
+DType float32_op_result(const std::vector<Tensor>& inputs);
 
 // A copy of t in dtype `to`, outside autograd (the scratch copies of the first way).
 Tensor raw_cast(const Tensor& t, DType to);

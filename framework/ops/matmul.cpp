@@ -1,5 +1,7 @@
 // matmul.cpp: matrix products on the backend's GEMM, row-major throughout.
 // Backward of C = A B:  dA = dC B^T,  dB = A^T dC  (transposes are GEMM flags, not copies).
+// A batch of products ([B, H, T, D] @ [B, H, D, T], attention's) is one batched GEMM over
+// contiguous matrices: the batch dims flatten into one count, with nothing allocated per entry.
 // linear() is y = x W^T + b in one GEMM (bias pre-filled, beta = 1): nn::Linear's forward.
 // float16 / bfloat16 operands run Backend::gemm_lowp (float32 accumulation, C rounded once);
 // inside autocast both ops cast their float32 inputs to the autocast dtype first.
@@ -37,6 +39,43 @@ void gemm_into(const Tensor& a, bool trans_a, bool a_batched, const Tensor& b, b
   backend_of(a).gemm(g, fptr(a), fptr(b), fptr(c));
 }
 
+// The batch dims of x: all but the last two.
+Shape batch_dims(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 2); }
+int64_t batch_numel(const Tensor& x) { return shape_numel(batch_dims(x)); }
+
+// The batch of a product: a's and b's batch dims broadcast (NumPy's rule).
+Shape matmul_batch_shape(const Tensor& a, const Tensor& b) {
+  const Shape ab = batch_dims(a), bb = batch_dims(b);
+  try {
+    return broadcast_shapes(ab, bb);
+  } catch (const Error&) {
+    DPLAB_FAIL("matmul: batch dims {} and {} do not broadcast (a is {}, b is {})", shape_str(ab),
+               shape_str(bb), shape_str(a.shape()), shape_str(b.shape()));
+  }
+}
+
+// The GEMM steps an operand through the batch (stride: one matrix) or reads the same matrix
+// for every entry (stride 0). An operand broadcast along some batch dims only, as [B, 1, M, K]
+// against [B, H, K, N], fits neither: it is expanded to the full batch, one copy (expand's
+// backward sums its gradient back).
+Tensor fit_batch(const Tensor& x, const Shape& batch_shape) {
+  const int64_t n = batch_numel(x);
+  if (n == 1 || n == shape_numel(batch_shape)) return x;
+  Shape full = batch_shape;
+  full.push_back(x.size(-2));
+  full.push_back(x.size(-1));
+  return expand(x, full);
+}
+
+// Where a gradient is computed: x's own shape when x steps through the batch, else one
+// [rows, cols] matrix per batch entry, summed by sum_shared.
+Tensor gradient_buffer(const Tensor& x, bool batched, int64_t batch, int64_t rows, int64_t cols) {
+  return Tensor::empty(batched ? x.shape() : Shape{batch, rows, cols}, x.options());
+}
+Tensor sum_shared(const Tensor& g, const Tensor& x, bool batched) {
+  return batched ? g : reshape(sum(g, {0}), x.shape());
+}
+
 // Operands of one dtype: the promotion of the floating inputs (float16 with float32 gives
 // float32), each cast differentiably. Returns the inputs unchanged when they agree.
 std::vector<Tensor> common_dtype(const std::vector<Tensor>& in) {
@@ -49,43 +88,60 @@ std::vector<Tensor> common_dtype(const std::vector<Tensor>& in) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, MatmulOptions o) {
   if (amp::autocast_dtype()) {  // autocast's low-precision list (autocast.h)
     Tensor a = amp::to_autocast_dtype(a_in), b = amp::to_autocast_dtype(b_in);
     amp::AutocastSuspend inside;
-    return matmul(a, b);
+    return matmul(a, b, o);
   }
   check_floating("matmul", a_in);
   check_floating("matmul", b_in);
   const std::vector<Tensor> ab = common_dtype({a_in, b_in});
-  const Tensor &a = ab[0], &b = ab[1];
-  check_same_device("matmul", a, b);
-  DPLAB_CHECK(((a.dim() == 2 || a.dim() == 3) && b.dim() == 2) || (a.dim() == 3 && b.dim() == 3),
-              "matmul: supports [M,K]@[K,N], [B,M,K]@[K,N] and [B,M,K]@[B,K,N]; got {} @ {}",
-              shape_str(a.shape()), shape_str(b.shape()));
-  bool batched = a.dim() == 3, b_batched = b.dim() == 3;
-  int64_t batch = batched ? a.size(0) : 1, M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  DPLAB_CHECK(b.size(-2) == K, "matmul: inner dims differ: a is {}, b is {}", shape_str(a.shape()),
-              shape_str(b.shape()));
-  DPLAB_CHECK(!b_batched || b.size(0) == batch, "matmul: batch sizes differ: a is {}, b is {}",
-              shape_str(a.shape()), shape_str(b.shape()));
-  Shape out_shape = batched ? Shape{batch, M, N} : Shape{M, N};
+  check_same_device("matmul", ab[0], ab[1]);
+  DPLAB_CHECK(
+      ab[0].dim() >= 2 && ab[1].dim() >= 2,
+      "matmul: expected [..., M, K] @ [..., K, N], operands of at least 2 dims; got {} @ {}",
+      shape_str(ab[0].shape()), shape_str(ab[1].shape()));
+  const bool ta = o.transpose_a, tb = o.transpose_b;
+  const int64_t M = ab[0].size(ta ? -1 : -2), K = ab[0].size(ta ? -2 : -1);
+  const int64_t N = ab[1].size(tb ? -2 : -1);
+  DPLAB_CHECK(ab[1].size(tb ? -1 : -2) == K, "matmul: inner dims differ: a is {}{}, b is {}{}",
+              shape_str(ab[0].shape()), ta ? " (transposed)" : "", shape_str(ab[1].shape()),
+              tb ? " (transposed)" : "");
+  const Shape batch_shape = matmul_batch_shape(ab[0], ab[1]);
+  const int64_t batch = shape_numel(batch_shape);
+  const Tensor a = fit_batch(ab[0], batch_shape), b = fit_batch(ab[1], batch_shape);
+  const bool a_batched = batch_numel(a) == batch, b_batched = batch_numel(b) == batch;
+  Shape out_shape = batch_shape;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
   Tensor out = Tensor::empty(out_shape, a.options());
-  gemm_into(a, false, batched, b, false, b_batched, out, batch, M, N, K, 0.0f);
+  gemm_into(a, ta, a_batched, b, tb, b_batched, out, batch, M, N, K, 0.0f);
 
+  // C = op(A) op(B):  d op(A) = dC op(B)^T,  d op(B) = op(A)^T dC. Where an operand is stored
+  // transposed, its gradient is the transpose of that: dA = op(B) dC^T, dB = dC^T op(A).
+  // Every transpose is a GEMM flag. An operand shared by the batch sums its gradient over it.
   return record(out, "MatmulBackward", {a, b},
-                [a, b, batched, b_batched, batch, M, N, K](const Tensor& g) {
+                [a, b, ta, tb, a_batched, b_batched, batch, M, N, K](const Tensor& g) {
     Tensor ga, gb;
-    if (a.requires_grad()) {  // dA[M,K] = dC[M,N] B^T
-      ga = Tensor::empty(a.shape(), a.options());
-      gemm_into(g, false, true, b, true, b_batched, ga, batch, M, K, N, 0.0f);
+    if (a.requires_grad()) {
+      ga = gradient_buffer(a, a_batched, batch, ta ? K : M, ta ? M : K);
+      if (ta) gemm_into(b, tb, b_batched, g, true, true, ga, batch, K, M, N, 0.0f);
+      else gemm_into(g, false, true, b, !tb, b_batched, ga, batch, M, K, N, 0.0f);
+      ga = sum_shared(ga, a, a_batched);
     }
     if (b.requires_grad()) {
-      gb = Tensor::empty(b.shape(), b.options());
-      if (b_batched) {  // dB[K,N] = A^T dC, per batch entry
-        gemm_into(a, true, true, g, false, true, gb, batch, K, N, M, 0.0f);
-      } else {  // B is shared by the batch: dB = sum_b A_b^T dC_b = A^T dC over B*M rows
-        gemm_into(a, true, false, g, false, false, gb, 1, K, N, batch * M, 0.0f);
+      if (!b_batched && a_batched && !ta) {
+        // B is shared and A's rows lie back to back: the sum over the batch is one GEMM with
+        // batch*M rows, dB = A^T dC ([K, batch*M] @ [batch*M, N]).
+        gb = Tensor::empty(b.shape(), b.options());
+        if (tb) gemm_into(g, true, false, a, false, false, gb, 1, N, K, batch * M, 0.0f);
+        else gemm_into(a, true, false, g, false, false, gb, 1, K, N, batch * M, 0.0f);
+      } else {
+        gb = gradient_buffer(b, b_batched, batch, tb ? N : K, tb ? K : N);
+        if (tb) gemm_into(g, true, true, a, ta, a_batched, gb, batch, N, K, M, 0.0f);
+        else gemm_into(a, !ta, a_batched, g, false, true, gb, batch, K, N, M, 0.0f);
+        gb = sum_shared(gb, b, b_batched);
       }
     }
     return std::vector<Tensor>{ga, gb};

@@ -72,18 +72,11 @@ void check_scores_and_target(const char* op, const char* what, const Tensor& sco
   check_same_device(op, scores, target);
 }
 
-// Every op of this file computes in float32 (autocast's float32 list): 16-bit inputs are
-// cast up, and the result cast back to the input's dtype outside autocast, or kept float32
-// inside it (autocast.h). The casts are differentiable; nothing 16-bit reaches a kernel.
-DType float32_op_result(const std::vector<Tensor>& inputs) {
-  if (amp::autocast_dtype()) return DType::Float32;
-  return lowp_result_dtype(inputs).value_or(DType::Float32);
-}
-bool needs_float32(const std::vector<Tensor>& inputs) {
-  return amp::autocast_dtype() || lowp_result_dtype(inputs).has_value();
-}
-
 }  // namespace
+
+// Every op of this file computes in float32 (autocast's float32 list, lowp.h's
+// needs_float32): 16-bit inputs are cast up, and the result cast back. The casts are
+// differentiable; nothing 16-bit reaches a kernel.
 
 Tensor softmax(const Tensor& x, int64_t dim) {
   if (needs_float32({x})) {

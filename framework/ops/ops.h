@@ -69,8 +69,16 @@ MaxResult max(const Tensor& a, int64_t dim, bool keepdim = false);  // indices i
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
 
 // ---- linear algebra and shapes (ops/matmul.cpp, ops/shape.cpp) ----
-// [M,K]@[K,N] -> [M,N];  [B,M,K]@[B,K,N] -> [B,M,N];  [B,M,K]@[K,N] -> [B,M,N]
-Tensor matmul(const Tensor& a, const Tensor& b);
+// [..., M, K] @ [..., K, N] -> [..., M, N]: the last two dims multiply, the dims before them
+// are a batch and broadcast (NumPy's rule): [B,H,T,D]@[B,H,D,T], [B,M,K]@[K,N], ... One
+// batched GEMM for the whole batch; an operand whose batch dims are all 1 (or absent) is
+// read once for every entry, with no copy. transpose_a / transpose_b multiply by the
+// operand's last two dims swapped, read in place by the GEMM (attention's q k^T without
+// a transposed copy of k): matmul(q, k, {.transpose_b = true}).
+struct MatmulOptions {
+  bool transpose_a = false, transpose_b = false;
+};
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions o = {});
 // x: [B, in]  W: [out, in]  b: [out] -> [B, out]   (y = x W^T + b, one fused GEMM)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 Tensor reshape(const Tensor& a, const Shape& s);
@@ -119,5 +127,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   float eps);
 // Zeroes each element with probability p and scales the rest by 1/(1-p); identity in eval.
 Tensor dropout(const Tensor& x, float p, bool training, Generator* gen = nullptr);
+
+// ---- the transformer's ops (ops/nn_transformer.cpp; gelu is in ops/elementwise.cpp) ----
+// GELU: x Phi(x) with the normal CDF (None), or GPT-2's tanh approximation (Tanh), as torch's
+// approximate= ("none", "tanh").
+enum class GeluApproximation { None, Tanh };
+Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::None);
+// Layer norm over the last dim: x [..., C], weight and bias [C] (either may be undefined),
+// y = (x - mean) / sqrt(var + eps) * weight + bias with each row's mean and biased var.
+// Forward and backward are one kernel each.
+Tensor layer_norm(const Tensor& x, const Tensor& weight = {}, const Tensor& bias = {},
+                  float eps = 1e-5f);
+// weight [V, D] rows picked by int64 ids of any shape -> [ids..., D]; an id outside [0, V) is
+// an Error. Backward adds each output row's gradient into its row of weight; the row
+// padding_idx (negative counts from V) gets no gradient, as torch's padding_idx.
+Tensor embedding(const Tensor& ids, const Tensor& weight,
+                 std::optional<int64_t> padding_idx = std::nullopt);
+// Softmax over the last dim of scores [..., q, k] with a causal mask, fused: row i sees the
+// keys j <= i + (k - q) (for q = k, j <= i), the later ones get probability exactly 0;
+// needs q <= k. causal_softmax(s) = softmax(s + mask), mask = -inf above the diagonal.
+Tensor causal_softmax(const Tensor& scores);
 
 }  // namespace dplab

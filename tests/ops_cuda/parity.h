@@ -75,6 +75,8 @@ std::vector<OpCase> elementwise_cases();   // binary with broadcasting, scalar a
 std::vector<OpCase> reduce_cases();        // sum, mean, var, max, argmax, sum_to
 std::vector<OpCase> linalg_shape_cases();  // matmul, linear, views and copies, indexing
 std::vector<OpCase> nn_cases();            // softmax family, losses, conv, pooling, batch norm
+// gelu, layer_norm, embedding, causal_softmax, 4-d / transposed matmul, attention
+std::vector<OpCase> transformer_cases();
 
 // ---- checks that are not one op on fixed inputs (cases_special.cpp) ----
 // Factories on d equal the CPU's for the same generator seed (values are drawn on the host).
@@ -87,6 +89,9 @@ void check_mixed_devices(Device other);
 // SGD (momentum, dampening, nesterov, weight decay), Adam and AdamW: three steps on d from
 // the CPU's start and gradients, parameters and every state tensor compared.
 void check_optimizers(Device d, bool exact);
+// Embedding ids out of range on d throw the CPU's message (a GPU flags them in the kernel);
+// causal_softmax and layer_norm refuse bad shapes on d.
+void check_transformer_errors(Device d);
 // The names of ops.h functions the special checks above cover.
 std::vector<std::string> special_covers();
 

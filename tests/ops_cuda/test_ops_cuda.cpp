@@ -7,7 +7,7 @@
 // Without a GPU (or in a build without CUDA) every case is skipped by doctest::skip, and
 // main() exits 77, which Meson reports as SKIP: never as a pass (tests/gpu_suite.h). Read next: parity.h.
 //
-// The ops covered are complete as of framework/ops/ops.h (62 functions), checked at run time
+// The ops covered are complete as of framework/ops/ops.h (66 functions), checked at run time
 // by test_ops_parity_cpu.cpp ("the parity tables cover every op of ops.h"), which reads ops.h:
 //   factories       zeros ones full arange from_vector zeros_like ones_like randn rand uniform
 //                   randint randperm                                   (cases_special.cpp)
@@ -18,6 +18,8 @@
 //                   split_sizes index_select gather to_device clone    (cases_linalg_shape.cpp)
 //   nn              softmax log_softmax nll_loss cross_entropy mse_loss conv2d max_pool2d
 //                   avg_pool2d batch_norm (cases_nn.cpp), dropout (cases_special.cpp)
+//   transformer     gelu layer_norm embedding causal_softmax, matmul on 4-d, broadcast and
+//                   transposed operands, causal attention  (cases_transformer.cpp)
 // plus the fused optimizer steps (SGD, Adam, AdamW), which are not ops.h functions.
 #include <doctest/doctest.h>
 
@@ -61,6 +63,17 @@ TEST_CASE("matmul, linear, shape and index ops on cuda:0 match the CPU" *
 TEST_CASE("softmax, losses, conv2d, pooling and batch_norm on cuda:0 match the CPU" *
           doctest::skip(!has_gpu())) {
   run_table(nn_cases(), kCpu, kGpu, false);
+}
+
+TEST_CASE("gelu, layer_norm, embedding, causal_softmax, 4-d matmul and attention on cuda:0 match "
+          "the CPU" *
+          doctest::skip(!has_gpu())) {
+  run_table(transformer_cases(), kCpu, kGpu, false);
+}
+
+TEST_CASE("transformer ops on cuda:0 reject bad ids and shapes as the CPU does" *
+          doctest::skip(!has_gpu())) {
+  check_transformer_errors(kGpu);
 }
 
 TEST_CASE("factories on cuda:0 give the CPU's values" * doctest::skip(!has_gpu())) {

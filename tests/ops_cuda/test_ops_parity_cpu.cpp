@@ -37,14 +37,14 @@ std::set<std::string> ops_in_header() {
 
 TEST_CASE("the parity tables cover every op of ops.h") {
   std::set<std::string> covered;
-  for (const auto& table :
-       {elementwise_cases(), reduce_cases(), linalg_shape_cases(), nn_cases()}) {
+  for (const auto& table : {elementwise_cases(), reduce_cases(), linalg_shape_cases(), nn_cases(),
+                            transformer_cases()}) {
     for (const OpCase& c : table) covered.insert(c.covers.begin(), c.covers.end());
   }
   for (const std::string& s : special_covers()) covered.insert(s);
   const std::set<std::string> declared = ops_in_header();
-  // As of this commit ops.h declares 62 distinct names; the count guards the regex itself.
-  CHECK(declared.size() >= 62);
+  // As of this commit ops.h declares 66 distinct names; the count guards the regex itself.
+  CHECK(declared.size() >= 66);
   for (const std::string& op : declared) {
     CHECK_MESSAGE(covered.count(op) == 1,
                   "ops.h declares " << op << " but no parity case covers it");
@@ -65,6 +65,10 @@ TEST_CASE("matmul, linear, shape and index ops on cpu:1 equal cpu:0") {
   run_table(linalg_shape_cases(), kCpu, kOther, true);
 }
 TEST_CASE("nn ops on cpu:1 equal cpu:0 bit for bit") { run_table(nn_cases(), kCpu, kOther, true); }
+TEST_CASE("transformer ops on cpu:1 equal cpu:0 bit for bit") {
+  run_table(transformer_cases(), kCpu, kOther, true);
+}
+TEST_CASE("transformer ops' errors on cpu:1") { check_transformer_errors(kOther); }
 TEST_CASE("factories on cpu:1") { check_factories(kOther); }
 TEST_CASE("dropout on cpu:1") { check_dropout(kOther); }
 TEST_CASE("ops given cpu:0 and cpu:1 tensors throw, naming both devices") {
