@@ -1,0 +1,74 @@
+// wire.h: the judge and the worker of an assignment judged outside the student's process
+// ("judge": "outside" in assignment.json; hw1). The worker (the student's code, the given
+// code, a worker main of staff code) never holds the grader's token or channel: it reads
+// requests and writes replies on two pipes the grader opened (DPLAB_COURSE_WORKER_IN_FD,
+// DPLAB_COURSE_WORKER_OUT_FD on its side; DPLAB_COURSE_JUDGE_TO_WORKER_FD and
+// DPLAB_COURSE_JUDGE_FROM_WORKER_FD on the judge's). The judge trusts nothing it reads:
+//   frame   = u32 length (little-endian, at most kMaxFrame) + payload of that length
+//   request = u8 function id, then its arguments in order
+//   reply   = u8 0, u8 count (at most kMaxTensors), count tensors   (the function returned)
+//           | u8 1, string                                         (it threw: the message)
+//   tensor  = u8 dtype (0 undefined, 1 float32, 2 int64), u8 ndim (at most kMaxDims),
+//             ndim i64 dims (each 0 .. kMaxDim), then numel * element size raw bytes
+//   int64 = 8 bytes, float = 4 bytes, string = u32 length (at most kMaxString) + bytes
+// Every length and count is checked against these caps and against the bytes left before
+// anything is allocated; a frame that breaks a rule is an Error, never a crash.
+// Read next: ../hw1_autograd/remote.cpp (the judge's side), ../hw1_autograd/worker.cpp.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "framework/tensor/tensor.h"
+
+namespace course::wire {
+
+constexpr std::uint32_t kMaxFrame = 64u << 20;  // hw1's tensors are a few KiB
+constexpr int kMaxDims = 8, kMaxTensors = 8;
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 31;
+constexpr std::uint32_t kMaxString = 4096;
+
+// What the judge says when a worker's bytes break the protocol.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Writer {
+ public:
+  void u8(std::uint8_t v) { bytes_.push_back(static_cast<char>(v)); }
+  void i64(std::int64_t v) { raw(&v, sizeof v); }
+  void f32(float v) { raw(&v, sizeof v); }
+  void str(const std::string& s);
+  void tensor(const dplab::Tensor& t);
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  void raw(const void* p, std::size_t n) { bytes_.append(static_cast<const char*>(p), n); }
+  std::string bytes_;
+};
+
+// Reads a payload; every read checks what is left and throws Error on a short or
+// malformed one.
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  std::uint8_t u8();
+  std::int64_t i64();
+  float f32();
+  std::string str();
+  dplab::Tensor tensor();
+  void end() const;  // throws unless every byte was read
+
+ private:
+  void raw(void* p, std::size_t n);
+  const std::string& bytes_;
+  std::size_t at_ = 0;
+};
+
+enum class Read { kFrame, kClosed, kTooLong, kTruncated };
+// Writes one frame; false when the other side is gone (EPIPE: SIGPIPE must be ignored).
+bool write_frame(int fd, const std::string& payload);
+// Reads one frame into payload; a length over kMaxFrame is refused before any allocation.
+Read read_frame(int fd, std::string& payload);
+
+}  // namespace course::wire
