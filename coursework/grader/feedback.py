@@ -98,13 +98,16 @@ def crash_words(rec, symbolizer):
     return text
 
 
-def hang_words(run, symbolizer):
-    """Where each thread was when the test ran out of time, and a key for 'the same place'."""
+def hang_words(run, symbolizer, worker_symbolizer=None):
+    """Where each thread was when the test ran out of time, and a key for 'the same place'
+    (a judge outside: the worker's threads, which run the student's code, too)."""
     places, key = [], None
-    for rec in run.records:
+    reports = [(rec, symbolizer) for rec in run.records] + \
+        [(rec, worker_symbolizer) for rec in getattr(run, "worker_records", [])]
+    for rec, sym in reports:
         if rec.get("kind") != "stack":
             continue
-        mine = symbolizer.student_frames(rec) if symbolizer else []
+        mine = sym.student_frames(rec) if sym else []
         if mine:
             function, file, line, _ = mine[0]
             where = f"at {file}:{line} ({function.split('(')[0]})"
@@ -145,23 +148,25 @@ def printed_words(run):
             "\n".join("    | " + l for l in shown.splitlines()))
 
 
-def result_of(run, assignment, symbolizer):
+def result_of(run, assignment, symbolizer, worker_symbolizer=None):
     points = points_of(run.name)
     ends = [r for r in run.records if r.get("kind") == "end" and r.get("test") == run.name]
-    crashes = [r for r in run.records if r.get("kind") == "crash"]
+    crashes = [(r, symbolizer) for r in run.records if r.get("kind") == "crash"]
     notes = [str(r.get("text", "")) for r in run.records if r.get("kind") == "note"]
     verdict = ends[-1] if ends else None
     passed = bool(verdict and verdict.get("passed") is True and run.proc.returncode == 0 and not run.forged
                   and not run.timed_out and len(ends) == 1)
+    if not passed:  # a judge outside: the worker's crash report, as words (it is the student's process)
+        crashes += [(r, worker_symbolizer) for r in getattr(run, "worker_records", []) if r.get("kind") == "crash"]
     parts, hung_at = [], None
     if run.timed_out:
-        where, hung_at = hang_words(run, symbolizer)
+        where, hung_at = hang_words(run, symbolizer, worker_symbolizer)
         parts.append(f"ran out of time after {run.limit:.0f} s{getattr(run, 'limit_words', '')}: a loop that never "
                      f"ends, or ranks waiting on each other")
         if where:
             parts.append(where)
     elif crashes:
-        parts.append(crash_words(crashes[0], symbolizer))
+        parts.append(crash_words(*crashes[0]))
     elif not verdict:
         parts.append(f"the test ended before its checks ran: {exit_words(run, assignment.limits)}. "
                      f"A test passes only when its checks run and pass")

@@ -47,15 +47,16 @@ def grade(assignment, student_dir, suites, opts):
         [p for p in os.environ.get("DPLAB_COURSE_HIDE", "").split(":") if p]
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"])
+        # a judge outside runs each test as two users: the judge's and its worker's
+        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"] * (2 if assignment.judge == "outside" else 1))
     except BaseException:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
         raise
     try:
         try:
-            exe, symbolizer, src = build_program(assignment, student_dir, suites, opts, sandbox, private, shared,
-                                                 cache_dir, deadline)
+            exe, symbolizer, worker = build_program(assignment, student_dir, suites, opts, sandbox, private, shared,
+                                                    cache_dir, deadline)
         except build.BuildFailed as e:
             opts.log(str(e))
             return build_failure(str(e))
@@ -65,7 +66,7 @@ def grade(assignment, student_dir, suites, opts):
             names = [n for n in names if opts.only.lower() in n.lower()]
             if not names:
                 return build_failure(f"no test's name holds '{opts.only}'")
-        runner = Runner(exe, assignment, sandbox, os.path.join(shared, "runs"), symbolizer, deadline)
+        runner = Runner(exe, assignment, sandbox, os.path.join(shared, "runs"), symbolizer, deadline, worker=worker)
         os.makedirs(runner.run_root, mode=0o711)
 
         def on_result(r):
@@ -75,8 +76,9 @@ def grade(assignment, student_dir, suites, opts):
             if r["output"]:
                 opts.log("     " + r["output"].replace("\n", "\n     "))
         results = runner.run_all(names, on_result)
-        if opts.keep:
-            shutil.copyfile(os.path.join(private, "tests"), opts.keep)
+        if opts.keep:  # the tests with the student's code in them, as `meson test` builds them
+            shutil.copyfile(os.path.join(private, "tests-inside" if assignment.judge == "outside" else "tests"),
+                            opts.keep)
             os.chmod(opts.keep, 0o755)
         return results
     finally:
@@ -121,14 +123,35 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
                                     "\n".join(f"  - {p}" for p in problems[:12]))
     # 5: the course's side, from the cache, linked first
     given = course_objects(a, suites, cache, cflags)
-    exe = os.path.join(private, "tests")
-    err = build.link(given + objects, libs, exe)
+    if a.judge == "outside":
+        # the judge: the tests with calls to the worker in the student's place, never their code;
+        # the worker: the student's objects after its main and the given code
+        worker = link_program(worker_objects(a, cache, cflags) + objects, libs, private, bindir, "worker")
+        exe = link_program(given + remote_objects(a, cache, cflags), libs, private, bindir, "tests",
+                           course_side=True)
+        if opts.keep:
+            link_program(in_process_objects(a, suites, cache, cflags) + objects, libs, private, None, "tests-inside")
+        return (exe, feedback.Symbolizer(os.path.join(private, "tests"), src),
+                (worker, feedback.Symbolizer(os.path.join(private, "worker"), src)))
+    exe = link_program(given + objects, libs, private, bindir, "tests")
+    return exe, feedback.Symbolizer(os.path.join(private, "tests"), src), None
+
+
+def link_program(objects, libs, private, bindir, name, course_side=False):
+    """Links objects into private/name and puts a copy the sandbox may run, not read, in
+    bindir; returns that copy's path."""
+    exe = os.path.join(private, name)
+    err = build.link(objects, libs, exe)
+    if err and course_side:
+        raise SystemExit(f"dplab-course: error: the course's own {name} does not link:\n{err}")
     if err:
         raise build.BuildFailed("your files compile, but the program does not link (a function declared but "
                                 "never written, or written twice?):\n" + err.replace(private + "/", ""))
-    shutil.copyfile(exe, os.path.join(bindir, "tests"))
-    os.chmod(os.path.join(bindir, "tests"), 0o711)  # the sandbox may run it, not read it
-    return os.path.join(bindir, "tests"), feedback.Symbolizer(exe, src), src
+    if not bindir:
+        return exe
+    shutil.copyfile(exe, os.path.join(bindir, name))
+    os.chmod(os.path.join(bindir, name), 0o711)  # the sandbox may run it, not read it
+    return os.path.join(bindir, name)
 
 
 def compile_student_file(a, source, src, inc, obj, private, defines, system_headers, std_dirs, sandbox, uid,
@@ -184,12 +207,30 @@ def course_objects(a, suites, cache, cflags):
     """The given code, the test main and the tests, compiled as the grader (cached). The
     common files (the test main, the channel, crash reports) see only common/, so their
     objects are the same for every assignment and compile once, not once per assignment."""
+    return compile_course(a, a.given_sources() + a.test_sources(suites), cache, cflags)
+
+
+def compile_course(a, sources, cache, cflags):
     base = ["-std=c++20", "-O2"] + cflags
     own = base + [f"-I{d}" for d in a.test_include_dirs()]
     common = base + [f"-I{os.path.join(a.course_dir, 'common')}"]
-    shared = {a.common(f) for f in manifest.COMMON_SOURCES}
-    return [cache.compile(s, common if s in shared else own)
-            for s in a.given_sources() + a.test_sources(suites)]
+    shared = {a.common(f) for f in manifest.COMMON_SOURCES + manifest.WORKER_COMMON_SOURCES}
+    return [cache.compile(s, common if s in shared else own) for s in sources]
+
+
+def worker_objects(a, cache, cflags):
+    """A judge outside: the worker's main, the given code and crash reports (cached)."""
+    return compile_course(a, a.worker_sources(), cache, cflags)
+
+
+def remote_objects(a, cache, cflags):
+    """A judge outside: the calls to the worker that the judge links in the student's place."""
+    return compile_course(a, a.remote_sources(), cache, cflags)
+
+
+def in_process_objects(a, suites, cache, cflags):
+    """The tests as a student's `meson test` links them (for --keep): theirs, in-process."""
+    return course_objects(a, suites, cache, cflags)
 
 
 def warm(a, suites, opts):
@@ -203,7 +244,10 @@ def warm(a, suites, opts):
                             [f for f in cflags if f.startswith("-D")], scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return course_objects(a, suites, cache, cflags)
+    objects = course_objects(a, suites, cache, cflags)
+    if a.judge == "outside":
+        objects += worker_objects(a, cache, cflags) + remote_objects(a, cache, cflags)
+    return objects
 
 
 def compile_in_sandbox(argv, cwd, a, sandbox, uid, deadline):

@@ -27,6 +27,10 @@ LIMITS = {
 }
 
 COMMON_SOURCES = ["grader_main.cpp", "channel.cpp", "crash.cpp"]  # in common/: the test main
+# in common/: an assignment judged outside the student's process ("judge": "outside"): the
+# protocol both sides speak, and what the worker keeps of the test main (crash reports)
+WIRE_SOURCES = ["wire.cpp"]
+WORKER_COMMON_SOURCES = ["channel.cpp", "crash.cpp", "wire.cpp"]
 POINTS = re.compile(r"\((\d+) points?\)\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -64,6 +68,15 @@ class Assignment:
             self.limits[key] = value
         self.symbols = m.get("symbols", {})
         self.namespace = m.get("namespace", self.short)  # what the student's files may define
+        # "outside": the tests (the judge) link remote_files instead of the student's code,
+        # which runs in a worker (worker_files: its main) that the grader starts beside it
+        self.judge = m.get("judge", "inside")
+        if self.judge not in ("inside", "outside"):
+            raise ManifestError(f"{name}: judge must be 'inside' or 'outside', not '{self.judge}'")
+        self.worker_files = m.get("worker_files", [])
+        self.remote_files = m.get("remote_files", [])
+        if self.judge == "outside" and not (self.worker_files and self.remote_files):
+            raise ManifestError(f"{name}: a judge outside needs worker_files and remote_files")
 
     # Paths. The student's files and headers live in the assignment's folder (the reference
     # and the header next to it); a header may also name a library header ("framework/...").
@@ -81,6 +94,16 @@ class Assignment:
 
     def given_sources(self):
         return [self.path(f) for f in self.given_files] + [self.common(f) for f in COMMON_SOURCES]
+
+    def worker_sources(self):
+        """The worker of a judge outside: its main, the given code and crash reports (the
+        student's objects are linked after them)."""
+        return [self.path(f) for f in self.worker_files + self.given_files] + \
+            [self.common(f) for f in WORKER_COMMON_SOURCES]
+
+    def remote_sources(self):
+        """What the judge links in the student's place: the calls to the worker."""
+        return [self.path(f) for f in self.remote_files] + [self.common(f) for f in WIRE_SOURCES]
 
     def test_include_dirs(self):
         return [self.dir, os.path.join(self.course_dir, "common")]

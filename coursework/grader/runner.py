@@ -15,6 +15,11 @@ running have ended; the later ones get hang_timeout_s, and once two hung at the 
 the rest are not run (the student sees where): which tests ran out of time never depends
 on how the machine scheduled them. The whole grade stays within budget_s. Speed tests run
 last, alone, and only when every other test passed: a fast wrong answer earns nothing.
+An assignment judged outside ("judge": "outside", hw1) runs each test as two processes:
+the judge (the tests, holding the channel and token, linked without the student's code)
+and a worker (the student's code) that the grader starts first, as another user id, with
+only two pipes to the judge (common/wire.h) and one for its crash reports, read here as
+words for the student, never as a verdict. What either prints is shown as the program's.
 Read next: feedback.py (how a result becomes words), sandbox.py.
 """
 import fcntl
@@ -64,6 +69,9 @@ class Run:
         self.sampled_at = None
         self.proc = None
         self.parsed = 0          # how much of the channel was looked at for "time" records
+        self.worker = None       # a judge outside: the worker's process, its crash reports' pipe
+        self.worker_channel = b""
+        self.worker_records = []  # its crash and stack reports: words, never a verdict
         self.limit_words = ""    # why the limit is not test_timeout_s, for the feedback
 
 
@@ -72,8 +80,9 @@ def _nonblocking(fd):
 
 
 class Runner:
-    def __init__(self, exe, assignment, sandbox, run_root, symbolizer, deadline):
+    def __init__(self, exe, assignment, sandbox, run_root, symbolizer, deadline, worker=None):
         self.exe, self.a, self.sandbox = exe, assignment, sandbox
+        self.worker_exe, self.worker_symbolizer = worker or (None, None)
         self.run_root, self.symbolizer, self.deadline = run_root, symbolizer, deadline
         self.limits = assignment.limits
         self.timeout = self.limits["test_timeout_s"]
@@ -94,11 +103,18 @@ class Runner:
         longest = max(timeout, self.limits["paced_timeout_s"])
         limits = dict(self.limits, cpu_s=int((os.cpu_count() or 1) * longest + 5))
         env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
+        judge_fds = ()
+        if self.worker_exe:
+            judge_fds = self.start_worker(run, limits)
+            env.update({"DPLAB_COURSE_JUDGE_TO_WORKER_FD": str(judge_fds[0]),
+                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1])})
         run.proc = subprocess.Popen([self.exe, "--test-case=" + run.name], cwd=run.dir, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    pass_fds=(ch_w, tok_r), start_new_session=True,
+                                    pass_fds=(ch_w, tok_r) + judge_fds, start_new_session=True,
                                     preexec_fn=self.sandbox.preexec(run.uid, limits))
         self.sandbox.tracked.add(run.proc.pid)
+        for fd in judge_fds:
+            os.close(fd)
         os.close(ch_w)
         os.close(tok_r)
         os.write(tok_w, (run.token + "\n").encode())
@@ -117,6 +133,37 @@ class Runner:
         elif timeout < self.limits["test_timeout_s"]:
             run.limit_words = " (the shorter limit after an earlier test ran out of time)"
 
+    def start_worker(self, run, limits):
+        """A judge outside: starts the test's worker, as the user paired with the judge's (the
+        same one without root), with the pipes of its calls and of its crash reports; returns
+        the judge's ends of the call pipes (to the worker, from the worker)."""
+        uids = self.sandbox.uids
+        run.worker_uid = uids[uids.index(run.uid) + self.limits["parallel"]] if self.sandbox.root else run.uid
+        folder = os.path.join(self.run_root, f"worker-{run.uid}")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        self.sandbox.give(folder, run.worker_uid)
+        to_r, to_w = os.pipe()        # the judge's calls
+        from_r, from_w = os.pipe()    # the worker's replies
+        rep_r, rep_w = os.pipe()      # its crash reports (crash.cpp), with a token of its own
+        tok_r, tok_w = os.pipe()
+        env = self.sandbox.env(folder, {"DPLAB_COURSE_WORKER_IN_FD": str(to_r), "DPLAB_COURSE_WORKER_OUT_FD": str(from_w),
+                                        "DPLAB_COURSE_CHANNEL_FD": str(rep_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
+        run.worker = subprocess.Popen([self.worker_exe], cwd=folder, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      pass_fds=(to_r, from_w, rep_w, tok_r), start_new_session=True,
+                                      preexec_fn=self.sandbox.preexec(run.worker_uid, limits))
+        self.sandbox.tracked.add(run.worker.pid)
+        for fd in (to_r, from_w, rep_w, tok_r):
+            os.close(fd)
+        os.write(tok_w, (secrets.token_hex(16) + "\n").encode())
+        os.close(tok_w)
+        run.wch, run.wout = rep_r, run.worker.stdout.fileno()
+        for fd in (run.wch, run.wout):
+            _nonblocking(fd)
+            self.sel.register(fd, selectors.EVENT_READ, run)
+        return to_w, from_r
+
     def read(self, run, fd):
         try:
             data = os.read(fd, 65536)
@@ -125,7 +172,10 @@ class Runner:
         if not data:
             self.sel.unregister(fd)
             return
-        if fd == run.ch:
+        if run.worker and fd == run.wch:
+            if len(run.worker_channel) < (1 << 20):
+                run.worker_channel += data
+        elif fd == run.ch:
             if len(run.channel) < (1 << 20):
                 run.channel += data
                 self.take_time_requests(run)
@@ -165,14 +215,29 @@ class Runner:
 
     def finish(self, run):
         self.sandbox.end_run(run.proc, run.uid)  # nothing of the test lives on
-        for fd in (run.ch, run.out):  # what was written before the end
+        fds = (run.ch, run.out)
+        if run.worker:
+            self.sandbox.end_run(run.worker, run.worker_uid)
+            fds += (run.wch, run.wout)
+        for fd in fds:  # what was written before the end
             while fd in self.sel.get_map():
-                before = len(run.channel) + len(run.stdout) + run.dropped
+                before = len(run.channel) + len(run.stdout) + run.dropped + len(run.worker_channel)
                 self.read(run, fd)
-                if fd in self.sel.get_map() and len(run.channel) + len(run.stdout) + run.dropped == before:
+                if fd in self.sel.get_map() and \
+                        len(run.channel) + len(run.stdout) + run.dropped + len(run.worker_channel) == before:
                     self.sel.unregister(fd)
         os.close(run.ch)
         run.proc.stdout.close()
+        if run.worker:
+            os.close(run.wch)
+            run.worker.stdout.close()
+            for line in run.worker_channel.split(b"\n")[:-1]:  # its own words, never a verdict
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("kind") in ("crash", "stack"):
+                    run.worker_records.append(rec)
         run.seconds = time.monotonic() - run.started
         for line in run.channel.split(b"\n")[:-1]:  # complete lines only
             try:
@@ -184,7 +249,7 @@ class Runner:
                 run.forged += 1
             else:
                 run.records.append(rec)
-        return feedback.result_of(run, self.a, self.symbolizer)
+        return feedback.result_of(run, self.a, self.symbolizer, self.worker_symbolizer)
 
     # ---- the schedule ----
     def run_all(self, names, on_result):
@@ -232,6 +297,8 @@ class Runner:
                         run.timed_out = True
                         run.sampled_at = now
                         self.sandbox.sample_stacks(run.proc.pid)
+                        if run.worker:
+                            self.sandbox.sample_stacks(run.worker.pid)
                         continue
                     if now < run.sampled_at + SAMPLE_GUARD_S and not self.samples_complete(run):
                         continue
@@ -251,6 +318,12 @@ class Runner:
             threads = len(os.listdir(f"/proc/{run.proc.pid}/task"))
         except OSError:
             return True
+        if run.worker:  # the worker answers on its own pipe
+            try:
+                if run.worker_channel.count(b'"kind": "stack"') < len(os.listdir(f"/proc/{run.worker.pid}/task")):
+                    return False
+            except OSError:
+                pass
         return run.channel.count(b'"kind": "stack"') >= threads
 
     def skip_reason(self):
