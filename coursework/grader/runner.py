@@ -56,6 +56,20 @@ def test_names(paths):
     return names
 
 
+def worker_reports(data):
+    """A worker's crash and stack reports, from its pipe's bytes: words for the student,
+    never a verdict (the worker runs the student's code; every other kind is dropped)."""
+    out = []
+    for line in data.split(b"\n")[:-1]:  # complete lines only
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") in ("crash", "stack"):
+            out.append(rec)
+    return out
+
+
 class Run:
     """One test case in flight."""
 
@@ -231,13 +245,7 @@ class Runner:
         if run.worker:
             os.close(run.wch)
             run.worker.stdout.close()
-            for line in run.worker_channel.split(b"\n")[:-1]:  # its own words, never a verdict
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("kind") in ("crash", "stack"):
-                    run.worker_records.append(rec)
+            run.worker_records = worker_reports(run.worker_channel)
         run.seconds = time.monotonic() - run.started
         for line in run.channel.split(b"\n")[:-1]:  # complete lines only
             try:

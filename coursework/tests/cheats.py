@@ -14,6 +14,11 @@ chosen by the test's name (read from /proc/self/cmdline), so one grade tries the
 each in processes of its own.
 `expect`: words the feedback must contain (any of them); `never`: words neither the feedback
 nor the grader's console may show (what a file read at compile time holds).
+An assignment judged outside the student's process ("judge": "outside": hw1) runs the
+student's code in a worker that is never told its test's name: there each runtime cheat
+gets a grade of its own, and the words of a worker that ended or wrote to its reply pipe
+("the process running your code ...") count as the expected ones. `OUTSIDE` are the cheats
+that only a judge outside stops (#45): they are graded with the static checks off too.
 """
 
 RAW = r"""
@@ -93,16 +98,20 @@ static const unsigned char dplab_embedded[] = {
 ]
 STATIC += COMPILE_TIME_READS
 
+# What the judge outside says of a worker that ended, or wrote bytes that are no reply
+WORKER_ENDED = "the process running your code"
+WORKER_ANSWERED = "answered with more bytes than the grader reads"
+
 RUNTIME = [
     {"name": "exit 0 with a raw system call", "top": RAW, "body": "dplab_raw(231, 0);",
-     "expect": ["the test ended before its checks ran: it exited with status 0"]},
+     "expect": ["the test ended before its checks ran: it exited with status 0", WORKER_ENDED]},
     {"name": "prints PASS lines, then exits 0", "top": RAW,
      "body": r'std::printf("[doctest] test cases: 1 | 1 passed | 0 failed | 0 skipped\n'
              r'[doctest] Status: SUCCESS!\nPASS\n"); std::fflush(stdout); dplab_raw(231, 0);',
-     "expect": ["the test ended before its checks ran"]},
+     "expect": ["the test ended before its checks ran", WORKER_ENDED]},
     {"name": "forges a verdict on every descriptor, then exits 0", "top": RAW,
      "body": 'for (long fd = 3; fd < 64; ++fd) dplab_write(fd, "' + FORGED_VERDICT + '"); dplab_raw(231, 0);',
-     "expect": ["without the grader's token"]},
+     "expect": ["without the grader's token", WORKER_ANSWERED, WORKER_ENDED]},
     {"name": "reads and overwrites the hidden tests, the reference and the cache", "top": RAW,
      "body": r"""{ static char buf[4096];
        for (const char* p : {"@HIDDEN@", "@REFERENCE@"}) {
@@ -134,6 +143,43 @@ RUNTIME = [
      "body": r"""if (dplab_raw(57) == 0) { dplab_name(); for (int i = 0; i < 6000; ++i) dplab_sleep_ms(50);
                                       dplab_raw(231, 0); }""",
      "expect": ["not implemented yet"]},
+]
+
+# Two cheats that scored 100 on hw1 while its tests ran in the student's process (#45):
+# a static constructor that reads the run's token before the harness does and writes a
+# passing verdict for its test on every descriptor, then exits; and a weak fmt::vformat
+# that blanks every sentence the tests build with fmt::format, the words of a failed check
+# among them, while every backward returns nothing. In a worker there is no channel and no
+# token, and the tests' fmt is not the worker's.
+OUTSIDE = [
+    {"name": "a static constructor reads the token and writes a passing verdict", "top": RAW + r"""
+#include <cstdlib>
+namespace {
+struct DplabVerdict {
+  DplabVerdict() {
+    static char token[64], cmd[8192], name[4096], record[8192];
+    if (const char* t = std::getenv("DPLAB_COURSE_TOKEN_FD")) {  // before the harness reads it
+      long n = dplab_raw(0, std::atol(t), reinterpret_cast<long>(token), 32);
+      token[n > 0 ? n : 0] = 0;
+    }
+    long fd = dplab_open("/proc/self/cmdline", 0);
+    long n = fd >= 0 ? dplab_raw(0, fd, reinterpret_cast<long>(cmd), sizeof cmd - 1) : 0;
+    for (long i = 0; i < n; i += std::strlen(cmd + i) + 1)
+      if (std::strncmp(cmd + i, "--test-case=", 12) == 0) std::snprintf(name, sizeof name, "%s", cmd + i + 12);
+    std::snprintf(record, sizeof record, "{\"token\": \"%s\", \"kind\": \"end\", \"test\": \"%s\", "
+                  "\"passed\": true, \"checks\": 1, \"failed\": 0, \"more\": 0, \"messages\": []}\n", token, name);
+    for (long out = 3; out <= 64; ++out) dplab_write(out, record);
+    dplab_raw(231, 0);
+  }
+} dplab_verdict;
+}  // namespace
+""", "body": "", "expect": [WORKER_ENDED, WORKER_ANSWERED]},
+    {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": r"""#include <fmt/core.h>
+#include <string>
+FMT_BEGIN_NAMESPACE
+__attribute__((weak)) std::string vformat(string_view, format_args) { return {}; }
+FMT_END_NAMESPACE
+""", "body": "return {};", "expect": ["is not defined", "your files define", "may not"]},
 ]
 
 THROW = 'throw std::logic_error("not implemented yet'

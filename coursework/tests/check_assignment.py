@@ -9,7 +9,9 @@
   - each cheat (cheats.py, and ci_checks.json "cheats") scores no more than the starter,
     with the feedback the cheat expects and none of the words it must never show; the
     runtime cheats once more with the grader's static checks off, so that the channel's
-    token, the sandbox and kill-all hold alone;
+    token, the sandbox and kill-all hold alone; for an assignment judged outside the
+    student's process (hw1), each runtime cheat in a grade of its own, and the cheats only
+    that stops (cheats.OUTSIDE), with the static checks on and off;
   - after every grade, no process of the submission is alive, the hidden tests and the
     reference are unchanged, nothing was written into the grader's cache, and no test's
     feedback shows the hidden tests' or the reference's text.
@@ -240,10 +242,48 @@ class Check:
         if os.geteuid() == 0:  # a grader that is not root cannot keep its files from the submission
             self.no_leaks(label, "\n".join(t["output"] for t in result["tests"]), console)
 
+    def runtime_cheat_alone(self, c):
+        """A judge outside: one runtime cheat in every test, static checks off (its worker is
+        not told which test it serves, so the cheats cannot take turns)."""
+        job = self.next_job()
+        label = f"runtime cheat (static checks off): {c['name']}"
+        result, console, _ = self.grade(self.folder_with(label, self.cheat_files(c, job)),
+                                        results_dir=self.open_dir, extra=["--skip-static-checks"], job=job,
+                                        settle=True)
+        print(f"{label}: {result['score']}", flush=True)
+        for t in result["tests"]:
+            if t["score"] > 0:
+                self.problems.append(f"{label} scored {t['score']} in {t['name']!r}")
+            if t["name"] not in self.a.speed_tests and not any(e in t["output"] for e in c["expect"]):
+                self.problems.append(f"{label} in {t['name']!r}: the feedback says none of {c['expect']}:\n"
+                                     f"{t['output'][:1500]}")
+        if os.geteuid() == 0:
+            self.no_leaks(label, "\n".join(t["output"] for t in result["tests"]), console)
+
+    def outside_cheat(self, c, static_checks):
+        """A cheat that only a judge outside stops: no more than the starter with the static
+        checks on, and with them off (its expected words then)."""
+        job = self.next_job()
+        label = f"cheat{'' if static_checks else ' (static checks off)'}: {c['name']}"
+        result, console, _ = self.grade(self.folder_with(label, self.cheat_files(c, job)), results_dir=self.open_dir,
+                                        extra=[] if static_checks else ["--skip-static-checks"], job=job)
+        feedback = "\n".join(t["output"] for t in result["tests"])
+        print(f"{label}: {result['score']}", flush=True)
+        if result["score"] > 0:
+            self.problems.append(f"{label} scored {result['score']}, more than the starter's 0:\n{feedback[:2000]}")
+        if not static_checks and not any(e in feedback for e in c["expect"]):
+            self.problems.append(f"{label}: the feedback says none of {c['expect']}:\n{feedback[:2000]}")
+        self.no_leaks(label, feedback, console)
+
     def run(self):
         jobs = [self.reference, self.starter] + [lambda m=m: self.mistake(m) for m in self.checks["mistakes"]]
         statics = cheats.STATIC + self.checks.get("cheats", [])
-        jobs += [self.runtime_cheats] + [lambda c=c: self.cheat(c) for c in statics]
+        if self.a.judge == "outside":
+            jobs += [lambda c=c: self.runtime_cheat_alone(c) for c in cheats.RUNTIME]
+            jobs += [lambda c=c, s=s: self.outside_cheat(c, s) for c in cheats.OUTSIDE for s in (True, False)]
+        else:
+            jobs.append(self.runtime_cheats)
+        jobs += [lambda c=c: self.cheat(c) for c in statics]
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             for f in [pool.submit(j) for j in jobs]:
                 f.result()

@@ -4,7 +4,7 @@
 symbols.py's names and rules, build.py's dependency lists and staged headers' key (the same
 under every PYTHONHASHSEED), sandbox.py's covered paths,
 runner.py's test names, feedback.py's verdicts (a pass needs the verdict, status 0, no
-forged record, one verdict), runner.py's time requests (a test's "time" record, with the
+forged record, one verdict; a worker's reports are words, never a verdict), runner.py's time requests (a test's "time" record, with the
 run's token, extends its limit, never shortens it, never past paced_timeout_s or the budget),
 results.py's results.json, and every assignment's manifest: its headers exist, its points
 add up to 100, its speed tests are tests, and its time limits keep the worst grade (every
@@ -163,12 +163,27 @@ print(build.stage_key(a, cache, dirs + dirs[:1], ["-DDPLAB_X=1"])[0])
 
 
 class Verdicts(unittest.TestCase):
-    def run_with(self, records, returncode=0, forged=0, timed_out=False, limit_words=""):
+    def run_with(self, records, returncode=0, forged=0, timed_out=False, limit_words="", worker_records=()):
         a = types.SimpleNamespace(limits=dict(manifest.LIMITS))
         run = types.SimpleNamespace(name="t (10 points)", records=records, forged=forged, timed_out=timed_out,
                                     proc=types.SimpleNamespace(returncode=returncode), stdout=b"", dropped=0,
-                                    seconds=0.1, limit=30, cpu_s=65, limit_words=limit_words)
+                                    seconds=0.1, limit=30, cpu_s=65, limit_words=limit_words,
+                                    worker_records=list(worker_records))
         return feedback.result_of(run, a, None)
+
+    def test_a_worker_reports_words_never_a_verdict(self):
+        """A judge outside (hw1): what the worker writes on its reports' pipe is read for its
+        crash and stack reports only; a passing "end" there passes nothing."""
+        forged = json.dumps(dict(self.end(), token="0" * 32)).encode()
+        crash = json.dumps({"kind": "crash", "signal": "SIGSEGV", "addr": "0x0", "rank": -1}).encode()
+        reports = runner.worker_reports(forged + b"\n" + crash + b"\n" + b'{"kind": "stack"')
+        self.assertEqual([r["kind"] for r in reports], ["crash"])
+        self.assertFalse(self.run_with([], worker_records=reports)["passed"])
+        failed = self.run_with([self.end(passed=False)], worker_records=reports)
+        self.assertIn("SIGSEGV (a bad memory access at address 0: a null pointer)", failed["output"])
+        passed = self.run_with([self.end()], worker_records=reports)  # a crash after its last reply
+        self.assertTrue(passed["passed"])
+        self.assertNotIn("SIGSEGV", passed["output"])
 
     def end(self, passed=True, name="t (10 points)"):
         return {"kind": "end", "test": name, "passed": passed, "checks": 3, "messages": [] if passed else ["m"]}
@@ -275,6 +290,12 @@ class Manifests(unittest.TestCase):
                 for h in a.student_headers:
                     self.assertTrue(os.path.isfile(a.path(h)) or "/" in h, h)
                 symbols.Rules(a, symbols.load_groups(COURSE))  # every group it names exists
+                if a.judge == "outside":  # the judge never links the student's files; the worker does
+                    judge = a.given_sources() + a.test_sources(["visible", "hidden"]) + a.remote_sources()
+                    for f in a.student_files:
+                        self.assertNotIn(a.path(f), judge)
+                    for f in a.worker_sources() + a.remote_sources():
+                        self.assertTrue(os.path.isfile(f), f)
                 lim = a.limits
                 # a compile may wait on the wall clock for what is left of the budget, and at
                 # least compile_timeout_s (grade.compile_in_sandbox); tests end at the budget
