@@ -13,7 +13,9 @@
   4. symbols.py checks what the objects call and define.
   5. The given code, the tests and the test main compile as the grader, in a cache kept
      between grades (an object is reused while its source, flags and headers are the same),
-     and are linked before the student's objects.
+     and are linked before the student's objects; for an assignment judged outside (hw1,
+     grade.build_program) the tests link calls to a worker instead, and the student's
+     objects go into the worker, after its main and the given code.
 Read next: symbols.py, sandbox.py, runner.py.
 """
 import hashlib

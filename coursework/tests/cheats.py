@@ -180,6 +180,18 @@ FMT_BEGIN_NAMESPACE
 __attribute__((weak)) std::string vformat(string_view, format_args) { return {}; }
 FMT_END_NAMESPACE
 """, "body": "return {};", "expect": ["is not defined", "your files define", "may not"]},
+    {"name": "replies on every descriptor with a tensor of 2^31 x 2^31 floats in 8 bytes", "top": RAW,
+     "body": r"""{ static unsigned char frame[64];
+       unsigned n = 0;
+       auto put = [&](const void* p, unsigned k) { std::memcpy(frame + 4 + n, p, k); n += k; };
+       const unsigned char head[] = {0, 1, 1, 2};  // returned, 1 tensor, float32, 2 dimensions
+       const long long side = 1LL << 31;
+       put(head, 4);
+       put(&side, 8);
+       put(&side, 8);
+       std::memcpy(frame, &n, 4);
+       for (long fd = 3; fd <= 64; ++fd) dplab_raw(1, fd, reinterpret_cast<long>(frame), 4 + n); }""",
+     "expect": ["answered what the grader does not read"]},
 ]
 
 THROW = 'throw std::logic_error("not implemented yet'
