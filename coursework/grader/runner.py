@@ -102,6 +102,13 @@ class Runner:
         self.timeout = self.limits["test_timeout_s"]
         self.hangs = {}  # where a test hung -> how many did
         self.sel = selectors.DefaultSelector()
+        self.judges = {}  # a judge outside, as root: a copy of the judge per user, only it may run
+        if self.worker_exe and sandbox.root:
+            for uid in sandbox.uids[:self.limits["parallel"]]:
+                self.judges[uid] = f"{exe}-{uid}"
+                shutil.copyfile(exe, self.judges[uid])
+                os.chown(self.judges[uid], 0, uid)
+                os.chmod(self.judges[uid], 0o710)  # a worker may not run the judge (its tests' names)
 
     # ---- starting and finishing one run ----
     def start(self, run, timeout):
@@ -117,12 +124,14 @@ class Runner:
         longest = max(timeout, self.limits["paced_timeout_s"])
         limits = dict(self.limits, cpu_s=int((os.cpu_count() or 1) * longest + 5))
         env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
-        judge_fds = ()
+        judge_fds, argv = (), [self.exe, "--test-case=" + run.name]
         if self.worker_exe:
             judge_fds = self.start_worker(run, limits)
+            # the test's name in the judge's environment: its command line is the worker's to read
             env.update({"DPLAB_COURSE_JUDGE_TO_WORKER_FD": str(judge_fds[0]),
-                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1])})
-        run.proc = subprocess.Popen([self.exe, "--test-case=" + run.name], cwd=run.dir, env=env,
+                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1]), "DPLAB_COURSE_TEST_CASE": run.name})
+            argv = [self.judges.get(run.uid, self.exe)]
+        run.proc = subprocess.Popen(argv, cwd=run.dir, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     pass_fds=(ch_w, tok_r) + judge_fds, start_new_session=True,
                                     preexec_fn=self.sandbox.preexec(run.uid, limits))

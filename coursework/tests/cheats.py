@@ -192,6 +192,21 @@ FMT_END_NAMESPACE
        std::memcpy(frame, &n, 4);
        for (long fd = 3; fd <= 64; ++fd) dplab_raw(1, fd, reinterpret_cast<long>(frame), 4 + n); }""",
      "expect": ["answered what the grader does not read"]},
+    {"name": "looks for its test's name in every process's command line", "top": RAW,
+     "body": r"""{ static char buf[4096], path[64];
+       const long me = dplab_raw(39);  // getpid: the judge started just after the worker
+       for (long pid = me > 2000 ? me - 2000 : 1; pid < me + 2000; ++pid) {
+         std::snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+         const long fd = dplab_open(path, 0);
+         if (fd < 0) continue;
+         const long n = dplab_raw(0, fd, reinterpret_cast<long>(buf), sizeof buf - 1);
+         dplab_raw(3, fd);
+         buf[n > 0 ? n : 0] = 0;
+         for (long i = 0; i < n; i += std::strlen(buf + i) + 1)
+           if (std::strncmp(buf + i, "--test-case=", 12) == 0) std::printf("seen: %s\n", buf + i);
+       }
+       std::fflush(stdout); }""",
+     "expect": ["not implemented yet"], "never": ["seen: --test-case="]},
 ]
 
 THROW = 'throw std::logic_error("not implemented yet'

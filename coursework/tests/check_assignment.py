@@ -273,6 +273,9 @@ class Check:
             self.problems.append(f"{label} scored {result['score']}, more than the starter's 0:\n{feedback[:2000]}")
         if not static_checks and not any(e in feedback for e in c["expect"]):
             self.problems.append(f"{label}: the feedback says none of {c['expect']}:\n{feedback[:2000]}")
+        for words in c.get("never", []):
+            if words in feedback or words in console:
+                self.problems.append(f"{label}: the feedback or the console shows {words!r}")
         self.no_leaks(label, feedback, console)
 
     def run(self):
