@@ -170,7 +170,8 @@ class Runner:
         from_r, from_w = os.pipe()    # the worker's replies
         rep_r, rep_w = os.pipe()      # its crash reports (crash.cpp), with a token of its own
         tok_r, tok_w = os.pipe()
-        env = self.sandbox.env(folder, {"DPLAB_COURSE_WORKER_IN_FD": str(to_r), "DPLAB_COURSE_WORKER_OUT_FD": str(from_w),
+        env = self.sandbox.env(folder, {"DPLAB_COURSE_WORKER_IN_FD": str(to_r),
+                                        "DPLAB_COURSE_WORKER_OUT_FD": str(from_w),
                                         "DPLAB_COURSE_CHANNEL_FD": str(rep_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
         run.worker = subprocess.Popen([self.worker_exe], cwd=folder, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

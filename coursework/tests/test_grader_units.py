@@ -4,11 +4,12 @@
 symbols.py's names and rules, build.py's dependency lists and staged headers' key (the same
 under every PYTHONHASHSEED), sandbox.py's covered paths,
 runner.py's test names, feedback.py's verdicts (a pass needs the verdict, status 0, no
-forged record, one verdict; a worker's reports are words, never a verdict), runner.py's time requests (a test's "time" record, with the
-run's token, extends its limit, never shortens it, never past paced_timeout_s or the budget),
-results.py's results.json, and every assignment's manifest: its headers exist, its points
-add up to 100, its speed tests are tests, and its time limits keep the worst grade (every
-test hanging) under Gradescope's 10 minutes.
+forged record, one verdict; a worker's reports are words, never a verdict), runner.py's
+time requests (a test's "time" record, with the run's token, extends its limit, never
+shortens it, never past paced_timeout_s or the budget), results.py's results.json, and
+every assignment's manifest: its headers exist, its points add up to 100, its speed tests
+are tests, its time limits keep the worst grade (every test hanging) under Gradescope's 10
+minutes, and a judge outside never links the student's files.
 """
 import json
 import os
