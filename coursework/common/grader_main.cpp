@@ -106,8 +106,9 @@ int main(int argc, char** argv) {
   course::harness::install_crash_handlers();
   doctest::Context context;
   context.applyCommandLine(argc, argv);
-  // A judge outside (hw1) is told its test in its environment, which only its own user may
-  // read, not on its command line, which the worker beside it could read in /proc.
+  // The grader names the test in the environment, which only the test's own user may read,
+  // not on the command line, which /proc shows to every process (hw1's worker beside its
+  // judge, other grades' tests).
   if (const char* test = std::getenv("DPLAB_COURSE_TEST_CASE")) {
     const std::string name = test;
     ::unsetenv("DPLAB_COURSE_TEST_CASE");

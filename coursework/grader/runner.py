@@ -123,13 +123,16 @@ class Runner:
         # keeps busy, and on how many cores, is the machine's business, not a verdict
         longest = max(timeout, self.limits["paced_timeout_s"])
         limits = dict(self.limits, cpu_s=int((os.cpu_count() or 1) * longest + 5))
-        env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
-        judge_fds, argv = (), [self.exe, "--test-case=" + run.name]
+        # the test's name in the environment, which only the test's own user may read, never
+        # on the command line, which /proc shows every process (hw1's worker beside its judge,
+        # other grades' tests where /proc cannot be made private)
+        env = self.sandbox.env(run.dir, {"DPLAB_COURSE_CHANNEL_FD": str(ch_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r),
+                                         "DPLAB_COURSE_TEST_CASE": run.name})
+        judge_fds, argv = (), [self.exe]
         if self.worker_exe:
             judge_fds = self.start_worker(run, limits)
-            # the test's name in the judge's environment: its command line is the worker's to read
             env.update({"DPLAB_COURSE_JUDGE_TO_WORKER_FD": str(judge_fds[0]),
-                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1]), "DPLAB_COURSE_TEST_CASE": run.name})
+                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1])})
             argv = [self.judges.get(run.uid, self.exe)]
         run.proc = subprocess.Popen(argv, cwd=run.dir, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -165,6 +165,12 @@ class Sandbox:
                                    b"size=4k,mode=000"), f"cover {path}")
             else:  # a file: an empty one in its place
                 _check(_libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None), f"cover {path}")
+        # A /proc of its own that shows only this user's processes: a test (or hw1's worker)
+        # cannot read other tests' command lines, a judge's, or other grades'. "invisible" is
+        # known only to kernels (5.8+) where each proc mount has its own options; an older
+        # kernel refuses it, and /proc stays as it was rather than hidepid changing the
+        # host's own /proc.
+        _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible")
         for shared in ("/dev/shm", "/tmp", "/var/tmp"):  # fresh ones: nothing left for the next grade
             if os.path.isdir(shared) and not self.below(SANDBOX_ROOT, shared):
                 _check(_libc.mount(b"none", shared.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"),
