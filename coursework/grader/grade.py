@@ -117,7 +117,8 @@ def build_program(a, student_dir, suites, opts, sandbox, private, shared, cache_
     # 4: what the objects call and define
     if opts.static_checks:
         rules = symbols.Rules(a, symbols.load_groups(a.course_dir))
-        problems = symbols.check_objects(rules, objects, names)
+        problems = symbols.check_objects(rules, objects, names,
+                                         symbols.library_definitions(libs, cache.dir, build.CXX))
         if problems:
             raise build.BuildFailed("your code calls or defines what the assignment does not allow:\n" +
                                     "\n".join(f"  - {p}" for p in problems[:12]))

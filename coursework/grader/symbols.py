@@ -10,14 +10,22 @@ Definitions: the student's files may define strong symbols only in the assignmen
 namespace (hw3::, not its grading parts), and weak ones (template instances, inline
 functions) of the standard library and the library besides: so they cannot replace a
 function of the tests, of the library or of libc (write(), malloc()). Their weak copies
-lose to the tests' own, which are linked first (build.py).
+lose to the tests' own, which are linked first (build.py); but not to the libraries'
+(fmt, libstdc++, dplab: a program's own definition wins over a shared library's, and an
+archive's member is never loaded for a symbol already defined), so a weak definition
+outside the namespace must be one the compiler emitted from a header: in a COMDAT group
+(where every inline function and template instance goes; __attribute__((weak)) and
+.weak do not put it there), and of a name that none of the libraries the program links
+defines (fmt::vformat, std::chrono::steady_clock::now: a header only declares those).
 System calls: the objects may not contain a syscall instruction (inline assembly).
 Read next: build.py.
 """
+import hashlib
 import json
 import os
 import re
 import subprocess
+import tempfile
 
 SPECIAL = ("typeinfo name for ", "typeinfo for ", "vtable for ", "VTT for ", "construction vtable for ",
            "guard variable for ", "TLS init function for ", "TLS wrapper function for ",
@@ -79,8 +87,9 @@ def name_of(demangled):
     return re.sub(r"\[abi:\w+\]", "", name)
 
 
-def _nm(obj, *args):
-    r = subprocess.run(["nm", "-C", *args, obj], capture_output=True, text=True, timeout=60)
+def _nm(obj, *args, demangle=True):
+    r = subprocess.run(["nm", "-p", *(["-C"] if demangle else []), *args, obj], capture_output=True, text=True,
+                       timeout=60)
     if r.returncode != 0:
         raise RuntimeError(f"nm {obj}: {r.stderr}")
     out = []
@@ -89,6 +98,66 @@ def _nm(obj, *args):
         if len(parts) == 3:
             out.append((parts[1], parts[2]))
     return out
+
+
+def _comdat_symbols(obj):
+    """The names of obj's symbols defined in a section of a COMDAT group (readelf -g, -s)."""
+    r = subprocess.run(["readelf", "-W", "-g", "-s", obj], capture_output=True, text=True, timeout=60)
+    grouped, names, in_group = set(), set(), False
+    for line in r.stdout.splitlines():
+        if line.startswith("COMDAT group section"):
+            in_group = True
+        elif in_group and re.match(r"^\s+\[\s*\d+\]\s+\S", line):
+            grouped.add(int(re.match(r"^\s+\[\s*(\d+)\]", line).group(1)))
+        elif in_group and "[Index]" not in line:
+            in_group = False
+        m = re.match(r"^\s*\d+:\s+[0-9a-f]+\s+\S+\s+\w+\s+(?:GLOBAL|WEAK|UNIQUE)\s+\w+\s+(\d+)\s+(\S+)", line)
+        if m and int(m.group(1)) in grouped:
+            names.add(m.group(2))
+    return names
+
+
+def library_files(libs, cxx="c++"):
+    """The libraries and archives a program linked with `libs` reads (the linker's --trace)."""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([cxx, "-shared", "-o", os.path.join(d, "probe.so"), *libs, "-Wl,--trace"],
+                           capture_output=True, text=True, timeout=120)
+    files = []
+    for line in (r.stdout + r.stderr).splitlines():
+        line = line.strip()
+        if os.path.isabs(line) and not line.endswith(".o") and os.path.isfile(line) and line not in files:
+            files.append(line)
+    return files
+
+
+def library_definitions(libs, cache_dir=None, cxx="c++"):
+    """{mangled name: the library's file name} for every symbol the linked libraries define
+    strongly (a shared library's dynamic symbols, an archive's members'), kept in cache_dir while
+    the libraries' paths, sizes and times are the same."""
+    files = library_files(libs, cxx)
+    stamp = json.dumps([[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files])
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:40]
+    path = os.path.join(cache_dir, f"libdefs-{key}.json") if cache_dir else None
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    defined = {}
+    for lib in files:
+        args = ["--defined-only", "--extern-only"] if lib.endswith(".a") else ["-D", "--defined-only"]
+        try:
+            found = _nm(lib, *args, demangle=False)
+        except RuntimeError:  # a linker script (libc.so): the files it names are in the list too
+            continue
+        for kind, name in found:
+            # a library's weak symbols are copies from headers (template instances, inline
+            # functions: libgloo.so exports std::shared_ptr's), as the student's are
+            if kind not in ("U", "w", "v", "W", "V", "u"):
+                defined.setdefault(name.split("@")[0], os.path.basename(lib))
+    if path:
+        with open(path + ".tmp", "w") as f:
+            json.dump(defined, f)
+        os.replace(path + ".tmp", path)
+    return defined
 
 
 def load_groups(course_dir):
@@ -149,14 +218,32 @@ def syscall_sites(obj):
     return sites
 
 
-def check_objects(rules, objects, display_names):
-    """The problems with the student's objects, one sentence each ([] when none)."""
+def replaces(kind, mangled, demangled, comdat, library):
+    """Why a definition outside the assignment's namespace replaces one of the program's
+    libraries' ("" when it is only a copy the compiler emitted from a header)."""
+    name = name_of(demangled)
+    if mangled in library:
+        return (f"your files define {name}, which {library[mangled]} defines: the tests would call yours in "
+                f"its place (a function of the library is called, never written again)")
+    if kind in ("W", "V", "w", "v") and mangled not in comdat:
+        return (f"your files define {name} as a weak symbol (__attribute__((weak)), .weak): the tests would "
+                f"call yours in its place; put helpers in your namespace or an unnamed namespace")
+    return ""
+
+
+def check_objects(rules, objects, display_names, library=None):
+    """The problems with the student's objects, one sentence each ([] when none); library:
+    library_definitions() of what the program links."""
     problems, defined, undefined = [], set(), []
     for obj in objects:
-        for kind, name in _nm(obj, "--defined-only", "--extern-only"):
+        comdat = _comdat_symbols(obj)
+        raw = _nm(obj, "--defined-only", "--extern-only", demangle=False)
+        for (kind, name), (_, mangled) in zip(_nm(obj, "--defined-only", "--extern-only"), raw):
             n = name_of(name)
             defined.add(n)
             why = rules.check_definition(kind, n)
+            if not why and not rules.own.match(n):
+                why = replaces(kind, mangled, name, comdat, library or {})
             if why:
                 problems.append(f"{display_names[obj]}: {why}")
         undefined += [(obj, name_of(name)) for _, name in _nm(obj, "--undefined-only")]

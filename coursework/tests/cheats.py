@@ -20,6 +20,9 @@ gets a grade of its own, and the words of a worker that ended or wrote to its re
 ("the process running your code ...") count as the expected ones. `OUTSIDE` are the cheats
 that only a judge outside stops (#45): they are graded with the static checks off too.
 """
+import os
+import re
+import subprocess
 
 RAW = r"""
 #include <cstdio>
@@ -98,6 +101,39 @@ static const unsigned char dplab_embedded[] = {
 ]
 STATIC += COMPILE_TIME_READS
 
+# Weak definitions that replace a function of the program's libraries for the whole test
+# program (#45): fmt::vformat returning "" blanks every sentence the tests build with
+# fmt::format, the words of a failed check among them, so that failed checks pass (hw3
+# scored 85 with no reduction); a steady_clock::now() that advances a microsecond a call
+# makes a slow ring look fast to the speed test (with the first, hw3 scored 100 with no
+# ring). A program's own weak definition wins over a shared library's; symbols.py refuses
+# both, naming the function and the library it belongs to.
+# fmt's headers are no assignment's to include: fmt::vformat is defined by its linker name
+# (@VFORMAT@: vformat_symbol()), with the same registers (a pointer and a length, then two
+# words) and a std::string returned where the caller says.
+WEAK_VFORMAT = r"""#include <string>
+__attribute__((weak)) std::string dplab_vformat(const char*, unsigned long, unsigned long long, const void*)
+    __asm__("@VFORMAT@");
+__attribute__((weak)) std::string dplab_vformat(const char*, unsigned long, unsigned long long, const void*) {
+  return {};
+}
+"""
+WEAK_NOW = r"""#include <chrono>
+namespace std::chrono { inline namespace _V2 {
+__attribute__((weak)) steady_clock::time_point steady_clock::now() noexcept {
+  static long ticks = 0;
+  return time_point(duration(ticks += 1000));
+}
+} }
+"""
+REPLACEMENTS = [
+    {"name": "a weak fmt::vformat replaces the library's for the whole program", "top": WEAK_VFORMAT, "body": "",
+     "expect": ["vformat, which libfmt"]},
+    {"name": "a weak steady_clock::now() replaces the library's for the whole program", "top": WEAK_NOW,
+     "body": "", "expect": ["steady_clock::now, which libstdc++"]},
+]
+STATIC += REPLACEMENTS
+
 # What the judge outside says of a worker that ended, or wrote bytes that are no reply
 WORKER_ENDED = "the process running your code"
 WORKER_ANSWERED = "answered with more bytes than the grader reads"
@@ -150,7 +186,8 @@ RUNTIME = [
 # passing verdict for its test on every descriptor, then exits; and a weak fmt::vformat
 # that blanks every sentence the tests build with fmt::format, the words of a failed check
 # among them, while every backward returns nothing. In a worker there is no channel and no
-# token, and the tests' fmt is not the worker's.
+# token, and the tests' fmt and clock are not the worker's (the static checks refuse both
+# besides: REPLACEMENTS).
 OUTSIDE = [
     {"name": "a static constructor reads the token and writes a passing verdict", "top": RAW + r"""
 #include <cstdlib>
@@ -174,12 +211,10 @@ struct DplabVerdict {
 } dplab_verdict;
 }  // namespace
 """, "body": "", "expect": [WORKER_ENDED, WORKER_ANSWERED]},
-    {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": r"""#include <fmt/core.h>
-#include <string>
-FMT_BEGIN_NAMESPACE
-__attribute__((weak)) std::string vformat(string_view, format_args) { return {}; }
-FMT_END_NAMESPACE
-""", "body": "return {};", "expect": ["is not defined", "your files define", "may not"]},
+    {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": WEAK_VFORMAT, "body": "return {};",
+     "expect": ["is not defined", "your files define", "may not"]},
+    {"name": "a weak steady_clock::now() slows the clock", "top": WEAK_NOW, "body": "return {};",
+     "expect": ["is not defined", "your files define", "may not"]},
     {"name": "replies on every descriptor with a tensor of 2^31 x 2^31 floats in 8 bytes", "top": RAW,
      "body": r"""{ static unsigned char frame[64];
        unsigned n = 0;
@@ -210,6 +245,21 @@ FMT_END_NAMESPACE
 ]
 
 THROW = 'throw std::logic_error("not implemented yet'
+VFORMAT_V9 = ("_ZN3fmt2v97vformatB5cxx11ENS0_17basic_string_viewIcEENS0_17basic_format_argsINS0_20basic_format_"
+              "contextINS0_8appenderEcEEEE")
+
+
+def vformat_symbol():
+    """fmt::vformat's linker name in the libfmt this machine links (its namespace is fmt's
+    version: v9 here)."""
+    lib = subprocess.run([os.environ.get("CXX", "c++"), "-print-file-name=libfmt.so"], capture_output=True,
+                         text=True).stdout.strip()
+    r = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        name = line.split()[-1] if line.split() else ""
+        if " T " in line and re.match(r"_ZN3fmt2v\d+7vformatB5cxx11E", name):
+            return name
+    return VFORMAT_V9
 
 
 def combined(names, values):
@@ -246,6 +296,8 @@ def make(starter_text, cheat, values):
         if THROW not in starter_text:
             raise ValueError("the starter has no 'not implemented yet' throw to put a cheat before")
         text = cheat.get("top", "") + starter_text.replace(THROW, cheat.get("body", "") + "\n  " + THROW)
+    if "@VFORMAT@" in text:
+        text = text.replace("@VFORMAT@", vformat_symbol())
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
     return text

@@ -90,6 +90,54 @@ class Rules(unittest.TestCase):
                       r.check_definition("T", "dplab::Tensor::to_vector<float>"))
 
 
+class Replacements(unittest.TestCase):
+    """A definition outside the namespace that would replace a library's function is refused
+    (weak by attribute, or inline where the library defines it strongly); the copies the
+    compiler makes from headers are not."""
+    SOURCE = r"""#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+__attribute__((weak)) std::string dplab_vformat(const char*, unsigned long, unsigned long long, const void*)
+    __asm__("@VFORMAT@");
+__attribute__((weak)) std::string dplab_vformat(const char*, unsigned long, unsigned long long, const void*) {
+  return {};
+}
+namespace std::chrono { inline namespace _V2 {
+inline steady_clock::time_point steady_clock::now() noexcept { return {}; }
+} }
+namespace hw3 { auto* volatile emitted = &std::chrono::steady_clock::now; }  // its inline copy, emitted
+namespace dplab { __attribute__((weak)) int no_such_helper() { return 1; } }
+namespace hw3 {
+long honest(int n) {
+  std::vector<std::string> words(n, std::string(40, 'x'));
+  auto shared = std::make_shared<std::vector<float>>(n);
+  return static_cast<long>(words.size() + shared->size()) + std::chrono::steady_clock::now().time_since_epoch().count()
+         + dplab::no_such_helper();
+}
+}  // namespace hw3
+"""
+
+    def test_library_functions_are_refused_header_copies_are_not(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import cheats
+        with tempfile.TemporaryDirectory() as d:
+            src, obj = os.path.join(d, "x.cpp"), os.path.join(d, "x.o")
+            with open(src, "w") as f:
+                f.write(self.SOURCE.replace("@VFORMAT@", cheats.vformat_symbol()))
+            subprocess.run([build.CXX, *build.STUDENT_FLAGS, "-c", src, "-o", obj], check=True)
+            library = symbols.library_definitions(["-lfmt"], d, build.CXX)
+            self.assertTrue(any(f.startswith("libdefs-") for f in os.listdir(d)))  # kept for the next grade
+            problems = [p for p in symbols.check_objects(Rules().rules(), [obj], {obj: "x.cpp"}, library)
+                        if "your files define" in p]
+        said = "\n".join(problems)
+        self.assertIn("define fmt::v", said)  # its version: v9
+        self.assertIn("vformat, which libfmt", said)
+        self.assertIn("define std::chrono::_V2::steady_clock::now, which libstdc++", said)
+        self.assertIn("define dplab::no_such_helper as a weak symbol", said)  # weak, in no COMDAT group
+        self.assertEqual(len(problems), 3, said)  # vector, string, shared_ptr and chrono copies pass
+
+
 class Files(unittest.TestCase):
     def test_parse_deps(self):
         with tempfile.NamedTemporaryFile("w", suffix=".d", delete=False) as f:
