@@ -13,7 +13,8 @@ go into one submission (combined()): each test case of the assignment runs one o
 chosen by the test's name (read from /proc/self/environ), so one grade tries them all,
 each in processes of its own.
 `expect`: words the feedback must contain (any of them); `never`: words neither the feedback
-nor the grader's console may show (what a file read at compile time holds).
+nor the grader's console may show (what a file read at compile time holds; @TEST@: each of
+the assignment's test names).
 An assignment judged outside the student's process ("judge": "outside": hw1) runs the
 student's code in a worker that is never told its test's name: there each runtime cheat
 gets a grade of its own, and the words of a worker that ended or wrote to its reply pipe
@@ -241,7 +242,7 @@ struct DplabVerdict {
            if (std::strncmp(buf + i, "--test-case=", 12) == 0) std::printf("seen: %s\n", buf + i);
        }
        std::fflush(stdout); }""",
-     "expect": ["not implemented yet"], "never": ["seen: --test-case="]},
+     "expect": ["not implemented yet"], "never": ["seen: --test-case=@TEST@"]},
 ]
 
 THROW = 'throw std::logic_error("not implemented yet'

@@ -273,10 +273,22 @@ class Check:
             self.problems.append(f"{label} scored {result['score']}, more than the starter's 0:\n{feedback[:2000]}")
         if not static_checks and not any(e in feedback for e in c["expect"]):
             self.problems.append(f"{label}: the feedback says none of {c['expect']}:\n{feedback[:2000]}")
-        for words in c.get("never", []):
+        for words in self.never_words(c):
             if words in feedback or words in console:
                 self.problems.append(f"{label}: the feedback or the console shows {words!r}")
         self.no_leaks(label, feedback, console)
+
+    def never_words(self, c):
+        """A cheat's `never` words, "@TEST@" in them as each of this assignment's test names:
+        in CI, other assignments' grades run beside this one, and their in-process tests still
+        take their names on the command line (in Gradescope each grade has its machine)."""
+        from runner import test_names
+        # a name's first words: the command line may escape what doctest reads as a pattern
+        names = {re.match(r"[\w ]*", n).group(0) for n in test_names(self.a.test_sources(["visible", "hidden"]))}
+        words = []
+        for w in c.get("never", []):
+            words += [w.replace("@TEST@", n) for n in names] if "@TEST@" in w else [w]
+        return words
 
     def run(self):
         jobs = [self.reference, self.starter] + [lambda m=m: self.mistake(m) for m in self.checks["mistakes"]]
