@@ -16,6 +16,8 @@ build's cache of the same tests). Four submissions:
   - cheating with raw system calls (a detached child that rewrites results.json, a read of
     the hidden tests), graded with the static checks off: 0, no process left, results.json
     as the grader wrote it, no hidden text.
+Then hw1's package, judged outside the student's process: the reference scores 100, and a
+weak fmt::vformat with nothing implemented, graded with the static checks off, scores 0.
 The zip holds no reference solution and no ci_checks.json. The grades run under CI's limits
 (ci_limits.py: generous hang guards), and their seconds are never a verdict.
 """
@@ -99,6 +101,60 @@ def setup_problems(setup_text, source_root, build_dir, package):
         owner = r.stdout.split(":")[0].strip()
         if owner not in installs:
             problems.append(f"setup.sh does not install {owner}, which dplab's build needs for {what} ({path})")
+    return problems
+
+
+def judged_outside(tool, course, build_pc):
+    """hw1, judged outside the student's process, through its own package: the reference
+    scores 100, and a weak fmt::vformat with every backward returning nothing (which scored
+    100 through run_autograder while hw1's tests ran in the student's process), graded with
+    the static checks off, scores 0 with the words of a wrong answer."""
+    problems = []
+    root = tempfile.mkdtemp(prefix="dplab-autograder-hw1-")
+    zip_path = os.path.join(root, "hw1.zip")
+    r = subprocess.run([sys.executable, tool, "package", "hw1", zip_path], capture_output=True, text=True)
+    if r.returncode != 0:
+        return [f"dplab-course package hw1 failed:\n{r.stdout}{r.stderr}"]
+    src = os.path.join(root, "source")
+    with zipfile.ZipFile(zip_path) as z:
+        for n in z.namelist():
+            if n.endswith(("hw1_autograd/autograd.cpp", "ci_checks.json")):
+                problems.append(f"the hw1 zip holds {n}")
+        z.extractall(src)
+    import manifest
+    a = manifest.resolve(course, "hw1")
+    env = dict(ci_limits.environ(os.environ, a), AUTOGRADER_ROOT=root, DPLAB_COURSE_PKG_CONFIG_PATH=build_pc)
+    env.pop("DPLAB_COURSE_DIR")
+    build_cache = env.pop("DPLAB_COURSE_CACHE", None)
+    if build_cache and os.path.isdir(build_cache):
+        shutil.copytree(build_cache, os.path.join(src, "cache"), copy_function=os.link)
+    starter = open(os.path.join(os.environ["DPLAB_COURSE_STARTERS"], a.name, a.student_files[0])).read()
+    vformat = next(c for c in cheats.OUTSIDE if "vformat" in c["name"])
+    for label, text, args, want in (
+            ("hw1 correct", open(a.path(a.student_files[0])).read(), [], 100),
+            ("hw1 cheating with a weak fmt::vformat (static checks off)", cheats.make(starter, vformat, {}),
+             ["--skip-static-checks"], 0)):
+        sub = os.path.join(root, "submission")
+        shutil.rmtree(sub, ignore_errors=True)
+        os.makedirs(sub)
+        with open(os.path.join(sub, a.student_files[0]), "w") as f:
+            f.write(text)
+        r = subprocess.run(["bash", os.path.join(src, "run_autograder"), *args], env=env, capture_output=True,
+                           text=True, timeout=600)
+        try:
+            with open(os.path.join(root, "results", "results.json")) as f:
+                results = json.load(f)
+        except (OSError, ValueError):
+            results = {}
+        print(f"{label}: {results.get('score')} in {results.get('execution_time')} s", flush=True)
+        feedback = "\n".join(t["output"] for t in results.get("tests", []))
+        if r.returncode != 0:
+            problems.append(f"{label}: run_autograder exited with {r.returncode}:\n{r.stderr[-2000:]}")
+        if results.get("score") != want:
+            problems.append(f"{label} scored {results.get('score')}, not {want}:\n{feedback[:2000]}")
+        if want == 0 and not any(e in feedback for e in vformat["expect"]):
+            problems.append(f"{label}: the feedback says none of {vformat['expect']}:\n{feedback[:2000]}")
+    shutil.rmtree(root, ignore_errors=True)
     return problems
 
 
@@ -231,6 +287,7 @@ def main():
         problems.append("the cheating submission's results show the hidden tests")
 
     shutil.rmtree(root, ignore_errors=True)
+    problems += judged_outside(tool, course, build_pc)
     return report.finish("gradescope", problems)
 
 
