@@ -1,0 +1,159 @@
+// test_broker.cpp: the broker between ranks (common/broker.h), alone, with ranks as real
+// forked processes whose only link is the broker: a ring where every rank writes a whole
+// MiB before it reads (a broker that blocked on one pipe would stall), each byte arrives
+// from the rank that sent it and is counted once; and ranks that lie (a rank that does not
+// exist, a frame past the cap, a frame cut short) are named while the others finish.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "broker.h"
+
+namespace broker = course::broker;
+
+namespace {
+
+bool write_all(int fd, const std::string& s) {
+  for (std::size_t at = 0; at < s.size();) {
+    const ssize_t w = ::write(fd, s.data() + at, s.size() - at);
+    if (w <= 0) return false;
+    at += w;
+  }
+  return true;
+}
+
+bool read_all(int fd, char* p, std::size_t n) {
+  for (std::size_t at = 0; at < n;) {
+    const ssize_t r = ::read(fd, p + at, n - at);
+    if (r <= 0) return false;
+    at += r;
+  }
+  return true;
+}
+
+std::string to(int destination, const std::string& payload) {
+  const auto length = static_cast<std::uint32_t>(payload.size() + 1);
+  return std::string(reinterpret_cast<const char*>(&length), 4) + static_cast<char>(destination) +
+         payload;
+}
+
+// Runs n ranks, each body(rank, send fd, receive fd) in a process of its own (its exit
+// status: 0 when it saw what it expected), and the broker here; returns the broker's
+// report and every rank's status.
+broker::Report run_ranks(int n, const std::function<int(int, int, int)>& body,
+                         std::vector<int>& status) {
+  std::vector<broker::Link> links(n);
+  std::vector<int> rank_send(n), rank_receive(n);
+  for (int r = 0; r < n; ++r) {
+    int up[2], down[2];
+    REQUIRE(::pipe(up) == 0);
+    REQUIRE(::pipe(down) == 0);
+    links[r] = {up[0], down[1]};
+    rank_send[r] = up[1];
+    rank_receive[r] = down[0];
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the rank: its own two ends, nothing else
+      for (int k = 0; k < n; ++k) {
+        ::close(links[k].from_rank);
+        ::close(links[k].to_rank);
+        if (k != r) {
+          ::close(rank_send[k]);
+          ::close(rank_receive[k]);
+        }
+      }
+      ::_exit(body(r, rank_send[r], rank_receive[r]));
+    }
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < n; ++r) {
+    ::close(rank_send[r]);
+    ::close(rank_receive[r]);
+  }
+  broker::Report report = broker::run(links);
+  status.clear();
+  for (pid_t pid : pids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    status.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  return report;
+}
+
+}  // namespace
+
+TEST_CASE("a ring through the broker: each rank writes a whole MiB before it reads") {
+  const int n = 4;
+  const std::size_t piece = 1000, pieces = 1050;  // about 1 MiB a rank, in 1000-byte frames
+  std::vector<int> status;
+  broker::Report report = run_ranks(
+      n,
+      [&](int r, int send, int receive) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    for (std::size_t i = 0; i < pieces; ++i)
+      if (!write_all(send, to(right, std::string(piece, static_cast<char>('a' + r))))) return 1;
+    ::close(send);
+    for (std::size_t i = 0; i < pieces; ++i) {
+      std::uint32_t length = 0;
+      std::string got(piece + 1, '\0');
+      if (!read_all(receive, reinterpret_cast<char*>(&length), 4) || length != piece + 1) return 2;
+      if (!read_all(receive, got.data(), got.size())) return 3;
+      if (got[0] != static_cast<char>(left) ||
+          got.substr(1) != std::string(piece, static_cast<char>('a' + left)))
+        return 4;
+    }
+    return 0;
+      },
+      status);
+  CHECK(report.problems.empty());
+  CHECK(status == std::vector<int>(n, 0));
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) {
+      CHECK(report.bytes[s][d] ==
+            (d == (s + 1) % n ? static_cast<std::int64_t>(piece * pieces) : 0));
+      CHECK(report.messages[s][d] == (d == (s + 1) % n ? static_cast<std::int64_t>(pieces) : 0));
+    }
+}
+
+TEST_CASE("ranks that lie are named, and the others finish") {
+  const int n = 4;
+  std::vector<int> status;
+  broker::Report report = run_ranks(
+      n,
+      [&](int r, int send, int receive) {
+    std::string bytes;
+    if (r == 0) bytes = to(3, "hello");                            // honest
+    if (r == 1) bytes = to(9, "nobody");                           // no rank 9
+    if (r == 2) bytes = std::string("\xff\xff\xff\x7f", 4) + "x";  // 2 GiB claimed
+    if (r == 3) bytes = to(0, "cut short").substr(0, 7);           // closes mid-frame
+    write_all(send, bytes);
+    ::close(send);
+    if (r == 3) {  // rank 0's frame still arrives
+      char got[4 + 1 + 5];
+      return read_all(receive, got, sizeof got) && got[4] == 0 &&
+                     std::memcmp(got + 5, "hello", 5) == 0
+                 ? 0
+                 : 1;
+    }
+    return 0;
+      },
+      status);
+  CHECK(status == std::vector<int>(n, 0));
+  REQUIRE(report.problems.size() == 3);
+  std::string all;
+  for (const auto& p : report.problems) all += p + "\n";
+  CHECK(all.find("rank 1 sent a frame to rank 9, and there are 4 ranks") != std::string::npos);
+  CHECK(all.find("rank 2 sent a frame of 2147483647 bytes") != std::string::npos);
+  CHECK(all.find("rank 3 closed its pipe in the middle of a frame (7 bytes)") != std::string::npos);
+  CHECK(report.bytes[0][3] == 5);
+  CHECK(report.bytes[1][0] + report.bytes[1][2] + report.bytes[1][3] == 0);
+}
