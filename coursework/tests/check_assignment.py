@@ -280,8 +280,10 @@ class Check:
 
     def never_words(self, c):
         """A cheat's `never` words, "@TEST@" in them as each of this assignment's test names:
-        in CI, other assignments' grades run beside this one, and their in-process tests still
-        take their names on the command line (in Gradescope each grade has its machine)."""
+        in CI other checks run beside this one, and a student's own `meson test` (the student
+        loop) names its visible tests on the command line, which /proc shows where the kernel
+        cannot give a test a /proc of its own (the grader names its tests in their environment;
+        in Gradescope each grade has its machine)."""
         from runner import test_names
         # a name's first words: the command line may escape what doctest reads as a pattern
         names = {re.match(r"[\w ]*", n).group(0) for n in test_names(self.a.test_sources(["visible", "hidden"]))}
