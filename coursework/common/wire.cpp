@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -139,6 +140,14 @@ Read read_frame(int fd, std::string& payload) {
   if (n > kMaxFrame) return Read::kTooLong;
   payload.assign(n, '\0');
   return read_all(fd, payload.data(), n) == n ? Read::kFrame : Read::kTruncated;
+}
+
+int fd_from_env(const char* name) {
+  const char* text = std::getenv(name);
+  if (!text) return -1;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  return (end && *end == '\0' && v >= 0 && v < 1024) ? static_cast<int>(v) : -1;
 }
 
 }  // namespace course::wire

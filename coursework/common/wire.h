@@ -70,5 +70,8 @@ enum class Read { kFrame, kClosed, kTooLong, kTruncated };
 bool write_frame(int fd, const std::string& payload);
 // Reads one frame into payload; a length over kMaxFrame is refused before any allocation.
 Read read_frame(int fd, std::string& payload);
+// The pipe the grader named in environment variable `name` (a descriptor number below
+// 1024), or -1 when it is unset or not such a number.
+int fd_from_env(const char* name);
 
 }  // namespace course::wire

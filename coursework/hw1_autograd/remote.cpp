@@ -23,18 +23,11 @@ struct Worker {
   std::string why;
 };
 
-int fd_from_env(const char* name) {
-  const char* text = std::getenv(name);
-  if (!text) return -1;
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  return (end && *end == '\0' && v >= 0 && v < 1024) ? static_cast<int>(v) : -1;
-}
-
 Worker& worker() {
   static Worker w = [] {
     ::signal(SIGPIPE, SIG_IGN);  // a worker that died: write() says EPIPE, the test fails
-    return Worker{fd_from_env("DPLAB_COURSE_JUDGE_TO_WORKER_FD"), fd_from_env("DPLAB_COURSE_JUDGE_FROM_WORKER_FD")};
+    return Worker{course::wire::fd_from_env("DPLAB_COURSE_JUDGE_TO_WORKER_FD"),
+                  course::wire::fd_from_env("DPLAB_COURSE_JUDGE_FROM_WORKER_FD")};
   }();
   return w;
 }

@@ -23,14 +23,6 @@ void install_crash_handlers();  // crash.cpp
 
 namespace {
 
-int fd_from_env(const char* name) {
-  const char* text = std::getenv(name);
-  if (!text) return -1;
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  return (end && *end == '\0' && v >= 0 && v < 1024) ? static_cast<int>(v) : -1;
-}
-
 // One call: the request's function with its arguments, and the reply.
 std::string answer(const std::string& request) {
   course::wire::Reader in(request);
@@ -77,7 +69,8 @@ int main() {
   }
   course::harness::install_crash_handlers();
   ::signal(SIGPIPE, SIG_IGN);
-  const int in = fd_from_env("DPLAB_COURSE_WORKER_IN_FD"), out = fd_from_env("DPLAB_COURSE_WORKER_OUT_FD");
+  const int in = course::wire::fd_from_env("DPLAB_COURSE_WORKER_IN_FD");
+  const int out = course::wire::fd_from_env("DPLAB_COURSE_WORKER_OUT_FD");
   if (in < 0 || out < 0) {
     std::fprintf(stderr, "worker: started without the grader's pipes\n");
     return 3;
