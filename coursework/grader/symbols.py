@@ -153,10 +153,11 @@ def library_definitions(libs, cache_dir=None, cxx="c++"):
             # functions: libgloo.so exports std::shared_ptr's), as the student's are
             if kind not in ("U", "w", "v", "W", "V", "u"):
                 defined.setdefault(name.split("@")[0], os.path.basename(lib))
-    if path:
-        with open(path + ".tmp", "w") as f:
+    if path:  # a temporary file of this grade's own: grades that share the cache write at once
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"libdefs-{key}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
             json.dump(defined, f)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     return defined
 
 

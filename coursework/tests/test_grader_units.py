@@ -137,6 +137,29 @@ long honest(int n) {
         self.assertIn("define dplab::no_such_helper as a weak symbol", said)  # weak, in no COMDAT group
         self.assertEqual(len(problems), 3, said)  # vector, string, shared_ptr and chrono copies pass
 
+    def test_grades_that_share_a_cache_write_its_library_list_at_once(self):
+        # a fresh cache, as in a fresh clone's CI: check_assignment's grades run side by side and
+        # each writes the list; one temporary name for all made the later os.replace fail
+        import threading
+        with tempfile.TemporaryDirectory() as d:
+            errors = []
+
+            def one():
+                try:
+                    symbols.library_definitions(["-lfmt"], d, build.CXX)
+                except Exception as e:  # noqa: BLE001 (any failure of a grade's build)
+                    errors.append(repr(e))
+            threads = [threading.Thread(target=one) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+            kept = [f for f in os.listdir(d) if f.startswith("libdefs-")]
+            self.assertEqual(len(kept), 1, kept)  # no temporary file left behind
+            with open(os.path.join(d, kept[0])) as f:
+                self.assertTrue(json.load(f))
+
 
 class Files(unittest.TestCase):
     def test_parse_deps(self):
