@@ -155,6 +155,7 @@ def library_definitions(libs, cache_dir=None, cxx="c++"):
                 defined.setdefault(name.split("@")[0], os.path.basename(lib))
     if path:  # a temporary file of this grade's own: grades that share the cache write at once
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"libdefs-{key}.", suffix=".tmp")
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from a cache copied for another user
         with os.fdopen(fd, "w") as f:
             json.dump(defined, f)
         os.replace(tmp, path)

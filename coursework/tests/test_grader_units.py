@@ -157,6 +157,9 @@ long honest(int n) {
             self.assertEqual(errors, [])
             kept = [f for f in os.listdir(d) if f.startswith("libdefs-")]
             self.assertEqual(len(kept), 1, kept)  # no temporary file left behind
+            # readable by others, as the cache's other files: the student-loop check links a
+            # cache root wrote into a student's home (mkstemp's 0600 failed it there in CI)
+            self.assertEqual(os.stat(os.path.join(d, kept[0])).st_mode & 0o777, 0o644)
             with open(os.path.join(d, kept[0])) as f:
                 self.assertTrue(json.load(f))
 
