@@ -2,15 +2,23 @@
 //   AdamW: p *= 1 - lr * wd          Adam: g = grad + wd * p
 //   m = b1 m + (1 - b1) g            v = b2 v + (1 - b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// This file owns the state (m, v, t) and its state-dict round trip.
+// This file owns the state (m, v, t), each parameter group's decay, and the state-dict
+// round trip of both.
 // Read next: lr_scheduler.cpp.
 #include "framework/optim/adam.h"
+
+#include <fmt/format.h>
 
 #include "framework/backend/backend.h"
 #include "framework/optim/optim_state.h"
 
 namespace dplab::optim {
 namespace {
+
+// "optim.group.<g>.<name>"
+std::string group_key(size_t g, const char* name) {
+  return fmt::format("optim.group.{}.{}", g, name);
+}
 
 void check_options(const char* type, const AdamOptions& o) {
   detail::check_non_negative(type, "lr", o.lr);
@@ -22,22 +30,50 @@ void check_options(const char* type, const AdamOptions& o) {
               "{}: invalid beta2: expected in [0, 1), got {}", type, o.betas.second);
 }
 
+std::vector<Tensor> all_params(const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor> out;
+  for (const ParamGroup& g : groups) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Adam(std::move(params), options, false) {}
+    : Adam(std::vector<ParamGroup>{{.params = std::move(params)}}, options, false) {}
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled)
-    : Optimizer(std::move(params)), options_(options), decoupled_(decoupled),
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Adam(std::move(groups), options, false) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled)
+    : Optimizer(all_params(groups)), options_(options), decoupled_(decoupled),
       exp_avg_(params_.size()), exp_avg_sq_(params_.size()), steps_(params_.size(), 0) {
   check_options(type_name(), options_);
+  DPLAB_CHECK(!groups.empty(), "{}: expected at least one parameter group", type_name());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const double decay = groups[g].weight_decay.value_or(options_.weight_decay);
+    detail::check_non_negative(type_name(), fmt::format("weight_decay of group {}", g).c_str(),
+                               decay);
+    group_sizes_.push_back(groups[g].params.size());
+    group_decay_.push_back(decay);
+  }
+  // One group is the plain optimizer: its decay is the one optim.weight_decay records.
+  if (groups.size() == 1) options_.weight_decay = group_decay_[0];
   lr_ = options_.lr;
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
-    : Adam(std::move(params),
+    : AdamW(std::vector<ParamGroup>{{.params = std::move(params)}}, o) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
+    : Adam(std::move(groups),
            AdamOptions{.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay},
            true) {}
+
+double Adam::weight_decay_of(size_t param_index) const {
+  size_t g = 0, end = group_sizes_[0];
+  while (param_index >= end) end += group_sizes_[++g];
+  return group_decay_[g];
+}
 
 void Adam::step() {
   DPLAB_CHECK(lr_ >= 0.0, "{}: invalid lr: expected >= 0, got {} (set by set_lr?)", type_name(),
@@ -56,7 +92,7 @@ void Adam::step() {
                   .beta1 = static_cast<float>(options_.betas.first),
                   .beta2 = static_cast<float>(options_.betas.second),
                   .eps = static_cast<float>(options_.eps),
-                  .weight_decay = static_cast<float>(options_.weight_decay),
+                  .weight_decay = static_cast<float>(weight_decay_of(i)),
                   .decoupled = decoupled_,
                   .step = steps_[i]};
     backend_for(p.device())
@@ -73,12 +109,45 @@ void Adam::state_dict(StateDict& tensors, Metadata& meta) const {
   meta["optim.beta2"] = detail::format_double(options_.betas.second);
   meta["optim.eps"] = detail::format_double(options_.eps);
   meta["optim.weight_decay"] = detail::format_double(options_.weight_decay);
+  if (num_groups() > 1) {
+    meta["optim.num_groups"] = std::to_string(num_groups());
+    for (size_t g = 0; g < num_groups(); ++g) {
+      meta[group_key(g, "num_params")] = std::to_string(group_sizes_[g]);
+      meta[group_key(g, "weight_decay")] = detail::format_double(group_decay_[g]);
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!exp_avg_[i].defined()) continue;
     tensors.insert(detail::state_key(i, "exp_avg"), exp_avg_[i]);
     tensors.insert(detail::state_key(i, "exp_avg_sq"), exp_avg_sq_[i]);
     meta[detail::state_key(i, "step")] = std::to_string(steps_[i]);
   }
+}
+
+// The groups' decays a state dict holds, checked against this optimizer's groups: the
+// plain format (no optim.num_groups) is one group with optim.weight_decay.
+std::vector<double> Adam::load_group_decay(const Metadata& meta, double plain_decay) const {
+  if (!meta.contains("optim.num_groups")) {
+    DPLAB_CHECK(num_groups() == 1,
+                "load_state_dict: this {} has {} parameter groups, the state dict has one (it "
+                "has no optim.num_groups)",
+                type_name(), num_groups());
+    return {plain_decay};
+  }
+  const int64_t saved = detail::meta_int(meta, "optim.num_groups");
+  DPLAB_CHECK(saved == static_cast<int64_t>(num_groups()),
+              "load_state_dict: this {} has {} parameter groups, the state dict has {}",
+              type_name(), num_groups(), saved);
+  std::vector<double> decay(num_groups());
+  for (size_t g = 0; g < num_groups(); ++g) {
+    const int64_t n = detail::meta_int(meta, group_key(g, "num_params"));
+    DPLAB_CHECK(n == static_cast<int64_t>(group_sizes_[g]),
+                "load_state_dict: group {} of this {} has {} parameters, the state dict's has {}",
+                g, type_name(), group_sizes_[g], n);
+    decay[g] = detail::meta_double(meta, group_key(g, "weight_decay"));
+    detail::check_non_negative(type_name(), group_key(g, "weight_decay").c_str(), decay[g]);
+  }
+  return decay;
 }
 
 void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
@@ -89,6 +158,7 @@ void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
       .eps = detail::meta_double(meta, "optim.eps"),
       .weight_decay = detail::meta_double(meta, "optim.weight_decay")};
   check_options(type_name(), o);
+  const std::vector<double> decay = load_group_decay(meta, o.weight_decay);
   // Build everything first, then commit: a bad entry leaves the optimizer untouched.
   std::vector<Tensor> m(params_.size()), v(params_.size());
   std::vector<int64_t> steps(params_.size(), 0);
@@ -110,6 +180,7 @@ void Adam::load_state_dict(const StateDict& tensors, const Metadata& meta) {
                   v_key, v_values[j], j);
   }
   options_ = o;
+  group_decay_ = decay;
   lr_ = o.lr;
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);
