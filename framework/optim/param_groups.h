@@ -4,7 +4,7 @@
 // norm's gain towards 0 only fights the normalisation, and a bias has nothing to regularise.
 //   auto groups = optim::decay_groups(*model, 0.1);   // {>= 2-D: 0.1}, {1-D: 0}
 //   optim::AdamW opt(groups, {.lr = 6e-4, .betas = {0.9, 0.95}});
-// Read next: adam.h (how a group's decay is used).
+// Read next: adam.h (how a group's decay is used), clip_grad.h.
 #pragma once
 #include <optional>
 #include <vector>
