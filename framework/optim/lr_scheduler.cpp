@@ -50,4 +50,26 @@ double CosineAnnealingLR::lr_at(int64_t epoch) const {
   return options_.eta_min + (base_lr() - options_.eta_min) * (1.0 + std::cos(phase)) / 2.0;
 }
 
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options)
+    : LRScheduler(optimizer), options_(options) {
+  DPLAB_CHECK(options_.warmup_steps >= 0, "WarmupCosineLR: warmup_steps must be >= 0, got {}",
+              options_.warmup_steps);
+  DPLAB_CHECK(options_.total_steps > options_.warmup_steps,
+              "WarmupCosineLR: total_steps must be > warmup_steps, got total_steps {} and "
+              "warmup_steps {}",
+              options_.total_steps, options_.warmup_steps);
+  DPLAB_CHECK(options_.min_lr >= 0.0, "WarmupCosineLR: min_lr must be >= 0, got {}",
+              options_.min_lr);
+  init();
+}
+
+double WarmupCosineLR::lr_at(int64_t step) const {
+  const int64_t warmup = options_.warmup_steps, total = options_.total_steps;
+  if (step < warmup) return base_lr() * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step > total) return options_.min_lr;
+  const double r = static_cast<double>(step - warmup) / static_cast<double>(total - warmup);
+  return options_.min_lr +
+         (base_lr() - options_.min_lr) * (1.0 + std::cos(std::numbers::pi * r)) / 2.0;
+}
+
 }  // namespace dplab::optim

@@ -76,4 +76,29 @@ class CosineAnnealingLR : public LRScheduler {
   CosineAnnealingLROptions options_;
 };
 
+struct WarmupCosineLROptions {
+  int64_t warmup_steps = 0;  // >= 0
+  int64_t total_steps = 1;   // > warmup_steps: where the cosine reaches min_lr
+  double min_lr = 0.0;       // the lr from total_steps on (nanoGPT: base / 10)
+};
+
+// GPT-2 / nanoGPT's schedule; `epoch` here counts optimizer steps, s:
+//   s < warmup:          lr = base * (s + 1) / warmup
+//   warmup <= s <= total: lr = min_lr + (base - min_lr) * (1 + cos(pi * r)) / 2,
+//                          r = (s - warmup) / (total - warmup)
+//   s > total:           lr = min_lr
+// The warm-up starts at base / warmup, not 0, so the first step is not wasted, and it
+// exists because Adam's first moments are estimated from few gradients: full-size steps
+// on them early can throw a transformer into a bad region it never leaves.
+class WarmupCosineLR : public LRScheduler {
+ public:
+  WarmupCosineLR(Optimizer& optimizer, WarmupCosineLROptions options);
+
+ protected:
+  double lr_at(int64_t step) const override;
+
+ private:
+  WarmupCosineLROptions options_;
+};
+
 }  // namespace dplab::optim
