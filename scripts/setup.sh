@@ -14,6 +14,7 @@ case "$what" in main|test) ;; *) echo "usage: bash scripts/setup.sh main|test" >
 packages=(meson ninja-build pkg-config g++ libeigen3-dev libfmt-dev doctest-dev zlib1g-dev
           libcli11-dev libssl-dev libbackward-cpp-dev libopenmpi-dev openmpi-bin libgloo-dev
           dataset-fashion-mnist
+          jargon-text  # the Jargon File, the GPT's byte-level text corpus: datasets/text_corpus.h
           python3-matplotlib
           iproute2 procps)  # ip, tc, pgrep: the multi-node tests' network namespaces
 missing=()

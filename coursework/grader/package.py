@@ -35,6 +35,7 @@ NOT_NEEDED = {  # scripts/setup.sh's packages that grading does without, and why
     "openmpi-bin": "MPI is off (-Dmpi=disabled)",
     "libgloo-dev": "gloo is optional (-Dgloo=auto): the libraries build without it",
     "dataset-fashion-mnist": "the tutorials' and benchmarks' data set",
+    "jargon-text": "the GPT's text corpus; its tests write their own text",
     "python3-matplotlib": "the benchmarks' plots",
     "iproute2": "the multi-node tests' network namespaces",
     "procps": "the multi-node tests (pgrep)",
