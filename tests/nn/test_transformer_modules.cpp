@@ -55,6 +55,17 @@ Tensor ids_tensor(const std::vector<int64_t>& v, int64_t B, int64_t T) {
   return from_vector(v, {B, T});
 }
 
+// The message of the Error f throws ("" when it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
@@ -62,6 +73,59 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 }  // namespace
+
+TEST_CASE("Embedding and LayerNorm: padding_idx, options, names, and clone_to keeps them") {
+  manual_seed(16);
+  nn::Embedding emb(5, 3, {.padding_idx = -1});  // counts from the end: row 4
+  CHECK(emb.options.padding_idx == 4);
+  CHECK(emb.name() == "Embedding(5, 3, padding_idx=4)");
+  CHECK(emb.weight.narrow(4, 1).to_vector<float>() == std::vector<float>(3, 0.0f));
+  Tensor out = emb.forward(ids_tensor({4, 0, 4, 0}, 2, 2));
+  CHECK(out.shape() == Shape{2, 2, 3});
+  sum(out).backward();
+  const std::vector<float> g = emb.weight.grad().to_vector<float>();
+  CHECK(std::vector<float>(g.begin(), g.begin() + 3) == std::vector<float>(3, 2.0f));  // id 0 twice
+  CHECK(std::vector<float>(g.begin() + 12, g.end()) == std::vector<float>(3, 0.0f));   // padding
+  auto emb_copy = std::dynamic_pointer_cast<nn::Embedding>(emb.clone_to(Device("cpu:1")));
+  REQUIRE(emb_copy != nullptr);
+  CHECK(emb_copy->options.padding_idx == 4);
+  CHECK(emb_copy->weight.to_vector<float>() == emb.weight.to_vector<float>());
+
+  nn::LayerNorm ln(4, {.bias = false});  // nanoGPT's bias=False: weight only
+  CHECK(ln.named_parameters().size() == 1);
+  CHECK(ln.name() == "LayerNorm((4,), eps=1e-05, elementwise_affine=true)");
+  const std::vector<float> y =
+      ln.forward(from_vector(std::vector<float>{1, 2, 3, 4, -2, 0, 2, 4}, {2, 4}))
+          .to_vector<float>();
+  for (int row = 0; row < 2; ++row) {  // each row: mean 0, biased variance 1 (up to eps)
+    double mean = 0, var = 0;
+    for (int c = 0; c < 4; ++c) mean += y[row * 4 + c] / 4.0;
+    for (int c = 0; c < 4; ++c) var += (y[row * 4 + c] - mean) * (y[row * 4 + c] - mean) / 4.0;
+    CHECK(std::abs(mean) <= 1e-6);
+    CHECK(std::abs(var - 1.0) <= 1e-4);
+  }
+  CHECK(std::dynamic_pointer_cast<nn::LayerNorm>(ln.clone_to(Device("cpu:1")))->bias.defined() ==
+        false);
+}
+
+TEST_CASE("the transformer layers and GPT say what is wrong with their inputs") {
+  CHECK(error_of([] { nn::CausalSelfAttention(6, 4); }).find("divisible by n_head") !=
+        std::string::npos);
+  CHECK(error_of([] {
+          nn::LayerNorm(4).forward(zeros({2, 5}));
+        }).find("expected input [..., 4]") != std::string::npos);
+  CHECK(error_of([] {
+          nn::CausalSelfAttention(4, 2).forward(zeros({2, 4}));
+        }).find("expected input [B, T, 4]") != std::string::npos);
+  models::GPT gpt(tiny_config());
+  CHECK(error_of([&] {
+          gpt.forward(ids_tensor(std::vector<int64_t>(12, 0), 2, 6));
+        }).find("longer than block_size 5") != std::string::npos);
+  CHECK(error_of([&] { gpt.forward(zeros({2, 3})); }).find("int64 token ids") != std::string::npos);
+  CHECK(error_of([&] {
+          gpt.forward(ids_tensor({0, 11}, 1, 2));
+        }).find("[0, 11)") != std::string::npos);
+}
 
 TEST_CASE("CausalSelfAttention and TransformerBlock: gradients of input and every parameter "
           "match finite differences") {
