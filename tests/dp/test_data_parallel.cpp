@@ -10,6 +10,7 @@
 #include "framework/nn/layers.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/random.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "parallel/dp/data_parallel.h"
 
@@ -80,6 +81,39 @@ TEST_CASE("DataParallel on 1-4 devices equals one device: loss and updated weigh
     auto a = single->parameters(), b = master->parameters();
     for (size_t k = 0; k < a.size(); ++k)
       check_close(b[k].to_vector<float>(), a[k].to_vector<float>(), 1e-5f);
+  }
+}
+
+// GPT's head is tied to its token embedding: each replica (a new GPT from make_empty_copy)
+// ties its own pair, parameters() lists the tensor once everywhere, so the master sends it
+// once per replica and sums its gradient, both uses included, once.
+TEST_CASE("DataParallel of a GPT with its tied head equals one device: loss, gradients, bytes") {
+  const models::GPTConfig cfg{
+      .vocab_size = 11, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9,
+                                    3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7};
+  std::vector<int64_t> next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) next[i] = (ids[i] * 7 + 1) % 11;
+  const Tensor x = from_vector(ids, {5, 6}), y = from_vector(next, {5, 6});  // 5 rows: 2, 2, 1
+  manual_seed(21);
+  auto single = std::make_shared<models::GPT>(cfg);
+  auto master = std::dynamic_pointer_cast<models::GPT>(single->clone_to(Device("cpu:0")));
+  DataParallel dp(master, cpus(3));
+  dp.reset_stats();
+
+  Tensor want = single->loss(x, y);
+  want.backward();
+  Tensor got = models::lm_loss(dp.forward(x), y);
+  got.backward();
+  CHECK(got.item() == doctest::Approx(want.item()).epsilon(1e-5));
+  auto a = single->parameters(), b = master->parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k)
+    check_close(b[k].grad().to_vector<float>(), a[k].grad().to_vector<float>(), 1e-5f);
+  const int64_t P = master->num_params() * 4;  // bytes, the tied tensor counted once
+  for (int i = 1; i < 3; ++i) {
+    CHECK(dp.traffic().bytes(DpPhase::Replicate, 0, i) == P);
+    CHECK(dp.traffic().bytes(DpPhase::Reduce, i, 0) == P);
   }
 }
 
