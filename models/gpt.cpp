@@ -85,12 +85,6 @@ int64_t GPT::num_params(bool non_embedding) const {
   return non_embedding ? n - wpe->weight.numel() : n;
 }
 
-std::string GPT::name() const {
-  return fmt::format("GPT(vocab_size={}, block_size={}, n_layer={}, n_head={}, n_embd={})",
-                     config.vocab_size, config.block_size, config.n_layer, config.n_head,
-                     config.n_embd);
-}
-
 std::shared_ptr<nn::Module> GPT::make_empty_copy() const { return std::make_shared<GPT>(config); }
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets) {

@@ -45,7 +45,7 @@ class GPT : public nn::Module {
   // sqrt(2 n_layer)).
   void reset_parameters();
 
-  std::string name() const override;
+  std::string name() const override { return "GPT"; }
   std::shared_ptr<nn::Module> make_empty_copy() const override;
 
   GPTConfig config;

@@ -123,10 +123,6 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   return dropout(c_proj->forward(y), p, is_training(), options.generator);
 }
 
-std::string CausalSelfAttention::name() const {
-  return fmt::format("CausalSelfAttention(n_embd={}, n_head={})", n_embd, n_head);
-}
-
 std::shared_ptr<Module> CausalSelfAttention::make_empty_copy() const {
   return std::make_shared<CausalSelfAttention>(n_embd, n_head, options);
 }

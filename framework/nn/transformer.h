@@ -80,7 +80,7 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t n_embd, int64_t n_head, TransformerOptions options = {});
   Tensor forward(const Tensor& x) override;
-  std::string name() const override;
+  std::string name() const override { return "CausalSelfAttention"; }
   std::shared_ptr<Module> make_empty_copy() const override;
 
   int64_t n_embd, n_head;

@@ -13,7 +13,8 @@
 //   y = matmul(causal_softmax(s), v)                               [B, H, T, D]
 //   y = reshape(permute(y, {0, 2, 1, 3}), {B, T, C})               one copy
 // (tests/ops/test_transformer_ops.cpp runs exactly this against a float64 loop.)
-// Read next: nn/ (the modules built on these), backend/cpu/cpu_transformer.cpp (the kernels).
+// Read next: nn/transformer.h (the modules built on these), backend/cpu/cpu_transformer.cpp
+// (the kernels).
 #include "framework/ops/autocast.h"
 #include "framework/ops/lowp.h"
 #include "framework/ops/make_result.h"

@@ -108,6 +108,29 @@ TEST_CASE("Embedding and LayerNorm: padding_idx, options, names, and clone_to ke
         false);
 }
 
+TEST_CASE("GPT's dropout acts in training only, and describe() shows the tree") {
+  manual_seed(17);
+  models::GPTConfig cfg = tiny_config();
+  cfg.dropout = 0.2;
+  models::GPT gpt(cfg);
+  const Tensor ids = ids_tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2, 5);
+  NoGradGuard no_grad;
+  CHECK(gpt.forward(ids).to_vector<float>() != gpt.forward(ids).to_vector<float>());
+  gpt.eval();
+  const std::vector<float> a = gpt.forward(ids).to_vector<float>();
+  CHECK(a == gpt.forward(ids).to_vector<float>());
+  cfg.dropout = 0.0;
+  auto plain = std::make_shared<models::GPT>(cfg);
+  plain->load_state_dict(gpt.state_dict());
+  CHECK(plain->forward(ids).to_vector<float>() == a);  // eval: as if there were no dropout
+
+  const std::string tree = nn::describe(gpt);
+  for (const char* line : {"(wte): Embedding(11, 8)", "GPT(\n", "(0): TransformerBlock(\n",
+                           "(attn): CausalSelfAttention(\n",
+                           "(lm_head): Linear(in_features=8, out_features=11, bias=false)"})
+    CHECK_MESSAGE(tree.find(line) != std::string::npos, line << " is not in\n" << tree);
+}
+
 TEST_CASE("the transformer layers and GPT say what is wrong with their inputs") {
   CHECK(error_of([] { nn::CausalSelfAttention(6, 4); }).find("divisible by n_head") !=
         std::string::npos);
