@@ -326,45 +326,50 @@ TEST_CASE("GPT's clone_to and state_dict keep the head tied") {
 }
 
 TEST_CASE("a 2-layer GPT's loss and every gradient match a float64 evaluation of the graph") {
-  manual_seed(14);
-  models::GPT gpt(tiny_config());
-  scramble(gpt, 15);
-  const int64_t B = 2, T = 5;
-  const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};  // repeats: rows add up
-  const std::vector<int64_t> targets = {1, 4, 1, 5, 9, 2, 6, 5, 3, 10};
-  Tensor loss = gpt.loss(ids_tensor(ids, B, T), ids_tensor(targets, B, T));
-  loss.backward();
+  for (bool bias : {true, false}) {  // GPT-2's biases, and nanoGPT's bias=False
+    CAPTURE(bias);
+    manual_seed(14);
+    models::GPTConfig cfg = tiny_config();
+    cfg.bias = bias;
+    models::GPT gpt(cfg);
+    scramble(gpt, 15);
+    const int64_t B = 2, T = 5;
+    const std::vector<int64_t> ids = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};  // repeats: rows add up
+    const std::vector<int64_t> targets = {1, 4, 1, 5, 9, 2, 6, 5, 3, 10};
+    Tensor loss = gpt.loss(ids_tensor(ids, B, T), ids_tensor(targets, B, T));
+    loss.backward();
 
-  testing::GptF64 ref(gpt);
-  const double ref_loss = ref.loss(ids, targets, B, T);
-  CHECK(std::abs(loss.item() - ref_loss) <= 1e-4 * std::abs(ref_loss));
+    testing::GptF64 ref(gpt);
+    const double ref_loss = ref.loss(ids, targets, B, T);
+    CHECK(std::abs(loss.item() - ref_loss) <= 1e-4 * std::abs(ref_loss));
 
-  // Central differences in double: truncation ~h^2, rounding ~1e-16 |loss| / h, both far
-  // below the float32 gradient's own error. The norm, per parameter tensor P:
-  //   max_i |g32_i - g64_i| <= 1e-4 * max_i |g64_i|
-  // (relative to the tensor's largest gradient, so elements near zero do not blow it up).
-  const double h = 1e-5;
-  int64_t checked = 0;
-  for (const auto& [name, p] : gpt.named_parameters()) {
-    CAPTURE(name);
-    REQUIRE(p.grad().defined());
-    const std::vector<float> g32 = p.grad().to_vector<float>();
-    std::vector<double>& values = ref.params.at(name);
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const double saved = values[i];
-      values[i] = saved + h;
-      const double up = ref.loss(ids, targets, B, T);
-      values[i] = saved - h;
-      const double down = ref.loss(ids, targets, B, T);
-      values[i] = saved;
-      const double g64 = (up - down) / (2 * h);
-      worst = std::max(worst, std::abs(g32[i] - g64));
-      scale = std::max(scale, std::abs(g64));
-      ++checked;
+    // Central differences in double: truncation ~h^2, rounding ~1e-16 |loss| / h, both far
+    // below the float32 gradient's own error. The norm, per parameter tensor P:
+    //   max_i |g32_i - g64_i| <= 1e-4 * max_i |g64_i|
+    // (relative to the tensor's largest gradient, so elements near zero do not blow it up).
+    const double h = 1e-5;
+    int64_t checked = 0;
+    for (const auto& [name, p] : gpt.named_parameters()) {
+      CAPTURE(name);
+      REQUIRE(p.grad().defined());
+      const std::vector<float> g32 = p.grad().to_vector<float>();
+      std::vector<double>& values = ref.params.at(name);
+      double worst = 0.0, scale = 0.0;
+      for (size_t i = 0; i < values.size(); ++i) {
+        const double saved = values[i];
+        values[i] = saved + h;
+        const double up = ref.loss(ids, targets, B, T);
+        values[i] = saved - h;
+        const double down = ref.loss(ids, targets, B, T);
+        values[i] = saved;
+        const double g64 = (up - down) / (2 * h);
+        worst = std::max(worst, std::abs(g32[i] - g64));
+        scale = std::max(scale, std::abs(g64));
+        ++checked;
+      }
+      CHECK(scale > 0.0);  // every parameter takes part
+      CHECK(worst <= 1e-4 * scale);
     }
-    CHECK(scale > 0.0);  // every parameter takes part
-    CHECK(worst <= 1e-4 * scale);
+    CHECK(checked == gpt.num_params());
   }
-  CHECK(checked == gpt.num_params());
 }
