@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +67,16 @@ std::string Reader::str() {
   return s;
 }
 
+const char* Reader::blob(std::size_t expect) {
+  std::uint64_t n;
+  raw(&n, sizeof n);
+  if (n != expect) throw Error("a buffer of " + std::to_string(n) + " bytes where " + std::to_string(expect) + " belong");
+  if (n > bytes_.size() - at_) throw Error("a reply ended " + std::to_string(n - (bytes_.size() - at_)) + " bytes early");
+  const char* p = bytes_.data() + at_;
+  at_ += n;
+  return p;
+}
+
 dplab::Tensor Reader::tensor() {
   const std::uint8_t code = u8();
   if (code == 0) return {};
@@ -126,18 +137,29 @@ std::size_t read_all(int fd, char* p, std::size_t n) {
 
 }  // namespace
 
-bool write_frame(int fd, const std::string& payload) {
-  if (payload.size() > kMaxFrame) return false;
+bool write_frame(int fd, const std::string& payload, std::uint32_t max) {
+  if (payload.size() > max) return false;
   const auto n = static_cast<std::uint32_t>(payload.size());
   return write_all(fd, reinterpret_cast<const char*>(&n), sizeof n) && write_all(fd, payload.data(), n);
 }
 
-Read read_frame(int fd, std::string& payload) {
+bool write_frame_parts(int fd, std::initializer_list<std::string_view> parts, std::uint32_t max) {
+  std::uint64_t total = 0;
+  for (std::string_view p : parts) total += p.size();
+  if (total > max) return false;
+  const auto n = static_cast<std::uint32_t>(total);
+  if (!write_all(fd, reinterpret_cast<const char*>(&n), sizeof n)) return false;
+  for (std::string_view p : parts)
+    if (!write_all(fd, p.data(), p.size())) return false;
+  return true;
+}
+
+Read read_frame(int fd, std::string& payload, std::uint32_t max) {
   std::uint32_t n = 0;
   const std::size_t got = read_all(fd, reinterpret_cast<char*>(&n), sizeof n);
   if (got == 0) return Read::kClosed;
   if (got < sizeof n) return Read::kTruncated;
-  if (n > kMaxFrame) return Read::kTooLong;
+  if (n > max) return Read::kTooLong;
   payload.assign(n, '\0');
   return read_all(fd, payload.data(), n) == n ? Read::kFrame : Read::kTruncated;
 }
@@ -148,6 +170,30 @@ int fd_from_env(const char* name) {
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
   return (end && *end == '\0' && v >= 0 && v < 1024) ? static_cast<int>(v) : -1;
+}
+
+std::vector<std::vector<int>> fd_groups_from_env(const char* name, std::size_t per_group) {
+  const char* text = std::getenv(name);
+  std::vector<std::vector<int>> groups;
+  if (!text || !*text) return groups;
+  std::string all(text);
+  for (std::size_t at = 0; at <= all.size();) {
+    const std::size_t end = std::min(all.find(';', at), all.size());
+    std::vector<int> group;
+    for (std::size_t p = at; p < end;) {
+      const std::size_t comma = std::min(all.find(',', p), end);
+      const std::string item = all.substr(p, comma - p);
+      char* stop = nullptr;
+      const long v = std::strtol(item.c_str(), &stop, 10);
+      if (item.empty() || *stop != '\0' || v < 0 || v >= 1024) return {};
+      group.push_back(static_cast<int>(v));
+      p = comma + 1;
+    }
+    if (group.size() != per_group) return {};
+    groups.push_back(group);
+    at = end + 1;
+  }
+  return groups;
 }
 
 }  // namespace course::wire

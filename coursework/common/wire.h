@@ -17,7 +17,10 @@
 #pragma once
 #include <cstdint>
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "framework/tensor/tensor.h"
 
@@ -40,6 +43,11 @@ class Writer {
   void f32(float v) { raw(&v, sizeof v); }
   void str(const std::string& s);
   void tensor(const dplab::Tensor& t);
+  void blob(const void* p, std::size_t n) {  // u64 length + the bytes (hw3's buffers)
+    const std::uint64_t len = n;
+    raw(&len, sizeof len);
+    raw(p, n);
+  }
   const std::string& bytes() const { return bytes_; }
 
  private:
@@ -57,6 +65,8 @@ class Reader {
   float f32();
   std::string str();
   dplab::Tensor tensor();
+  // A blob's bytes, where they lie in the payload; its length must be `expect` exactly.
+  const char* blob(std::size_t expect);
   void end() const;  // throws unless every byte was read
 
  private:
@@ -67,11 +77,16 @@ class Reader {
 
 enum class Read { kFrame, kClosed, kTooLong, kTruncated };
 // Writes one frame; false when the other side is gone (EPIPE: SIGPIPE must be ignored).
-bool write_frame(int fd, const std::string& payload);
-// Reads one frame into payload; a length over kMaxFrame is refused before any allocation.
-Read read_frame(int fd, std::string& payload);
+bool write_frame(int fd, const std::string& payload, std::uint32_t max = kMaxFrame);
+// One frame of several parts (a large buffer written from where it lies, not copied).
+bool write_frame_parts(int fd, std::initializer_list<std::string_view> parts, std::uint32_t max = UINT32_MAX);
+// Reads one frame into payload; a length over `max` is refused before any allocation.
+Read read_frame(int fd, std::string& payload, std::uint32_t max = kMaxFrame);
 // The pipe the grader named in environment variable `name` (a descriptor number below
 // 1024), or -1 when it is unset or not such a number.
 int fd_from_env(const char* name);
+// The same for a list, "3,4,5,6;7,8,9,10": groups of `per_group` descriptors (hw3's ranks:
+// one group each). Empty when it is unset or anything in it is not such a number.
+std::vector<std::vector<int>> fd_groups_from_env(const char* name, std::size_t per_group);
 
 }  // namespace course::wire

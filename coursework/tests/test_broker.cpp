@@ -1,8 +1,10 @@
 // test_broker.cpp: the broker between ranks (common/broker.h), alone, with ranks as real
-// forked processes whose only link is the broker: a ring where every rank writes a whole
-// MiB before it reads (a broker that blocked on one pipe would stall), each byte arrives
-// from the rank that sent it and is counted once; and ranks that lie (a rank that does not
-// exist, a frame past the cap, a frame cut short) are named while the others finish.
+// forked processes (or threads, where the broker runs beside them, as in hw3's judge) whose
+// only link is the broker: a ring where every rank writes a whole MiB before it reads (a
+// broker that blocked on one pipe would stall), each byte arrives from the rank that sent it
+// and is counted once; ranks that lie (a rank that does not exist, a frame past the cap, a
+// frame cut short) are named while the others finish; ranks that only send are held back
+// and the standstill is seen; the judge's notices arrive; a finished ring leaves nothing.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "broker.h"
@@ -156,4 +159,89 @@ TEST_CASE("ranks that lie are named, and the others finish") {
   CHECK(all.find("rank 3 closed its pipe in the middle of a frame (7 bytes)") != std::string::npos);
   CHECK(report.bytes[0][3] == 5);
   CHECK(report.bytes[1][0] + report.bytes[1][2] + report.bytes[1][3] == 0);
+}
+
+TEST_CASE("two ranks that only send are held back, and the broker says so; a notice of the judge's arrives") {
+  // each rank writes 3000 frames of 1000 bytes to the other and reads nothing: once the pipe
+  // to the other (1 MiB, broker.cpp) is full and about 4 more wait, the broker stops reading
+  // both, and nothing moves
+  const int n = 2;
+  std::vector<broker::Link> links(n);
+  std::vector<int> send(n), receive(n);
+  for (int r = 0; r < n; ++r) {
+    int up[2], down[2];
+    REQUIRE(::pipe(up) == 0);
+    REQUIRE(::pipe(down) == 0);
+    links[r] = {up[0], down[1]};
+    send[r] = up[1];
+    receive[r] = down[0];
+  }
+  broker::Broker b(links, {.max_frame = 2000, .max_queued = 4 * 1005});
+  std::thread loop([&] { b.run(); });
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      for (int i = 0; i < 3000; ++i)
+        if (!write_all(send[r], to(1 - r, std::string(1000, 'x')))) break;
+    });
+  // held back while the pipes still fill; then a standstill: held back, and nothing moves
+  std::vector<std::vector<std::int64_t>> waiting;
+  bool still = false;
+  for (int i = 0; i < 500 && !still; ++i) {  // a guard: it comes within milliseconds
+    const std::int64_t moved = b.moved();
+    ::usleep(20000);
+    still = b.all_blocked_sending(n, waiting) && b.moved() == moved;
+  }
+  REQUIRE(still);
+  CHECK_FALSE(b.settled());
+  CHECK(waiting[0][1] > 4 * 1005);
+  CHECK(waiting[1][0] > 4 * 1005);
+  CHECK(waiting[0][0] == 0);
+  // the judge's notice goes behind what waits for rank 0; rank 0 reads until it comes
+  b.inject(0, "rank 0 failed because rank 1 failed");
+  std::string notice;
+  for (int i = 0; i < 4000 && notice.empty(); ++i) {
+    std::uint32_t length = 0;
+    REQUIRE(read_all(receive[0], reinterpret_cast<char*>(&length), 4));
+    std::string frame(length, '\0');
+    REQUIRE(read_all(receive[0], frame.data(), length));
+    if (static_cast<std::uint8_t>(frame[0]) == broker::kJudge) notice = frame.substr(1);
+  }
+  CHECK(notice == "rank 0 failed because rank 1 failed");
+  for (int r = 0; r < n; ++r) ::close(receive[r]);  // the ranks' writes end in EPIPE, the broker's too
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < n; ++r) ::close(send[r]);
+  loop.join();
+}
+
+TEST_CASE("after a ring through a running broker nothing is on its way, and counts are whole") {
+  const int n = 3;
+  std::vector<broker::Link> links(n);
+  std::vector<int> send(n), receive(n);
+  for (int r = 0; r < n; ++r) {
+    int up[2], down[2];
+    REQUIRE(::pipe(up) == 0);
+    REQUIRE(::pipe(down) == 0);
+    links[r] = {up[0], down[1]};
+    send[r] = up[1];
+    receive[r] = down[0];
+  }
+  broker::Broker b(links);
+  std::thread loop([&] { b.run(); });
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {  // one frame to the right, one from the left
+      write_all(send[r], to((r + 1) % n, std::string(777, 'y')));
+      char got[4 + 1 + 777];
+      read_all(receive[r], got, sizeof got);
+    });
+  for (auto& t : ranks) t.join();
+  for (int i = 0; i < 1000 && !b.settled(); ++i) ::usleep(1000);
+  CHECK(b.settled());
+  const broker::Report report = b.report();
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) CHECK(report.bytes[s][d] == (d == (s + 1) % n ? 777 : 0));
+  for (int r = 0; r < n; ++r) ::close(send[r]);
+  loop.join();
+  for (int r = 0; r < n; ++r) ::close(receive[r]);
 }
