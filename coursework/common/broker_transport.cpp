@@ -3,6 +3,7 @@
 // (the broker's max_frame is the one cap, this the second).
 #include "broker_transport.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -52,9 +53,9 @@ void BrokerTransport::recv_segment(int peer, const std::function<void(const void
     const int ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0)
-      throw std::runtime_error("rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " timed out after " +
-                               std::to_string(static_cast<int>(wait_.count())) + " s waiting for a segment from rank " +
-                               std::to_string(peer) + " in " + (context_.empty() ? "a collective" : context_));
+      throw std::runtime_error(fmt::format("rank {} of {} timed out after {:g} s waiting for a segment from rank {} in {}",
+                                           rank_, size_, wait_.count(), peer,
+                                           context_.empty() ? "a collective" : context_));
     std::string frame;
     if (wire::read_frame(from_, frame, static_cast<std::uint32_t>(segment_ + 1)) != wire::Read::kFrame || frame.empty())
       throw std::runtime_error("rank " + std::to_string(rank_) + " lost its link to the broker (the test ended?)");

@@ -4,19 +4,23 @@
 // broker that blocked on one pipe would stall), each byte arrives from the rank that sent it
 // and is counted once; ranks that lie (a rank that does not exist, a frame past the cap, a
 // frame cut short) are named while the others finish; ranks that only send are held back
-// and the standstill is seen; the judge's notices arrive; a finished ring leaves nothing.
+// and the standstill is seen; the judge's notices arrive; a finished ring leaves nothing;
+// and a rank's side (broker_transport.h) takes segments by peer and ends a wait in time.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "broker.h"
+#include "broker_transport.h"
 
 namespace broker = course::broker;
 
@@ -244,4 +248,39 @@ TEST_CASE("after a ring through a running broker nothing is on its way, and coun
   for (int r = 0; r < n; ++r) ::close(send[r]);
   loop.join();
   for (int r = 0; r < n; ++r) ::close(receive[r]);
+}
+
+TEST_CASE("a rank's transport over the broker: segments by peer, the judge's notice, a wait that ends") {
+  const int n = 3;
+  std::vector<broker::Link> links(n);
+  std::vector<std::unique_ptr<broker::BrokerTransport>> tr;
+  std::vector<int> ends;  // the ranks' ends of their pipes (a transport does not own them)
+  for (int r = 0; r < n; ++r) {
+    int up[2], down[2];
+    REQUIRE(::pipe(up) == 0);
+    REQUIRE(::pipe(down) == 0);
+    links[r] = {up[0], down[1]};
+    ends.insert(ends.end(), {up[1], down[0]});
+    tr.push_back(std::make_unique<broker::BrokerTransport>(up[1], down[0], 64, std::chrono::milliseconds(300)));
+    tr.back()->begin(r, n);
+  }
+  broker::Broker b(links);
+  std::thread loop([&] { b.run(); });
+  tr[0]->send_segment(2, "from zero", 9);  // arrives first, taken second
+  tr[1]->send_segment(2, "from one", 8);
+  std::string got;
+  auto keep = [&](const void* p, std::size_t len) { got.assign(static_cast<const char*>(p), len); };
+  tr[2]->recv_segment(1, keep);
+  CHECK(got == "from one");
+  tr[2]->recv_segment(0, keep);
+  CHECK(got == "from zero");
+  CHECK_THROWS_WITH(tr[0]->send_segment(1, std::string(65, 'x').data(), 65),
+                    doctest::Contains("a link takes at most 64"));
+  CHECK_THROWS_WITH(tr[0]->send_segment(0, "me", 2), doctest::Contains("and not itself"));
+  CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep), doctest::Contains("timed out after 0.3 s waiting for a segment from rank 0"));
+  b.inject(1, "rank 1 failed because rank 0 failed");
+  CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep), "rank 1 failed because rank 0 failed");
+  tr.clear();
+  for (int fd : ends) ::close(fd);  // every rank gone: the broker's loop ends
+  loop.join();
 }
