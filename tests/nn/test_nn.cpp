@@ -313,6 +313,11 @@ TEST_CASE("make_model builds every model and names the choices on a typo") {
   CHECK(models::make_model("cnn")->forward(randn({2, 1, 28, 28})).shape() == Shape{2, 10});
   CHECK(models::make_model("resnet")->forward(randn({2, 1, 28, 28})).shape() == Shape{2, 10});
   CHECK(models::make_model("toy")->forward(randn({3, 10})).shape() == Shape{3, 5});
+  // gpt: bytes in, a score per byte out; the size models.h promises (12.4 MiB of gradients)
+  auto gpt = std::static_pointer_cast<models::GPT>(models::make_model("gpt"));
+  CHECK(gpt->num_params() == 3257856);
+  CHECK(gpt->forward(from_vector(std::vector<int64_t>{72, 105, 33, 10, 0, 255}, {2, 3})).shape() ==
+        Shape{2, 3, 256});
   CHECK(error_of([] {
           models::make_model("vgg");
         }).find("\"vgg\"; expected one of: mlp, cnn, resnet, toy") != std::string::npos);
