@@ -87,6 +87,12 @@ int64_t GPT::num_params(bool non_embedding) const {
 
 std::shared_ptr<nn::Module> GPT::make_empty_copy() const { return std::make_shared<GPT>(config); }
 
+int64_t gpt_param_count(const GPTConfig& c) {
+  const int64_t C = c.n_embd, per_norm = c.bias ? 2 * C : C;
+  const int64_t block = 12 * C * C + (c.bias ? 9 * C : 0) + 2 * per_norm;
+  return c.vocab_size * C + c.block_size * C + c.n_layer * block + per_norm;
+}
+
 Tensor lm_loss(const Tensor& logits, const Tensor& targets) {
   DPLAB_CHECK(logits.dim() == 3 && targets.dim() == 2 && logits.size(0) == targets.size(0) &&
                   logits.size(1) == targets.size(1),

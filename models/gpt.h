@@ -56,6 +56,13 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Linear> lm_head;  // n_embd -> vocab_size, no bias, weight = wte->weight
 };
 
+// What GPT(c).num_params() counts, without building the model (GPT-2 small's weights alone
+// are 475 MiB): per block 12 C^2 + 13 C (c_attn 3C^2 + 3C, attn.c_proj C^2 + C, mlp.c_fc
+// 4C^2 + 4C, mlp.c_proj 4C^2 + C, two LayerNorms 2C each; without bias 12 C^2 + 2 C), plus
+// wte V C (the tied head adds nothing), wpe T C and ln_f 2C (C without bias).
+// GPTConfig{}: 124,439,808, GPT-2 small's count; dplab-project --model gpt2-small uses it.
+int64_t gpt_param_count(const GPTConfig& c);
+
 // logits [B, T, V] and targets [B, T] int64 -> the mean over all B*T positions of
 // -log softmax(logits[b, t])[targets[b, t]].
 Tensor lm_loss(const Tensor& logits, const Tensor& targets);

@@ -234,6 +234,12 @@ TEST_CASE("GPT's head is tied: one tensor, listed once, its gradient the sum of 
   CHECK(gpt->num_params() == expected(cfg));
   CHECK(gpt->num_params(true) == expected(cfg) - cfg.block_size * cfg.n_embd);
   CHECK(expected(models::GPTConfig{}) == 124439808);  // GPT-2 small, as gpt.h says
+  // gpt_param_count: the same count without building the model, with and without biases
+  CHECK(models::gpt_param_count(cfg) == gpt->num_params());
+  CHECK(models::gpt_param_count(models::GPTConfig{}) == 124439808);
+  models::GPTConfig no_bias = cfg;
+  no_bias.bias = false;
+  CHECK(models::gpt_param_count(no_bias) == models::GPT(no_bias).num_params());
 
   const Tensor ids = ids_tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2, 5);
   const Tensor targets = ids_tensor({2, 3, 4, 5, 6, 7, 8, 9, 10, 0}, 2, 5);
