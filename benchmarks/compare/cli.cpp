@@ -1,5 +1,5 @@
 // cli.cpp: dplab-compare's main: the options, then every mode for every N, then the report.
-//   dplab-compare [--model mlp|cnn|resnet] [--ns 1,2,4] [--steps 100 | --epochs E] [--global-batch 256]
+//   dplab-compare [--model mlp|cnn|resnet|gpt] [--ns 1,2,4] [--steps 100 | --epochs E] [--global-batch 256]
 //                 [--bucket-cap-mb 25] [--device cpu|cuda] [--trace] [--out results]
 // Single device and DataParallel run in this process; DDP star and ring start N processes
 // of this same program in its hidden --worker mode (run_ddp.cpp; ps, the sharded parameter
@@ -338,8 +338,21 @@ int main(int argc, char** argv) {
   bool link_gbps_given = false;
   int worker_n = 0, nproc_limit = parallel::kDefaultNprocLimit;
   using bench::at_least;
-  app.add_option("--model", cfg.model, "mlp | cnn | resnet | wide_mlp")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp"}));
+  app.add_option("--model", cfg.model,
+                 "mlp | cnn | resnet | wide_mlp on Fashion-MNIST, or gpt: a byte-level GPT (4 "
+                 "layers, 4 heads, 256 channels, 128-byte context: 3.26 M parameters, a 12.4 MiB "
+                 "gradient) on a text file (--data), where the gradient is large enough that the "
+                 "link's bandwidth, not its latency, decides the step")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet", "toy", "wide_mlp", "gpt"}));
+  app.add_option("--n-layer", cfg.n_layer, "--model gpt: transformer blocks (default 4)")
+      ->check(at_least(1, "n_layer >= 1"));
+  app.add_option("--n-head", cfg.n_head, "--model gpt: attention heads (default 4)")
+      ->check(at_least(1, "n_head >= 1"));
+  app.add_option("--n-embd", cfg.n_embd, "--model gpt: channels, a multiple of --n-head (default 256)")
+      ->check(at_least(1, "n_embd >= 1"));
+  app.add_option("--block-size", cfg.block_size,
+                 "--model gpt: bytes per sample, the context (default 128)")
+      ->check(at_least(2, "a block size >= 2"));
   app.add_option("--ns", cfg.ns, "device counts, e.g. 1,2,4 (each at most --nproc-limit)")
       ->delimiter(',')
       ->check(at_least(1, "device counts >= 1"));
@@ -384,12 +397,13 @@ int main(int argc, char** argv) {
       ->check(at_least(0, "warm-up steps >= 0"));
   app.add_option("--global-batch", cfg.global_batch,
                  "samples per step in all (GLOBAL): each of N devices gets global/N, so every mode "
-                 "sees the "
-                 "same samples per step")
+                 "sees the same samples per step (default 256; gpt: 16 windows of --block-size "
+                 "bytes)")
       ->check(at_least(1, "a global batch >= 1"));
   app.add_option("--train-limit", cfg.train_limit, "training subset of Fashion-MNIST")
       ->check(at_least(1, "a training subset >= 1 example"));
-  app.add_option("--test-limit", cfg.test_limit, "test subset")
+  app.add_option("--test-limit", cfg.test_limit,
+                 "test subset (default 2000; gpt: validation windows, default 32)")
       ->check(at_least(1, "a test subset >= 1 example"));
   app.add_option("--lr", cfg.lr)->check(at_least(0, "a learning rate >= 0"));
   app.add_option("--momentum", cfg.momentum)->check(at_least(0, "a momentum >= 0"));
@@ -404,7 +418,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--out", cfg.out, "output directory");
   app.add_option("--data", cfg.data_root,
-                 "Fashion-MNIST directory (default: the usual search path)");
+                 "Fashion-MNIST directory (default: the usual search path); with --model gpt a "
+                 "text file, plain or gzip (default: the Jargon File, Debian's jargon-text)");
   app.add_option("--seed", cfg.seed, "seed of the initial weights");
   app.add_flag("--trace", cfg.trace, "write trace.json (Chrome trace: Perfetto, chrome://tracing)");
   app.add_flag("!--no-projection", cfg.projection,
@@ -429,6 +444,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   CLI11_PARSE(app, argc, argv);
   link_gbps_given = app.count("--link-gbps") > 0;
+  if (cfg.model == "gpt") {  // a step of 256 windows of 128 bytes would take a CPU many seconds
+    if (app.count("--global-batch") == 0) cfg.global_batch = 16;
+    if (app.count("--test-limit") == 0) cfg.test_limit = 32;
+  }
+  if (epochs > 0 && cfg.model == "gpt") {
+    std::cerr << "dplab-compare: --epochs counts passes over Fashion-MNIST; with --model gpt give "
+                 "--steps\n";
+    return 1;
+  }
   if (epochs > 0) {
     constexpr int64_t kTrainExamples = 60000;  // Fashion-MNIST's training split
     cfg.steps =
@@ -437,6 +461,15 @@ int main(int argc, char** argv) {
 
   try {
     check_process_counts(cfg, nproc_limit);
+    DPLAB_CHECK(cfg.model == "gpt" || (cfg.n_layer == 0 && cfg.n_head == 0 && cfg.n_embd == 0 &&
+                                       cfg.block_size == 0),
+                "--n-layer, --n-head, --n-embd and --block-size shape --model gpt, not --model {}",
+                cfg.model);
+    DPLAB_CHECK(cfg.model != "gpt" || cfg.precision == "fp32",
+                "--precision {} with --model gpt is not supported (16-bit runs are checked on "
+                "the image models only); use fp32",
+                cfg.precision);
+    if (cfg.model == "gpt") (void)gpt_config(cfg);  // a bad shape fails here, before any process
     if (cfg.precision != "fp32")
       for (const std::string& m : cfg.modes)
         DPLAB_CHECK(m != "dp" && m != "zero1" && m != "zero2" && m != "ps",

@@ -16,14 +16,14 @@
 namespace dplab::compare {
 
 struct Config {
-  std::string model = "mlp";     // mlp | cnn | resnet
+  std::string model = "mlp";     // mlp | cnn | resnet | toy | wide_mlp | gpt (workload.h)
   std::vector<int> ns{1, 2, 4};  // device counts
   std::vector<std::string> modes{"single", "dp", "star", "ring"};
   int64_t steps = 100;          // optimizer steps per run (same in every mode)
   int64_t warmup = 3;           // first steps left out of the timing (allocations)
   int64_t global_batch = 256;   // samples per step in all; each of N devices gets global/N
   int64_t train_limit = 12800;  // training subset of Fashion-MNIST
-  int64_t test_limit = 2000;    // test subset for the final accuracy and loss
+  int64_t test_limit = 2000;    // test subset (gpt: validation windows) for the final figures
   double lr = 0.05;
   double momentum = 0.9;
   std::string optimizer = "sgd";  // sgd (with momentum) | adam (lr = cfg.lr)
@@ -34,7 +34,11 @@ struct Config {
   // between machines), none on cuda; 0: none (raw shared memory, see the README).
   double link_gbps = -1;
   std::string out = "results";
-  std::string data_root = "";  // Fashion-MNIST directory; empty: the search path
+  // Fashion-MNIST directory, or with --model gpt a text file; empty: the search path, or the
+  // Jargon File (datasets/text_corpus.h)
+  std::string data_root = "";
+  // --model gpt: its shape, 0 for models::byte_gpt_config()'s; a sample is block_size bytes
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   bool trace = false;          // write trace.json (Chrome trace)
   bool projection = true;      // ping-pong, alpha-beta fit, projection to 1024
   bool plots = true;           // run plot_results.py

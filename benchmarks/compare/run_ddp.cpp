@@ -192,7 +192,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
       {.engine = engine,
        .init_method = netns ? netns_init_method(cfg, label, n) : "env://",
        .link_gbps = netns ? 0.0 : link_gbps(cfg, algo_name, n)});
-  const TrainData d = load_data(cfg);
+  const std::unique_ptr<Workload> work = make_workload(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
   model->to(dev);
@@ -231,10 +231,9 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
     comm.start_step();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor x = batch_rows(d.train_x, d, cfg, step, rank, n).to(dev).to(model_dtype(cfg));
-    Tensor y = batch_rows(d.train_y, d, cfg, step, rank, n).to(dev);
+    const Batch b = work->batch(step, rank, n, dev);
     activations.before_forward();
-    Tensor loss = cross_entropy(net->forward(x).to(DType::Float32), y);
+    Tensor loss = work->loss(net->forward(b.x), b.y);
     const float loss_value = loss.item();
     if (timing.is_timed(step)) activations.after_forward();
     const auto t1 = Clock::now();
@@ -285,7 +284,7 @@ void ddp_rank(const Config& cfg, const std::string& algo_name, int n, int rank) 
   const std::vector<float> params = flat_params(*model);
   r.param_count = static_cast<int64_t>(params.size());
   if (rank == 0) {
-    const Evaluation ev = evaluate(*model, d, dev);
+    const Evaluation ev = work->evaluate(*model, dev);
     r.test_accuracy = ev.accuracy;
     r.test_loss = ev.loss;
     write_params(run_file(cfg, label, n, -1, "params"), params);

@@ -1,6 +1,6 @@
 // run_local.cpp: the two modes that run in this one process: the single-device baseline and
 // DataParallel, the parameter server with a thread per device (parallel/dp/data_parallel.h).
-// Both are the same loop (zero_grad, forward on the whole global batch, cross-entropy,
+// Both are the same loop (zero_grad, forward on the whole global batch, the workload's loss,
 // backward, SGD step); DataParallel only wraps the model, scatters the batch N ways and
 // sums the gradients onto the master. Timing starts after cfg.warmup steps; memory peaks
 // and traffic counters are reset at that point, so they describe steady-state steps.
@@ -31,7 +31,7 @@ struct LoopTimes {
 
 // The training loop both local modes share. `net` is the model or its DataParallel
 // wrapper; `on_timing_start` resets the counters when the timed steps begin.
-LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
+LoopTimes train_loop(const Config& cfg, const Workload& work, nn::Module& net,
                      const std::vector<Device>& devices, const std::string& label,
                      TraceRecorder& trace, const std::function<void()>& on_timing_start) {
   const Device input_device = devices.at(0);
@@ -45,10 +45,9 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
     if (timing.is_first_timed(step)) on_timing_start();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    Tensor x = batch_rows(d.train_x, d, cfg, step, 0, 1).to(input_device).to(model_dtype(cfg));
-    Tensor y = batch_rows(d.train_y, d, cfg, step, 0, 1).to(input_device);
+    const Batch b = work.batch(step, 0, 1, input_device);
     activations.before_forward();
-    Tensor loss = cross_entropy(net.forward(x).to(DType::Float32), y);
+    Tensor loss = work.loss(net.forward(b.x), b.y);
     const float loss_value = loss.item();  // waits for a GPU, so the split below is honest
     if (timing.is_timed(step)) activations.after_forward();
     const auto t1 = Clock::now();
@@ -74,9 +73,9 @@ LoopTimes train_loop(const Config& cfg, const TrainData& d, nn::Module& net,
   return t;
 }
 
-void finish(const Config& cfg, RunResult& r, nn::Module& model, const TrainData& d, Device dev,
+void finish(const Config& cfg, RunResult& r, nn::Module& model, const Workload& work, Device dev,
             const TraceRecorder& trace) {
-  const Evaluation ev = evaluate(model, d, dev);
+  const Evaluation ev = work.evaluate(model, dev);
   r.test_accuracy = ev.accuracy;
   r.test_loss = ev.loss;
   const std::vector<float> params = flat_params(model);
@@ -88,13 +87,13 @@ void finish(const Config& cfg, RunResult& r, nn::Module& model, const TrainData&
 }  // namespace
 
 RunResult run_single(const Config& cfg) {
-  const TrainData d = load_data(cfg);
+  const std::unique_ptr<Workload> work = make_workload(cfg);
   const Device dev = device_of(cfg, 0);
   auto model = initial_model(cfg);
   model->to(dev);
   TraceRecorder trace(cfg.trace);
   LoopTimes t =
-      train_loop(cfg, d, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
+      train_loop(cfg, *work, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
   RunResult r{.mode = "single",
               .n = 1,
               .steps = cfg.steps,
@@ -106,12 +105,12 @@ RunResult run_single(const Config& cfg) {
   r.devices = {DeviceFigures{.peak_bytes = memory_stats(dev).peak_bytes}};
   fill_memory(r.devices[0], model->parameters(), t.optim_state_bytes, 0);
   r.devices[0].activation_bytes = t.activation_bytes[0];
-  finish(cfg, r, *model, d, dev, trace);
+  finish(cfg, r, *model, *work, dev, trace);
   return r;
 }
 
 RunResult run_data_parallel(const Config& cfg, int n) {
-  const TrainData d = load_data(cfg);
+  const std::unique_ptr<Workload> work = make_workload(cfg);
   std::vector<Device> devices;
   for (int k = 0; k < n; ++k) devices.push_back(device_of(cfg, k));
   auto model = initial_model(cfg);
@@ -120,7 +119,7 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   dp.emulate_links(link_gbps(cfg, "dp", n));
   TraceRecorder trace(cfg.trace);
   LoopTimes t =
-      train_loop(cfg, d, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
+      train_loop(cfg, *work, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
 
   RunResult r{.mode = "dp",
               .n = n,
@@ -162,7 +161,7 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   r.compute_s = busy / n / steps;
   r.comm_s = tm.copy_seconds(0) / steps;
   r.wait_s = n > 1 ? worker_idle / (n - 1) / steps : 0.0;
-  finish(cfg, r, dp.module(), d, devices[0], trace);
+  finish(cfg, r, dp.module(), *work, devices[0], trace);
   return r;
 }
 

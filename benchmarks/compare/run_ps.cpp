@@ -59,7 +59,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
       {.engine = "ring",
        .init_method = netns ? netns_init_method(cfg, files, n) : "env://",
        .link_gbps = netns ? 0.0 : link_gbps(cfg, label, n)});
-  const TrainData d = load_data(cfg);
+  const std::unique_ptr<Workload> work = make_workload(cfg);
   const Device dev = device_of(cfg, rank);
   auto model = initial_model(cfg);
   model->to(dev);
@@ -92,10 +92,9 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
     if (worker) {
       ps.zero_grad();
       const int w = ps.worker_index();
-      Tensor x = batch_rows(d.train_x, d, cfg, step, w, n).to(dev);
-      Tensor y = batch_rows(d.train_y, d, cfg, step, w, n).to(dev);
+      const Batch b = work->batch(step, w, n, dev);
       activations.before_forward();
-      Tensor loss = cross_entropy(model->forward(x), y);
+      Tensor loss = work->loss(model->forward(b.x), b.y);
       loss_value = loss.item();
       if (timing.is_timed(step)) activations.after_forward();
       loss.backward();
@@ -136,7 +135,7 @@ void ps_rank(const Config& cfg, const std::string& label, int n, int rank) {
   }
   r.param_count = param_count;
   if (rank == 0) {  // rank 0 always trains: separate servers are the last ranks
-    const Evaluation ev = evaluate(*model, d, dev);
+    const Evaluation ev = work->evaluate(*model, dev);
     r.test_accuracy = ev.accuracy;
     r.test_loss = ev.loss;
     write_params(run_file(cfg, files, n, -1, "params"), flat_params(*model));

@@ -1,5 +1,5 @@
-// training.cpp: the data, initial model, evaluation and files every mode of dplab-compare
-// shares (training.h, compare.h). Rank files are plain "key value..." lines: small, greppable,
+// training.cpp: the initial model, timing and files every mode of dplab-compare shares
+// (training.h, compare.h); the data, loss and evaluation are workload.cpp's. Rank files are plain "key value..." lines: small, greppable,
 // and parsed here with no JSON library (framework/io/json.h has no floats).
 // Read next: run_local.cpp.
 #include "benchmarks/compare/training.h"
@@ -15,8 +15,6 @@
 #include <map>
 #include <sstream>
 
-#include "datasets/fashion_mnist.h"
-#include "framework/autograd/grad_mode.h"
 #include "framework/error.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/adam.h"
@@ -48,62 +46,17 @@ std::string run_file(const Config& cfg, const std::string& mode, int n, int rank
   return (std::filesystem::path(cfg.out) / "runs" / (name + "." + ext)).string();
 }
 
-TrainData load_data(const Config& cfg) {
-  datasets::FashionMNIST train("train", {.root = cfg.data_root, .limit = cfg.train_limit});
-  datasets::FashionMNIST test("test", {.root = cfg.data_root, .limit = cfg.test_limit});
-  const Device host =
-      cfg.device == "cpu" ? Device(DeviceKind::CPU, kDataDeviceIndex) : Device(DeviceKind::CPU, 0);
-  TrainData d{train.data().to(host), train.targets().to(host), test.data().to(host),
-              test.targets().to(host), 0};
-  d.batches = d.train_x.size(0) / cfg.global_batch;
-  DPLAB_CHECK(d.batches >= 1,
-              "the training subset has {} examples, fewer than one global batch of {}",
-              d.train_x.size(0), cfg.global_batch);
-  return d;
-}
-
-Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part,
-                  int parts) {
-  DPLAB_CHECK(cfg.global_batch % parts == 0,
-              "global batch {} does not split evenly over {} devices", cfg.global_batch, parts);
-  const int64_t per = cfg.global_batch / parts;
-  const int64_t start = (step % d.batches) * cfg.global_batch + part * per;
-  return all.narrow(start, per);
-}
-
 std::shared_ptr<nn::Module> initial_model(const Config& cfg) {
   manual_seed(cfg.seed);
-  auto model = models::make_model(cfg.model);
+  std::shared_ptr<nn::Module> model = cfg.model == "gpt"
+                                          ? std::make_shared<models::GPT>(gpt_config(cfg))
+                                          : models::make_model(cfg.model);
   if (model_dtype(cfg) != DType::Float32) amp::cast_module_(*model, model_dtype(cfg));
   return model;
 }
 
 DType model_dtype(const Config& cfg) {
   return amp::compute_dtype(amp::parse_precision(cfg.precision));
-}
-
-Evaluation evaluate(nn::Module& model, const TrainData& d, Device device) {
-  const bool was_training = model.is_training();
-  model.eval();
-  NoGradGuard no_grad;
-  const int64_t n = d.test_x.size(0);
-  double loss_sum = 0, correct = 0;
-  for (int64_t start = 0; start < n; start += 500) {
-    const int64_t len = std::min<int64_t>(500, n - start);
-    const DType dtype = model.parameters().empty() ? DType::Float32 : model.parameters()[0].dtype();
-    Tensor x = d.test_x.narrow(start, len).to(device).to(dtype);
-    Tensor y = d.test_y.narrow(start, len).to(device);
-    Tensor logits = model.forward(x).to(DType::Float32);
-    loss_sum +=
-        double(cross_entropy(logits, y, Reduction::Sum).to(Device(DeviceKind::CPU, 0)).item());
-    const std::vector<int64_t> predicted =
-        argmax(logits, 1).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
-    const std::vector<int64_t> truth =
-        d.test_y.narrow(start, len).to(Device(DeviceKind::CPU, 0)).to_vector<int64_t>();
-    for (size_t i = 0; i < truth.size(); ++i) correct += predicted[i] == truth[i] ? 1 : 0;
-  }
-  model.train(was_training);
-  return {100.0 * correct / double(n), loss_sum / double(n)};
 }
 
 double median(std::vector<double> v) {

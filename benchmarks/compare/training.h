@@ -1,10 +1,9 @@
 // training.h: what every mode of dplab-compare shares, so that only the parallel part differs:
-// the data (a Fashion-MNIST training subset cut into fixed global batches), the initial
-// model (one seed), the evaluation on the test subset, the flat parameter vector the test
-// compares, a clock and the timed steps. Global batch k is rows [k*G, (k+1)*G) of the subset
-// (cycled), so step k sees the same samples in every mode; a device / rank of N gets rows
-// [k*G + r*G/N, k*G + (r+1)*G/N).
-// Read next: run_local.cpp (the baseline loop), trace.h.
+// the data, loss and evaluation (a Workload, workload.h: Fashion-MNIST images, or text for
+// --model gpt), the initial model (one seed), the flat parameter vector the test compares, a
+// clock and the timed steps. Step k sees the same samples in every mode; a device / rank of N
+// gets its N-th of them.
+// Read next: workload.h, run_local.cpp (the baseline loop), trace.h.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -12,43 +11,18 @@
 #include <vector>
 
 #include "benchmarks/compare/compare.h"
+#include "benchmarks/compare/workload.h"
 #include "framework/io/progress.h"
 #include "framework/nn/module.h"
 #include "framework/tensor/tensor.h"
 
 namespace dplab::compare {
 
-// With --device cpu the data sits on kDataDevice, a logical device no run trains on, so the
-// dataset's bytes are not counted as device 0's memory (they are the host's data loader's);
-// each device's peak then holds only what the mode itself puts there.
-inline constexpr int kDataDeviceIndex = 63;
-
-struct TrainData {
-  Tensor train_x, train_y;  // [M, 1, 28, 28] float32, [M] int64 on cpu:63 (cpu runs) or cpu:0
-  Tensor test_x, test_y;
-  int64_t batches = 0;  // M / G whole global batches, cycled
-};
-
-// Throws when Fashion-MNIST is missing (its message says where it looked) or the subset
-// holds fewer than one global batch.
-TrainData load_data(const Config& cfg);
-
-// Rows of global batch `step` for part `part` of `parts` (parts = 1: the whole batch).
-Tensor batch_rows(const Tensor& all, const TrainData& d, const Config& cfg, int64_t step, int part,
-                  int parts);
-
-// The model every mode starts from: manual_seed(cfg.seed), then models::make_model, then
-// cast to 16 bits for --precision fp16 / bf16 (Apex O2).
+// The model every mode starts from: manual_seed(cfg.seed), then models::make_model (for gpt:
+// a models::GPT of gpt_config(cfg)), then cast to 16 bits for --precision fp16 / bf16 (Apex O2).
 std::shared_ptr<nn::Module> initial_model(const Config& cfg);
 // The dtype of the model's inputs and weights: float32, float16 or bfloat16 (--precision).
 DType model_dtype(const Config& cfg);
-
-struct Evaluation {
-  double accuracy = 0;  // percent
-  double loss = 0;      // mean cross-entropy
-};
-// Eval mode, no grad, the whole test subset in chunks of 500 on `device`.
-Evaluation evaluate(nn::Module& model, const TrainData& d, Device device);
 
 std::vector<float> flat_params(const nn::Module& model);
 
