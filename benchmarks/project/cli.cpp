@@ -2,6 +2,7 @@
 // user describes, with no training run (tutorials/23_will_it_scale.md).
 //   dplab-project --nodes 32 --devices-per-node 4 --intra pcie --inter 25gbe --params 44.5e6
 //                 --batch 64 --samples-per-s 110 --algorithm ring,ps --bucket-cap-mb 64
+//   (--model gpt2-small or gpt instead of --params: the count models/gpt.h gives)
 // Every input is printed with where it came from: given (the command line), preset (links.h),
 // measured (a --calibration or --trace file made here) or default. Writes projection.csv,
 // timeline.csv and projection.png (plot_projection.py) into --out.
@@ -22,6 +23,7 @@
 #include "benchmarks/project/projection.h"
 #include "benchmarks/project/trace_profile.h"
 #include "framework/error.h"
+#include "models/models.h"
 
 using namespace dplab;
 using namespace dplab::projection;
@@ -36,6 +38,7 @@ struct Options {
   std::vector<double> alpha_us;
   std::string calibration;
   double params = 0, gradient_bytes = 0;
+  std::string model;  // a preset for params: gpt2-small | gpt (model_params below)
   std::string dtype = "fp32";
   double compute_ms = -1, forward_ms = -1, backward_ms = -1, optimizer_ms = -1;
   double batch = 0, samples_per_s = 0;
@@ -63,6 +66,14 @@ std::vector<int> default_ns(int m, int g) {
   for (int64_t k = 1; k < m; k *= 2) ns.push_back(static_cast<int>(k * g));
   ns.push_back(m * g);
   return ns;
+}
+
+// --model: a parameter count dplab's own code gives (models/gpt.h counts a GPT's parameters
+// from its configuration, without building it).
+double model_params(const std::string& name) {
+  if (name == "gpt2-small") return double(models::gpt_param_count(models::GPTConfig{}));
+  DPLAB_CHECK(name == "gpt", "--model: expected gpt2-small or gpt, got '{}'", name);
+  return double(models::gpt_param_count(models::byte_gpt_config()));
 }
 
 // Everything but the timeline: links, gradient, compute, profile, each with its origin.
@@ -97,14 +108,19 @@ ProjectionInputs build_inputs(const Options& o, std::vector<Input>& said) {
   }
   // the gradient
   const double elem = o.dtype == "fp32" ? 4 : 2;
-  DPLAB_CHECK((o.params > 0) != (o.gradient_bytes > 0),
+  DPLAB_CHECK(o.model.empty() || (o.params == 0 && o.gradient_bytes == 0),
+              "--model {} gives the gradient's size: drop --params / --gradient-bytes", o.model);
+  const double params = o.model.empty() ? o.params : model_params(o.model);
+  DPLAB_CHECK((params > 0) != (o.gradient_bytes > 0),
               "expected the gradient's size as --params P or --gradient-bytes B (one of them), got {}",
-              o.params > 0 ? "both" : "neither");
-  in.gradient_bytes = o.params > 0 ? o.params * elem : o.gradient_bytes;
-  said.push_back({"gradient", o.params > 0 ? fmt::format("{:.4g} parameters x {} bytes ({}) = {:.1f} MiB", o.params,
-                                                         elem, o.dtype, in.gradient_bytes / (1 << 20))
-                                           : fmt::format("{:.1f} MiB", in.gradient_bytes / (1 << 20)),
-                  "given"});
+              params > 0 ? "both" : "neither");
+  in.gradient_bytes = params > 0 ? params * elem : o.gradient_bytes;
+  const std::string count = o.model.empty() ? fmt::format("{:.4g} parameters", params)
+                                            : fmt::format("{}: {:.0f} parameters", o.model, params);
+  said.push_back({"gradient", params > 0 ? fmt::format("{} x {} bytes ({}) = {:.1f} MiB", count, elem, o.dtype,
+                                                       in.gradient_bytes / (1 << 20))
+                                         : fmt::format("{:.1f} MiB", in.gradient_bytes / (1 << 20)),
+                  o.model.empty() ? "given" : "preset (models/gpt.h's gpt_param_count)"});
   in.bucket_cap_bytes = o.bucket_cap_mb * (1 << 20);
   const size_t buckets = bucket_bytes(in.gradient_bytes, in.bucket_cap_bytes).size();
   said.push_back({"buckets", fmt::format("cap {:.4g} MiB: {} bucket(s)", o.bucket_cap_mb, buckets),
@@ -211,6 +227,9 @@ int main(int argc, char** argv) {
   app.add_option("--calibration", o.calibration, "CSV of measured alpha and Gbit/s per level (level,alpha_us,gbps,"
                  "source), as dplab-compare writes it: replaces the given terms");
   app.add_option("--params", o.params, "parameters of the model (1e6, 44.5e6, ...)")->check(at_least(1, "params >= 1"));
+  app.add_option("--model", o.model, "instead of --params, a model's count: gpt2-small (GPT-2 small, 124,439,808) "
+                 "or gpt (dplab-compare --model gpt's byte-level GPT, 3,257,856)")
+      ->check(CLI::IsMember({"gpt2-small", "gpt"}));
   app.add_option("--gradient-bytes", o.gradient_bytes, "bytes of gradient per step (instead of --params)")
       ->check(at_least(1, "gradient bytes >= 1"));
   app.add_option("--dtype", o.dtype, "gradient type: fp32 | fp16 | bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));

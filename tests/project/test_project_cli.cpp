@@ -115,6 +115,26 @@ TEST_CASE("a projection: its table, its CSVs, where each input came from, the pl
   }
 }
 
+TEST_CASE("--model gpt2-small: GPT-2 small's 124,439,808 parameters (models/gpt.h), as --params would give them") {
+  const std::string rest = " --nodes 4 --devices-per-node 2 --compute-ms 100 --algorithm ring,star";
+  const ProgramRun run = project("--model gpt2-small" + rest, g_scratch / "gpt2");
+  CAPTURE(run.output);
+  REQUIRE(run.rc == 0);
+  CHECK(run.output.find("gpt2-small: 124439808 parameters x 4 bytes (fp32) = 474.7 MiB") != std::string::npos);
+  CHECK(run.output.find("preset (models/gpt.h's gpt_param_count)") != std::string::npos);
+  const ProgramRun given = project("--params 124439808" + rest, g_scratch / "gpt2_given");
+  REQUIRE(given.rc == 0);
+  const auto rows = read_csv(g_scratch / "gpt2" / "projection.csv");
+  REQUIRE(rows.size() == 8);  // N = 1, 2, 4, 8, ring and star
+  CHECK(rows == read_csv(g_scratch / "gpt2_given" / "projection.csv"));
+  // dplab-compare --model gpt's byte-level GPT, and a preset that contradicts --params
+  const ProgramRun small = project("--model gpt" + rest, g_scratch / "gpt");
+  CHECK(small.output.find("gpt: 3257856 parameters x 4 bytes (fp32) = 12.4 MiB") != std::string::npos);
+  const ProgramRun both = project_guarded("--model gpt2-small --params 1e6" + rest, g_scratch / "both");
+  CHECK(both.rc == 1);
+  CHECK(both.output.find("--model gpt2-small gives the gradient's size: drop --params") != std::string::npos);
+}
+
 TEST_CASE("a calibration file's terms replace the preset's, and say so") {
   fs::create_directories(g_scratch);
   const fs::path cal = g_scratch / "calibration.csv";
