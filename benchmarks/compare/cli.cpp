@@ -32,6 +32,7 @@
 #include "framework/backend/cpu/cpu_dispatch.h"
 #include "framework/backend/cuda/virtual_gpus.h"
 #include "framework/error.h"
+#include "models/gpt.h"
 #include "parallel/launch/supervisor.h"
 
 using namespace dplab;
@@ -46,9 +47,12 @@ std::string self_exe() {
   return p.string();
 }
 
-// The projection's models: ours (measured) and two well-known sizes.
+// The projection's models: ours (measured) and two well-known sizes, GPT-2 small's counted
+// by models/gpt.h as its GPT would hold them.
 std::vector<std::pair<std::string, double>> projection_models(const Config& cfg, double params) {
-  return {{cfg.model, params}, {"resnet50", 25.6e6}, {"gpt2-small", 124e6}};
+  return {{cfg.model, params},
+          {"resnet50", 25.6e6},
+          {"gpt2-small", double(models::gpt_param_count(models::GPTConfig{}))}};
 }
 
 // The largest of --ns, and at least `floor`.

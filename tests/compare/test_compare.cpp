@@ -243,6 +243,11 @@ TEST_CASE("report, trace and plots are written") {
   REQUIRE(r.rc == 0);
   CHECK(fs::file_size(r.out / "report.md") > 500);
   CHECK(fs::file_size(r.out / "projection.csv") > 100);
+  // the projection's rows: the MLP as measured, ResNet-50's size and GPT-2 small's exact count
+  std::map<std::string, std::string> params_of;
+  for (const auto& row : read_csv(r.out / "projection.csv")) params_of[row.at("model")] = row.at("params");
+  CHECK(params_of["mlp"] == "235146");
+  CHECK(params_of["gpt2-small"] == "124439808");
   std::ifstream trace(r.out / "trace.json");
   std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
   CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
