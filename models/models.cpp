@@ -9,11 +9,18 @@
 namespace dplab::models {
 
 GPTConfig byte_gpt_config() {
-  return {.vocab_size = 256, .block_size = 128, .n_layer = 4, .n_head = 4, .n_embd = 256,
-          .dropout = 0.0, .bias = true};
+  return {.vocab_size = 256,
+          .block_size = 128,
+          .n_layer = 4,
+          .n_head = 4,
+          .n_embd = 256,
+          .dropout = 0.0,
+          .bias = true};
 }
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet", "toy", "wide_mlp", "gpt"}; }
+std::vector<std::string> model_names() {
+  return {"mlp", "cnn", "resnet", "toy", "wide_mlp", "gpt"};
+}
 
 std::shared_ptr<nn::Module> make_model(const std::string& name) {
   if (name == "mlp") return std::make_shared<MLP>();

@@ -352,7 +352,8 @@ int main(int argc, char** argv) {
       ->check(at_least(1, "n_layer >= 1"));
   app.add_option("--n-head", cfg.n_head, "--model gpt: attention heads (default 4)")
       ->check(at_least(1, "n_head >= 1"));
-  app.add_option("--n-embd", cfg.n_embd, "--model gpt: channels, a multiple of --n-head (default 256)")
+  app.add_option("--n-embd", cfg.n_embd,
+                 "--model gpt: channels, a multiple of --n-head (default 256)")
       ->check(at_least(1, "n_embd >= 1"));
   app.add_option("--block-size", cfg.block_size,
                  "--model gpt: bytes per sample, the context (default 128)")
@@ -465,8 +466,8 @@ int main(int argc, char** argv) {
 
   try {
     check_process_counts(cfg, nproc_limit);
-    DPLAB_CHECK(cfg.model == "gpt" || (cfg.n_layer == 0 && cfg.n_head == 0 && cfg.n_embd == 0 &&
-                                       cfg.block_size == 0),
+    DPLAB_CHECK(cfg.model == "gpt" ||
+                    (cfg.n_layer == 0 && cfg.n_head == 0 && cfg.n_embd == 0 && cfg.block_size == 0),
                 "--n-layer, --n-head, --n-embd and --block-size shape --model gpt, not --model {}",
                 cfg.model);
     DPLAB_CHECK(cfg.model != "gpt" || cfg.precision == "fp32",

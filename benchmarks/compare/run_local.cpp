@@ -92,8 +92,8 @@ RunResult run_single(const Config& cfg) {
   auto model = initial_model(cfg);
   model->to(dev);
   TraceRecorder trace(cfg.trace);
-  LoopTimes t =
-      train_loop(cfg, *work, *model, {dev}, "single N=1", trace, [&] { reset_peak_memory_stats(dev); });
+  LoopTimes t = train_loop(cfg, *work, *model, {dev}, "single N=1", trace,
+                           [&] { reset_peak_memory_stats(dev); });
   RunResult r{.mode = "single",
               .n = 1,
               .steps = cfg.steps,
@@ -118,8 +118,8 @@ RunResult run_data_parallel(const Config& cfg, int n) {
   parallel::DataParallel dp(model, devices);
   dp.emulate_links(link_gbps(cfg, "dp", n));
   TraceRecorder trace(cfg.trace);
-  LoopTimes t =
-      train_loop(cfg, *work, dp, devices, fmt::format("dp N={}", n), trace, [&] { dp.reset_stats(); });
+  LoopTimes t = train_loop(cfg, *work, dp, devices, fmt::format("dp N={}", n), trace,
+                           [&] { dp.reset_stats(); });
 
   RunResult r{.mode = "dp",
               .n = n,

@@ -245,7 +245,8 @@ TEST_CASE("report, trace and plots are written") {
   CHECK(fs::file_size(r.out / "projection.csv") > 100);
   // the projection's rows: the MLP as measured, ResNet-50's size and GPT-2 small's exact count
   std::map<std::string, std::string> params_of;
-  for (const auto& row : read_csv(r.out / "projection.csv")) params_of[row.at("model")] = row.at("params");
+  for (const auto& row : read_csv(r.out / "projection.csv"))
+    params_of[row.at("model")] = row.at("params");
   CHECK(params_of["mlp"] == "235146");
   CHECK(params_of["gpt2-small"] == "124439808");
   std::ifstream trace(r.out / "trace.json");

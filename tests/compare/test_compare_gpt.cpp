@@ -46,9 +46,10 @@ const char* const kTinyFlags = "--model gpt --n-layer 2 --n-head 2 --n-embd 64 -
 // About 40 KB of English-like lines that do not repeat exactly (a linear congruential
 // generator picks the words), so the windows of different steps differ.
 fs::path write_corpus(const fs::path& dir) {
-  const std::vector<std::string> words{"the", "ring", "sends", "every", "gradient", "to", "its",
-                                       "right", "neighbour", "while", "master", "waits", "for",
-                                       "all", "workers", "and", "a", "bucket", "of", "bytes"};
+  const std::vector<std::string> words{"the",    "ring",  "sends",  "every",     "gradient",
+                                       "to",     "its",   "right",  "neighbour", "while",
+                                       "master", "waits", "for",    "all",       "workers",
+                                       "and",    "a",     "bucket", "of",        "bytes"};
   fs::create_directories(dir);
   const fs::path path = dir / "corpus.txt";
   std::ofstream f(path);
@@ -73,8 +74,8 @@ const Run& gpt_run() {
     r.out = g_scratch / "out";
     const fs::path corpus = write_corpus(g_scratch);
     static_cast<ProgramRun&>(r) = dplab::testing::run_program(
-        "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe + "' " + kTinyFlags +
-        " --data '" + corpus.string() +
+        "DPLAB_NUM_THREADS=1 DPLAB_PROGRESS=off '" + g_exe + "' " + kTinyFlags + " --data '" +
+        corpus.string() +
         "' --modes single,dp,star,ring,ps --servers 1,N --ns 1,2,4 --steps 4 --warmup 1 "
         "--global-batch 8 --test-limit 8 --no-projection --trace --out '" +
         r.out.string() + "'");
@@ -148,10 +149,12 @@ TEST_CASE("gpt: each device's weight bytes per step are cost.h's for the GPT's p
       CAPTURE(mode);
       const auto devs = device_rows(mode, n);
       REQUIRE(devs.size() == size_t(n));
-      for (int d = 0; d < n; ++d) check(devs[d], dplab::parallel::star_all_reduce_cost(bytes, d, n));
+      for (int d = 0; d < n; ++d)
+        check(devs[d], dplab::parallel::star_all_reduce_cost(bytes, d, n));
       // in words: the master moves (N-1)x a worker's bytes
       CHECK(std::stod(devs[0].at("weight_sent_mib_per_step")) ==
-            doctest::Approx((n - 1) * std::stod(devs[1].at("weight_recv_mib_per_step"))).epsilon(1e-5));
+            doctest::Approx((n - 1) * std::stod(devs[1].at("weight_recv_mib_per_step")))
+                .epsilon(1e-5));
     }
     const auto ring = device_rows("ring", n);
     REQUIRE(ring.size() == size_t(n));
@@ -195,8 +198,9 @@ TEST_CASE("gpt: a missing text file and a shape that does not split are refused 
       (g_scratch / "bad").string() + "'");
   CHECK(missing.rc == 1);
   CHECK(missing.output.find("/nonexistent/corpus.txt") != std::string::npos);
-  const ProgramRun heads = dplab::testing::run_program(
-      "'" + g_exe + "' --model gpt --n-embd 30 --n-head 4 --out '" + (g_scratch / "bad").string() + "'");
+  const ProgramRun heads =
+      dplab::testing::run_program("'" + g_exe + "' --model gpt --n-embd 30 --n-head 4 --out '" +
+                                  (g_scratch / "bad").string() + "'");
   CHECK(heads.rc == 1);
   CHECK(heads.output.find("--n-embd 30 does not split into --n-head 4 heads") != std::string::npos);
   const ProgramRun image_shape = dplab::testing::run_program(
