@@ -119,7 +119,10 @@ def hang_words(run, symbolizer, worker_symbolizer=None):
 
 
 def exit_words(run, limits):
-    rc = run.proc.returncode
+    return status_words(run.proc.returncode, run.cpu_s, limits)
+
+
+def status_words(rc, cpu_s, limits):
     if rc is None:
         return "it was stopped"
     if rc >= 0:
@@ -129,7 +132,7 @@ def exit_words(run, limits):
     except ValueError:
         name = f"signal {-rc}"
     if name == "SIGXCPU":
-        return f"it used more CPU time than its limit ({run.cpu_s} s)"
+        return f"it used more CPU time than its limit ({cpu_s} s)"
     if name == "SIGXFSZ":
         return f"it wrote a file larger than the limit ({limits['file_mib']} MiB)"
     if name == "SIGKILL":
@@ -185,6 +188,11 @@ def result_of(run, assignment, symbolizer, worker_symbolizer=None):
             parts.append(f"(and {verdict['more']} more failed checks)")
         if not messages and verdict.get("checks", 0) == 0:
             parts.append("the test ran no checks")
+    if not passed:  # a worker that a limit ended says nothing itself: its exit does
+        for index, rc in getattr(run, "worker_exits", []):
+            if rc is not None and rc < 0:
+                who = f" as rank {index}" if len(run.workers) > 1 else ""
+                parts.append(f"the process running your code{who} ended: {status_words(rc, run.cpu_s, assignment.limits)}")
     parts += notes
     printed = printed_words(run)
     if printed:

@@ -47,8 +47,9 @@ def grade(assignment, student_dir, suites, opts):
         [p for p in os.environ.get("DPLAB_COURSE_HIDE", "").split(":") if p]
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        # a judge outside runs each test as two users: the judge's and its worker's
-        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"] * (2 if assignment.judge == "outside" else 1))
+        # a judge outside runs each test as several users: the judge's and its worker's (hw3: one per rank)
+        users = 1 + max(assignment.ranks, 1) if assignment.judge == "outside" else 1
+        sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"] * users)
     except BaseException:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)

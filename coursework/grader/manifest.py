@@ -29,8 +29,9 @@ LIMITS = {
 COMMON_SOURCES = ["grader_main.cpp", "channel.cpp", "crash.cpp"]  # in common/: the test main
 # in common/: an assignment judged outside the student's process ("judge": "outside"): the
 # protocol both sides speak, and what the worker keeps of the test main (crash reports)
-WIRE_SOURCES = ["wire.cpp"]
-WORKER_COMMON_SOURCES = ["channel.cpp", "crash.cpp", "wire.cpp"]
+# (and, for ranks that are processes, hw3's, the broker between them and a rank's side of it)
+WIRE_SOURCES = ["wire.cpp", "broker.cpp", "broker_transport.cpp"]
+WORKER_COMMON_SOURCES = ["channel.cpp", "crash.cpp", "wire.cpp", "broker_transport.cpp"]
 POINTS = re.compile(r"\((\d+) points?\)\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
@@ -77,6 +78,11 @@ class Assignment:
         self.remote_files = m.get("remote_files", [])
         if self.judge == "outside" and not (self.worker_files and self.remote_files):
             raise ManifestError(f"{name}: a judge outside needs worker_files and remote_files")
+        # "ranks": N: the worker is N processes, each as its own user, linked only through a
+        # broker in the judge (hw3); none: one worker, the judge's calls only (hw1)
+        self.ranks = m.get("ranks", 0)
+        if not isinstance(self.ranks, int) or not 0 <= self.ranks <= 16 or (self.ranks and self.judge != "outside"):
+            raise ManifestError(f"{name}: ranks must be 0 to 16, and only for a judge outside, not {self.ranks!r}")
 
     # Paths. The student's files and headers live in the assignment's folder (the reference
     # and the header next to it); a header may also name a library header ("framework/...").

@@ -15,11 +15,12 @@ running have ended; the later ones get hang_timeout_s, and once two hung at the 
 the rest are not run (the student sees where): which tests ran out of time never depends
 on how the machine scheduled them. The whole grade stays within budget_s. Speed tests run
 last, alone, and only when every other test passed: a fast wrong answer earns nothing.
-An assignment judged outside ("judge": "outside", hw1) runs each test as two processes:
-the judge (the tests, holding the channel and token, linked without the student's code)
-and a worker (the student's code) that the grader starts first, as another user id, with
-only two pipes to the judge (common/wire.h) and one for its crash reports, read here as
-words for the student, never as a verdict. What either prints is shown as the program's.
+An assignment judged outside ("judge": "outside", hw1, hw3) runs each test as the judge (the
+tests, holding the channel and token, linked without the student's code) and a worker (the
+student's code; hw3: one per rank, assignment.json's "ranks") that the grader starts first,
+each as a user id of its own, with only two pipes to the judge (common/wire.h), a rank's two
+to the broker in the judge (common/broker.h), and one for its crash reports, read here as
+words for the student, never as a verdict. What any of them prints is shown as the program's.
 Read next: feedback.py (how a result becomes words), sandbox.py.
 """
 import fcntl
@@ -83,10 +84,19 @@ class Run:
         self.sampled_at = None
         self.proc = None
         self.parsed = 0          # how much of the channel was looked at for "time" records
-        self.worker = None       # a judge outside: the worker's process, its crash reports' pipe
-        self.worker_channel = b""
-        self.worker_records = []  # its crash and stack reports: words, never a verdict
+        self.workers = []        # a judge outside: the worker's processes (one, or one per rank)
+        self.worker_exits = []   # (index, return code or None) of each as the test ended
+        self.worker_records = []  # their crash and stack reports: words, never a verdict
         self.limit_words = ""    # why the limit is not test_timeout_s, for the feedback
+
+
+class Worker:
+    """One process of the student's code beside a judge: its user, its crash reports' pipe."""
+
+    def __init__(self, proc, uid, ch):
+        self.proc, self.uid, self.ch = proc, uid, ch
+        self.out = proc.stdout.fileno()
+        self.channel = b""
 
 
 def _nonblocking(fd):
@@ -130,9 +140,8 @@ class Runner:
                                          "DPLAB_COURSE_TEST_CASE": run.name})
         judge_fds, argv = (), [self.exe]
         if self.worker_exe:
-            judge_fds = self.start_worker(run, limits)
-            env.update({"DPLAB_COURSE_JUDGE_TO_WORKER_FD": str(judge_fds[0]),
-                        "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(judge_fds[1])})
+            judge_fds, judge_env = self.start_workers(run, limits)
+            env.update(judge_env)
             argv = [self.judges.get(run.uid, self.exe)]
         run.proc = subprocess.Popen(argv, cwd=run.dir, env=env,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -159,37 +168,58 @@ class Runner:
         elif timeout < self.limits["test_timeout_s"]:
             run.limit_words = " (the shorter limit after an earlier test ran out of time)"
 
-    def start_worker(self, run, limits):
-        """A judge outside: starts the test's worker, as the user paired with the judge's (the
-        same one without root), with the pipes of its calls and of its crash reports; returns
-        the judge's ends of the call pipes (to the worker, from the worker)."""
-        uids = self.sandbox.uids
-        run.worker_uid = uids[uids.index(run.uid) + self.limits["parallel"]] if self.sandbox.root else run.uid
-        folder = os.path.join(self.run_root, f"worker-{run.uid}")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.makedirs(folder)
-        self.sandbox.give(folder, run.worker_uid)
-        to_r, to_w = os.pipe()        # the judge's calls
-        from_r, from_w = os.pipe()    # the worker's replies
-        rep_r, rep_w = os.pipe()      # its crash reports (crash.cpp), with a token of its own
-        tok_r, tok_w = os.pipe()
-        env = self.sandbox.env(folder, {"DPLAB_COURSE_WORKER_IN_FD": str(to_r),
-                                        "DPLAB_COURSE_WORKER_OUT_FD": str(from_w),
-                                        "DPLAB_COURSE_CHANNEL_FD": str(rep_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r)})
-        run.worker = subprocess.Popen([self.worker_exe], cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      pass_fds=(to_r, from_w, rep_w, tok_r), start_new_session=True,
-                                      preexec_fn=self.sandbox.preexec(run.worker_uid, limits))
-        self.sandbox.tracked.add(run.worker.pid)
-        for fd in (to_r, from_w, rep_w, tok_r):
-            os.close(fd)
-        os.write(tok_w, (secrets.token_hex(16) + "\n").encode())
-        os.close(tok_w)
-        run.wch, run.wout = rep_r, run.worker.stdout.fileno()
-        for fd in (run.wch, run.wout):
-            _nonblocking(fd)
-            self.sel.register(fd, selectors.EVENT_READ, run)
-        return to_w, from_r
+    def start_workers(self, run, limits):
+        """A judge outside: starts the test's worker (hw1), or one per rank (assignment.json's
+        ranks: hw3), each as a user of its own paired with the judge's (the judge's own without
+        root), with the pipes of its calls and of its crash reports, and a rank's two to the
+        broker in the judge. Returns the judge's ends of the pipes and the variables naming them."""
+        uids, count = self.sandbox.uids, max(self.a.ranks, 1)
+        slot = uids.index(run.uid) if self.sandbox.root else 0
+        ends, groups = [], []
+        for i in range(count):
+            uid = uids[self.limits["parallel"] + slot * count + i] if self.sandbox.root else run.uid
+            folder = os.path.join(self.run_root, f"worker-{run.uid}-{i}")
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            self.sandbox.give(folder, uid)
+            to_r, to_w = os.pipe()        # the judge's calls
+            from_r, from_w = os.pipe()    # the worker's replies
+            rep_r, rep_w = os.pipe()      # its crash reports (crash.cpp), with a token of its own
+            tok_r, tok_w = os.pipe()
+            mine = [to_r, from_w, rep_w, tok_r]
+            extra = {}
+            group = [to_w, from_r]
+            if self.a.ranks:
+                up_r, up_w = os.pipe()      # the rank's frames to the broker
+                down_r, down_w = os.pipe()  # the broker's frames to the rank
+                mine += [up_w, down_r]
+                extra = {"DPLAB_COURSE_TO_BROKER_FD": str(up_w), "DPLAB_COURSE_FROM_BROKER_FD": str(down_r)}
+                group += [up_r, down_w]
+            env = self.sandbox.env(folder, {"DPLAB_COURSE_WORKER_IN_FD": str(to_r),
+                                            "DPLAB_COURSE_WORKER_OUT_FD": str(from_w),
+                                            "DPLAB_COURSE_CHANNEL_FD": str(rep_w), "DPLAB_COURSE_TOKEN_FD": str(tok_r),
+                                            **extra})
+            # ranks apart: no network, no System V or POSIX IPC shared with another rank
+            proc = subprocess.Popen([self.worker_exe], cwd=folder, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    pass_fds=tuple(mine), start_new_session=True,
+                                    preexec_fn=self.sandbox.preexec(uid, limits, apart=bool(self.a.ranks)))
+            self.sandbox.tracked.add(proc.pid)
+            for fd in mine:
+                os.close(fd)
+            os.write(tok_w, (secrets.token_hex(16) + "\n").encode())
+            os.close(tok_w)
+            w = Worker(proc, uid, rep_r)
+            run.workers.append(w)
+            for fd in (w.ch, w.out):
+                _nonblocking(fd)
+                self.sel.register(fd, selectors.EVENT_READ, run)
+            ends += group
+            groups.append(group)
+        if self.a.ranks:
+            return tuple(ends), {"DPLAB_COURSE_RANK_FDS": ";".join(",".join(map(str, g)) for g in groups)}
+        return tuple(ends), {"DPLAB_COURSE_JUDGE_TO_WORKER_FD": str(ends[0]),
+                             "DPLAB_COURSE_JUDGE_FROM_WORKER_FD": str(ends[1])}
 
     def read(self, run, fd):
         try:
@@ -199,9 +229,10 @@ class Runner:
         if not data:
             self.sel.unregister(fd)
             return
-        if run.worker and fd == run.wch:
-            if len(run.worker_channel) < (1 << 20):
-                run.worker_channel += data
+        worker = next((w for w in run.workers if fd == w.ch), None)
+        if worker:
+            if len(worker.channel) < (1 << 20):
+                worker.channel += data
         elif fd == run.ch:
             if len(run.channel) < (1 << 20):
                 run.channel += data
@@ -243,22 +274,25 @@ class Runner:
     def finish(self, run):
         self.sandbox.end_run(run.proc, run.uid)  # nothing of the test lives on
         fds = (run.ch, run.out)
-        if run.worker:
-            self.sandbox.end_run(run.worker, run.worker_uid)
-            fds += (run.wch, run.wout)
+        run.worker_exits = [(i, w.proc.poll()) for i, w in enumerate(run.workers)]  # before they are ended
+        for w in run.workers:
+            self.sandbox.end_run(w.proc, w.uid)
+            fds += (w.ch, w.out)
+
+        def taken():
+            return len(run.channel) + len(run.stdout) + run.dropped + sum(len(w.channel) for w in run.workers)
         for fd in fds:  # what was written before the end
             while fd in self.sel.get_map():
-                before = len(run.channel) + len(run.stdout) + run.dropped + len(run.worker_channel)
+                before = taken()
                 self.read(run, fd)
-                if fd in self.sel.get_map() and \
-                        len(run.channel) + len(run.stdout) + run.dropped + len(run.worker_channel) == before:
+                if fd in self.sel.get_map() and taken() == before:
                     self.sel.unregister(fd)
         os.close(run.ch)
         run.proc.stdout.close()
-        if run.worker:
-            os.close(run.wch)
-            run.worker.stdout.close()
-            run.worker_records = worker_reports(run.worker_channel)
+        for w in run.workers:
+            os.close(w.ch)
+            w.proc.stdout.close()
+            run.worker_records += worker_reports(w.channel)
         run.seconds = time.monotonic() - run.started
         for line in run.channel.split(b"\n")[:-1]:  # complete lines only
             try:
@@ -318,8 +352,8 @@ class Runner:
                         run.timed_out = True
                         run.sampled_at = now
                         self.sandbox.sample_stacks(run.proc.pid)
-                        if run.worker:
-                            self.sandbox.sample_stacks(run.worker.pid)
+                        for w in run.workers:
+                            self.sandbox.sample_stacks(w.proc.pid)
                         continue
                     if now < run.sampled_at + SAMPLE_GUARD_S and not self.samples_complete(run):
                         continue
@@ -339,9 +373,9 @@ class Runner:
             threads = len(os.listdir(f"/proc/{run.proc.pid}/task"))
         except OSError:
             return True
-        if run.worker:  # the worker answers on its own pipe
+        for w in run.workers:  # a worker answers on its own pipe
             try:
-                if run.worker_channel.count(b'"kind": "stack"') < len(os.listdir(f"/proc/{run.worker.pid}/task")):
+                if w.channel.count(b'"kind": "stack"') < len(os.listdir(f"/proc/{w.proc.pid}/task")):
                     return False
             except OSError:
                 pass

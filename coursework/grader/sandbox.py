@@ -23,7 +23,7 @@ import tempfile
 import time
 
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
-CLONE_NEWNS = 0x00020000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 16384, 1 << 18
 SYS_TGKILL = 234  # x86-64
 # Where the sandbox's folders go when the grader is root: not under /tmp, which each test
@@ -171,7 +171,9 @@ class Sandbox:
         # kernel refuses it, and /proc stays as it was rather than hidepid changing the
         # host's own /proc.
         _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible")
-        for shared in ("/dev/shm", "/tmp", "/var/tmp"):  # fresh ones: nothing left for the next grade
+        # fresh ones: nothing left for the next grade, nor shared with a process of another user
+        # (hw3's ranks): the folders every user may write to (/run/lock too, /var/lock's target)
+        for shared in ("/dev/shm", "/tmp", "/var/tmp", "/run/lock"):
             if os.path.isdir(shared) and not self.below(SANDBOX_ROOT, shared):
                 _check(_libc.mount(b"none", shared.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777"),
                        f"a fresh {shared}")
@@ -180,14 +182,18 @@ class Sandbox:
     def below(path, folder):
         return path == folder or path.startswith(folder.rstrip("/") + "/")
 
-    def preexec(self, uid, limits):
-        """The function to run in the child (Popen's preexec_fn): the grader has no threads."""
+    def preexec(self, uid, limits, apart=False):
+        """The function to run in the child (Popen's preexec_fn): the grader has no threads.
+        apart: a network and IPC namespace of its own as well (hw3's ranks: no link to another
+        rank but the broker's pipes, not even one through loopback or shared memory)."""
         import resource
 
         def setup():
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the grader died: so does this
             if self.root and self.namespaces:
                 self._enter_namespace()
+                if apart:
+                    _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWIPC), "unshare(network, IPC)")
             mib = 1 << 20
             resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mib"] * mib,) * 2)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_mib"] * mib,) * 2)

@@ -15,8 +15,8 @@ each in processes of its own.
 `expect`: words the feedback must contain (any of them); `never`: words neither the feedback
 nor the grader's console may show (what a file read at compile time holds; @TEST@: each of
 the assignment's test names).
-An assignment judged outside the student's process ("judge": "outside": hw1) runs the
-student's code in a worker that is never told its test's name: there each runtime cheat
+An assignment judged outside the student's process ("judge": "outside": hw1, hw3) runs the
+student's code in a worker (hw3: one per rank) that is never told its test's name: there each runtime cheat
 gets a grade of its own, and the words of a worker that ended or wrote to its reply pipe
 ("the process running your code ...") count as the expected ones. `OUTSIDE` are the cheats
 that only a judge outside stops (#45): they are graded with the static checks off too.
@@ -210,10 +210,11 @@ struct DplabVerdict {
 } dplab_verdict;
 }  // namespace
 """, "body": "", "expect": [WORKER_ENDED, WORKER_ANSWERED]},
-    {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": WEAK_VFORMAT, "body": "return {};",
-     "expect": ["is not defined", "your files define", "may not"]},
-    {"name": "a weak steady_clock::now() slows the clock", "top": WEAK_NOW, "body": "return {};",
-     "expect": ["is not defined", "your files define", "may not"]},
+    # (hw3's judge words a ring that did nothing as such: its fmt is not the rank's)
+    {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": WEAK_VFORMAT, "body": "@RETURN_NOTHING@",
+     "expect": ["is not defined", "your files define", "may not", "never arrived there"]},
+    {"name": "a weak steady_clock::now() slows the clock", "top": WEAK_NOW, "body": "@RETURN_NOTHING@",
+     "expect": ["is not defined", "your files define", "may not", "never arrived there"]},
     {"name": "replies on every descriptor with a tensor of 2^31 x 2^31 floats in 8 bytes", "top": RAW,
      "body": r"""{ static unsigned char frame[64];
        unsigned n = 0;
@@ -289,6 +290,18 @@ int dplab_which() {  // the index of this test case among the grader's
     return {"name": "every runtime cheat, one per test", "top": RAW + which, "body": body}, plan
 
 
+def _before_each_throw(starter_text, body):
+    """body before each THROW; @RETURN_NOTHING@ in it becomes `return;` in a function that
+    returns void (hw3's ring), `return {};` in one that returns a value (hw1's backwards)."""
+    out, at = [], 0
+    for m in re.finditer(re.escape(THROW), starter_text):
+        header = [line for line in starter_text[:m.start()].splitlines() if re.match(r"^[A-Za-z].*\(", line)]
+        nothing = "return;" if header and header[-1].startswith("void ") else "return {};"
+        out.append(starter_text[at:m.start()] + body.replace("@RETURN_NOTHING@", nothing) + "\n  ")
+        at = m.start()
+    return "".join(out) + starter_text[at:]
+
+
 def make(starter_text, cheat, values):
     """The cheat's source file from the starter's text."""
     if "file" in cheat:
@@ -296,7 +309,8 @@ def make(starter_text, cheat, values):
     else:
         if THROW not in starter_text:
             raise ValueError("the starter has no 'not implemented yet' throw to put a cheat before")
-        text = cheat.get("top", "") + starter_text.replace(THROW, cheat.get("body", "") + "\n  " + THROW)
+        text = cheat.get("top", "") + _before_each_throw(starter_text, cheat.get("body", ""))
+    text = text.replace("@RAW@", RAW)  # an assignment's own cheat (ci_checks.json) may use RAW's calls
     if "@VFORMAT@" in text:
         text = text.replace("@VFORMAT@", vformat_symbol())
     for key, value in values.items():

@@ -297,7 +297,8 @@ class Check:
         statics = cheats.STATIC + self.checks.get("cheats", [])
         if self.a.judge == "outside":
             jobs += [lambda c=c: self.runtime_cheat_alone(c) for c in cheats.RUNTIME]
-            jobs += [lambda c=c, s=s: self.outside_cheat(c, s) for c in cheats.OUTSIDE for s in (True, False)]
+            outside = cheats.OUTSIDE + self.checks.get("outside_cheats", [])  # and the assignment's own
+            jobs += [lambda c=c, s=s: self.outside_cheat(c, s) for c in outside for s in (True, False)]
         else:
             jobs.append(self.runtime_cheats)
         jobs += [lambda c=c: self.cheat(c) for c in statics]
