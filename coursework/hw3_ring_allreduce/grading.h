@@ -1,10 +1,11 @@
-// grading.h: how hw3 is checked, shared by the visible and the hidden tests. Ranks run as
-// threads over the library's thread transport, each behind a CountingTransport that counts
+// grading.h: how hw3 is checked, shared by the visible and the hidden tests. In a student's
+// own build ranks run as threads over the library's thread transport, each behind a CountingTransport that counts
 // the bytes it really moves and files each send and receive with a WaitGraph, which names a
 // deadlock the moment it forms (deadlock.h); the given exchange() and divide() report what
 // each rank asked of them (observe.h). Inputs are small integers (exact in every dtype), so
 // a result is right or wrong, and a wrong one is explained in the ring's terms (diagnose.h):
-// which rank, which chunk, which step.
+// which rank, which chunk, which step. In the grader, the judge's threads drive one process
+// per rank instead (remote.cpp): results, byte counts and times are then taken outside them.
 // Read next: deadlock.h, diagnose.h, tests_visible.cpp.
 #pragma once
 #include <doctest/doctest.h>
@@ -15,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,7 +45,9 @@ inline constexpr Seconds kWait{20.0};
 // time in hw3's words.
 class CountingTransport : public Transport {
  public:
-  CountingTransport(std::unique_ptr<Transport> inner, WaitGraph& graph) : inner_(std::move(inner)), graph_(graph) {}
+  CountingTransport(std::unique_ptr<Transport> inner, WaitGraph& graph) : inner_(std::move(inner)), graph_(graph) {
+    sent_to.assign(static_cast<size_t>(inner_->size()), 0);
+  }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& name() const override { return inner_->name(); }
@@ -60,6 +64,7 @@ class CountingTransport : public Transport {
     }
     graph_.leave(rank(), true);
     sent += static_cast<int64_t>(len);
+    if (peer >= 0 && peer < size()) sent_to[peer] += static_cast<int64_t>(len);
   }
   void recv_segment(int peer, const std::function<void(const void*, std::size_t)>& use) override {
     enter(WaitGraph::Doing::Receiving, peer);
@@ -78,6 +83,7 @@ class CountingTransport : public Transport {
   void mark_failed(const std::string& why) override { inner_->mark_failed(why); }
   void mark_left() override { inner_->mark_left(); }
   int64_t sent = 0, received = 0;
+  std::vector<int64_t> sent_to;  // by peer
 
  private:
   void enter(WaitGraph::Doing doing, int peer) {
@@ -100,16 +106,18 @@ class CountingTransport : public Transport {
 // and divide(), and where its buffer was.
 struct RingRun {
   std::vector<int64_t> sent, received;
+  std::vector<std::vector<int64_t>> sent_to;  // [rank][peer]
   std::vector<observe::Log> logs;
   std::vector<const std::byte*> buffers;
 };
 
-// Runs body(rank's transport) on n threads, each watched (observe.h). A rank's failure
+// Runs body(rank's transport) on n threads, each watched (observe.h). In the grader's judge
+// the ring itself runs in a process per rank (remote.cpp): the threads only drive them. A rank's failure
 // fails the test with that rank's message (run_rank_threads picks the rank at fault).
 inline RingRun run_ranks(int n, const std::function<void(CountingTransport&, RingRun&)>& body) {
   auto store = std::make_shared<dplab::parallel::HashStore>(kWait);
-  RingRun run{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<observe::Log>(n),
-              std::vector<const std::byte*>(n)};
+  RingRun run{std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<std::vector<int64_t>>(n),
+              std::vector<observe::Log>(n), std::vector<const std::byte*>(n)};
   WaitGraph graph(n);
   course::run_rank_threads(n, [&](int r) {
     CountingTransport tr(dplab::parallel::make_thread_transport(*store, r, n, kWait), graph);
@@ -123,8 +131,16 @@ inline RingRun run_ranks(int n, const std::function<void(CountingTransport&, Rin
       throw;
     }
     observe::current() = nullptr;
-    run.sent[r] = tr.sent;
-    run.received[r] = tr.received;
+    const observe::Log& log = run.logs[r];
+    if (log.received >= 0) {  // a rank of its own process: the broker's counts (remote.cpp)
+      run.sent_to[r] = log.sent_to;
+      run.sent[r] = std::accumulate(log.sent_to.begin(), log.sent_to.end(), int64_t{0});
+      run.received[r] = log.received;
+    } else {
+      run.sent_to[r] = tr.sent_to;
+      run.sent[r] = tr.sent;
+      run.received[r] = tr.received;
+    }
     tr.mark_left();
   });
   return run;

@@ -28,6 +28,11 @@ struct Exchange {
 struct Log {
   std::vector<Exchange> exchanges;
   int divides = 0;
+  // Bytes counted outside the rank, by the broker, when the rank is a process of its own
+  // (the grader's judge, remote.cpp): what it sent to each rank, and received (-1: not counted).
+  std::vector<int64_t> sent_to;
+  int64_t received = -1;
+  double seconds = -1;  // and the call's time, from go to its reply's first byte (remote.h)
   bool dry = false;  // record only: exchange() and divide() touch neither buffer nor transport
   // Whether a call picks up where the last record ends, with the same peers and Combine (no
   // two steps of a ring of 3 or more ranks do: the next step's chunks lie behind, not ahead).
@@ -39,5 +44,15 @@ struct Log {
 };
 
 Log*& current();  // this thread's log; null while no test watches (support.cpp)
+
+// The judge's side when the ranks are processes of their own (remote.cpp sets it before the
+// tests run; null in a student's own build, where ranks are the test's threads): the
+// library's ring on ranks the judge forked, processes as the student's are, behind a broker
+// of their own; returns the call's time, clocked as the student's calls are (remote.h).
+struct Outside {
+  virtual ~Outside() = default;
+  virtual double library_all_reduce(int rank, int size, std::byte* data, int64_t count) = 0;
+};
+Outside*& outside();
 
 }  // namespace hw3::observe

@@ -21,6 +21,11 @@ observe::Log*& observe::current() {
   return log;
 }
 
+observe::Outside*& observe::outside() {
+  static Outside* judge = nullptr;
+  return judge;
+}
+
 void exchange(Transport& tr, int to, const std::byte* out, int64_t out_bytes, int from,
               std::byte* in, int64_t in_bytes, Combine how, DType dtype) {
   course::harness::Place& place = course::harness::place();
