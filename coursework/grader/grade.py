@@ -18,7 +18,7 @@ import feedback
 import manifest
 import symbols
 from runner import Runner, test_names
-from sandbox import Sandbox, sandbox_parent
+from sandbox import Sandbox, SandboxError, sandbox_parent
 
 
 class Options:
@@ -50,6 +50,10 @@ def grade(assignment, student_dir, suites, opts):
         # a judge outside runs each test as several users: the judge's and its worker's (hw3: one per rank)
         users = 1 + max(assignment.ranks, 1) if assignment.judge == "outside" else 1
         sandbox = Sandbox(hide=hide, slots=assignment.limits["parallel"] * users)
+        if assignment.ranks and sandbox.root and not sandbox.namespaces:
+            sandbox.close()  # without them, ranks of different users still share /tmp and loopback
+            raise SandboxError(f"{assignment.short}'s ranks are kept apart by mount, network and IPC namespaces, and "
+                               f"this kernel refuses them: grade it where namespaces work (a VM, Gradescope)")
     except BaseException:
         shutil.rmtree(shared, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
