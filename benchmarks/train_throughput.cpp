@@ -25,6 +25,7 @@
 #include <sstream>
 #include <thread>
 
+#include "benchmarks/cpu_info.h"
 #include "datasets/fashion_mnist.h"
 #include "framework/backend/backend.h"
 #include "framework/backend/cpu/cpu_dispatch.h"
@@ -34,6 +35,8 @@
 #include "models/models.h"
 
 using namespace dplab;
+using bench::cpu_info;
+using bench::CpuInfo;
 
 namespace {
 
@@ -83,39 +86,6 @@ Batches fashion_mnist_batches(int64_t batch, int64_t limit, Device d) {
     b.y.push_back(train.targets().narrow(i * batch, batch).contiguous_copy_on(d));
   }
   return b;
-}
-
-// The CPU's name and the vector extensions the kernels may use, from /proc/cpuinfo.
-struct CpuInfo {
-  std::string model = "unknown", vector_extensions = "unknown";
-};
-CpuInfo cpu_info() {
-  CpuInfo info;
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  std::set<std::string> flags;
-  while (std::getline(f, line)) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string key = line.substr(0, colon), value = line.substr(colon + 1);
-    key.erase(key.find_last_not_of(" \t") + 1);
-    value.erase(0, value.find_first_not_of(' '));
-    if (key == "model name" && info.model == "unknown") info.model = value;
-    if (key == "flags" && flags.empty()) {
-      std::istringstream words(value);
-      for (std::string w; words >> w;) flags.insert(w);
-    }
-  }
-  if (!flags.empty()) {
-    std::string ext;
-    for (const char* want : {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-                             "avx512_bf16", "avx512_fp16", "amx_tile"})
-      if (flags.count(want)) ext += (ext.empty() ? "" : "+") + std::string(want);
-    info.vector_extensions = ext.empty() ? "none" : ext;
-  }
-  for (char& c : info.model)
-    if (c == ',') c = ' ';  // one CSV field
-  return info;
 }
 
 // The tutorials' learning rates: 02 trains the MLP at 0.1, 03 the CNN at 0.05.
