@@ -125,6 +125,30 @@ TEST_CASE("gelu, exact and tanh, matches float64 and finite differences") {
   CHECK(gelu(full({1}, -30.0), GeluApproximation::Tanh).item() == doctest::Approx(0.0));
 }
 
+// The CPU kernel of tanh-GELU's backward runs Eigen's vectorised tanh in chunks of 256: over
+// 1000 values (chunks and a remainder), tails included, it gives g * gelu_tanh'(x) to float
+// precision. In the tails tanh(u) rounds to +-1 within an ulp (6e-8), so 1 - tanh^2 u holds
+// only that much, times 0.5 x sqrt(2/pi) (1 + 3 * 0.044715 x^2), about 9 at |x| = 5: an
+// absolute 1e-5 is what float32 can promise there (any float32 kernel, PyTorch's too).
+TEST_CASE("gelu tanh backward matches the float64 derivative across chunks and in the tails") {
+  std::vector<float> xs, gs;
+  for (int i = 0; i < 1000; ++i) {
+    xs.push_back(-10.0f + 0.02f * static_cast<float>(i));
+    gs.push_back(0.5f + 0.001f * static_cast<float>(i % 7));
+  }
+  Tensor x = from_vector(xs, {10, 100}).requires_grad_(true);
+  Tensor g = from_vector(gs, {10, 100});
+  gelu(x, GeluApproximation::Tanh).backward(g);
+  std::vector<double> want;
+  const double k = std::sqrt(2 / M_PI);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], t = std::tanh(k * (v + 0.044715 * v * v * v));
+    want.push_back(gs[i] * (0.5 * (1 + t) +
+                            0.5 * v * (1 - t * t) * k * (1 + 3 * 0.044715 * v * v)));
+  }
+  check_near(x.grad(), want, 1e-5, 1e-5, "gelu tanh backward");
+}
+
 // ---------------------------------------------------------------- layer_norm
 
 TEST_CASE("layer_norm matches float64, also far from zero and without weight or bias") {
