@@ -1,5 +1,6 @@
 // program_run.h: running one of dplab's programs from a test (its stdout and stderr kept,
-// its exit status), and reading the CSV it wrote into rows of column -> cell. Shared by the
+// its exit status), and reading the CSV it wrote into rows of column -> cell, or the raw
+// floats of a parameter file. Shared by the
 // tests of dplab-compare (tests/compare) and bench_allreduce (tests/benchmarks).
 // Read next: tests/compare/test_compare.cpp.
 #pragma once
@@ -62,6 +63,16 @@ inline std::vector<std::map<std::string, std::string>> read_csv(
 
 // main() of a test whose first argument is the path of the program under test: it goes into
 // `exe`, doctest gets the rest; `scratch` (the test's files) is removed afterwards.
+// The float32 values of a raw file the program wrote (dplab-compare's runs/<mode>_n<N>.params).
+inline std::vector<float> read_floats(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  REQUIRE_MESSAGE(f.good(), "missing " << path);
+  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  return v;
+}
+
 inline int program_test_main(int argc, char** argv, std::string& exe,
                              const std::filesystem::path& scratch) {
   if (argc < 2) {

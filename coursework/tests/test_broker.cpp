@@ -50,21 +50,26 @@ std::string to(int destination, const std::string& payload) {
          payload;
 }
 
+// Two pipes per rank: the broker's ends in links, the rank's in send and receive.
+void make_pipes(int n, std::vector<broker::Link>& links, std::vector<int>& send, std::vector<int>& receive) {
+  for (int r = 0; r < n; ++r) {
+    int up[2], down[2];
+    REQUIRE(::pipe(up) == 0);
+    REQUIRE(::pipe(down) == 0);
+    links.push_back({up[0], down[1]});
+    send.push_back(up[1]);
+    receive.push_back(down[0]);
+  }
+}
+
 // Runs n ranks, each body(rank, send fd, receive fd) in a process of its own (its exit
 // status: 0 when it saw what it expected), and the broker here; returns the broker's
 // report and every rank's status.
 broker::Report run_ranks(int n, const std::function<int(int, int, int)>& body,
                          std::vector<int>& status) {
-  std::vector<broker::Link> links(n);
-  std::vector<int> rank_send(n), rank_receive(n);
-  for (int r = 0; r < n; ++r) {
-    int up[2], down[2];
-    REQUIRE(::pipe(up) == 0);
-    REQUIRE(::pipe(down) == 0);
-    links[r] = {up[0], down[1]};
-    rank_send[r] = up[1];
-    rank_receive[r] = down[0];
-  }
+  std::vector<broker::Link> links;
+  std::vector<int> rank_send, rank_receive;
+  make_pipes(n, links, rank_send, rank_receive);
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = ::fork();
@@ -170,16 +175,9 @@ TEST_CASE("two ranks that only send are held back, and the broker says so; a not
   // to the other (1 MiB, broker.cpp) is full and about 4 more wait, the broker stops reading
   // both, and nothing moves
   const int n = 2;
-  std::vector<broker::Link> links(n);
-  std::vector<int> send(n), receive(n);
-  for (int r = 0; r < n; ++r) {
-    int up[2], down[2];
-    REQUIRE(::pipe(up) == 0);
-    REQUIRE(::pipe(down) == 0);
-    links[r] = {up[0], down[1]};
-    send[r] = up[1];
-    receive[r] = down[0];
-  }
+  std::vector<broker::Link> links;
+  std::vector<int> send, receive;
+  make_pipes(n, links, send, receive);
   broker::Broker b(links, {.max_frame = 2000, .max_queued = 4 * 1005});
   std::thread loop([&] { b.run(); });
   std::vector<std::thread> ranks;
@@ -220,16 +218,9 @@ TEST_CASE("two ranks that only send are held back, and the broker says so; a not
 
 TEST_CASE("after a ring through a running broker nothing is on its way, and counts are whole") {
   const int n = 3;
-  std::vector<broker::Link> links(n);
-  std::vector<int> send(n), receive(n);
-  for (int r = 0; r < n; ++r) {
-    int up[2], down[2];
-    REQUIRE(::pipe(up) == 0);
-    REQUIRE(::pipe(down) == 0);
-    links[r] = {up[0], down[1]};
-    send[r] = up[1];
-    receive[r] = down[0];
-  }
+  std::vector<broker::Link> links;
+  std::vector<int> send, receive;
+  make_pipes(n, links, send, receive);
   broker::Broker b(links);
   std::thread loop([&] { b.run(); });
   std::vector<std::thread> ranks;
@@ -252,16 +243,12 @@ TEST_CASE("after a ring through a running broker nothing is on its way, and coun
 
 TEST_CASE("a rank's transport over the broker: segments by peer, the judge's notice, a wait that ends") {
   const int n = 3;
-  std::vector<broker::Link> links(n);
+  std::vector<broker::Link> links;
+  std::vector<int> send, receive;  // the ranks' ends of their pipes (a transport does not own them)
+  make_pipes(n, links, send, receive);
   std::vector<std::unique_ptr<broker::BrokerTransport>> tr;
-  std::vector<int> ends;  // the ranks' ends of their pipes (a transport does not own them)
   for (int r = 0; r < n; ++r) {
-    int up[2], down[2];
-    REQUIRE(::pipe(up) == 0);
-    REQUIRE(::pipe(down) == 0);
-    links[r] = {up[0], down[1]};
-    ends.insert(ends.end(), {up[1], down[0]});
-    tr.push_back(std::make_unique<broker::BrokerTransport>(up[1], down[0], 64, std::chrono::milliseconds(300)));
+    tr.push_back(std::make_unique<broker::BrokerTransport>(send[r], receive[r], 64, std::chrono::milliseconds(300)));
     tr.back()->begin(r, n);
   }
   broker::Broker b(links);
@@ -281,6 +268,9 @@ TEST_CASE("a rank's transport over the broker: segments by peer, the judge's not
   b.inject(1, "rank 1 failed because rank 0 failed");
   CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep), "rank 1 failed because rank 0 failed");
   tr.clear();
-  for (int fd : ends) ::close(fd);  // every rank gone: the broker's loop ends
+  for (int r = 0; r < n; ++r) {  // every rank gone: the broker's loop ends
+    ::close(send[r]);
+    ::close(receive[r]);
+  }
   loop.join();
 }

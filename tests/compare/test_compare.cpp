@@ -30,6 +30,7 @@
 namespace fs = std::filesystem;
 using dplab::testing::ProgramRun;
 using dplab::testing::read_csv;
+using dplab::testing::read_floats;
 using dplab::testing::run_program;
 
 namespace {
@@ -54,15 +55,6 @@ const Run& short_run() {
     return r;
   }();
   return run;
-}
-
-std::vector<float> read_floats(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  REQUIRE_MESSAGE(f.good(), "missing " << path);
-  std::vector<float> v(static_cast<size_t>(f.tellg()) / sizeof(float));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  return v;
 }
 
 }  // namespace
