@@ -127,8 +127,15 @@ int train(const Args& a) {
         par::ZeroOptions{.stage = a.zero, .process_group = pg});
   } else {
     if (pg) net = std::make_shared<par::DistributedDataParallel>(gpt, par::DDPOptions{.process_group = pg});
-    opt = std::make_unique<optim::AdamW>(optim::decay_groups(*gpt, a.weight_decay),
-                                         optim::AdamWOptions{.lr = a.lr, .betas = {0.9, 0.99}});
+    auto groups = optim::decay_groups(*gpt, a.weight_decay);  // {matrices: wd}, {vectors: 0}
+    if (talk) {
+      int64_t n[2] = {0, 0};
+      for (int g = 0; g < 2; ++g)
+        for (const Tensor& p : groups[g].params) n[g] += p.numel();
+      fmt::print("AdamW groups: {} tensors ({} parameters) decay {}, {} tensors ({}) do not\n",
+                 groups[0].params.size(), n[0], a.weight_decay, groups[1].params.size(), n[1]);
+    }
+    opt = std::make_unique<optim::AdamW>(groups, optim::AdamWOptions{.lr = a.lr, .betas = {0.9, 0.99}});
   }
   optim::WarmupCosineLR sched(*opt, {.warmup_steps = std::min(a.warmup, a.steps - 1), .total_steps = a.steps, .min_lr = a.min_lr});
 
@@ -162,8 +169,12 @@ int train(const Args& a) {
     if (csv) {
       fmt::print(csv, "{},{:.2f},{:.3e},{:.4f},{}\n", step, seconds, lr, loss.item(),
                  eval_now ? fmt::format("{:.4f}", val) : "");
-      if (eval_now) fmt::print("step {}: train {:.4f}, val {:.4f} ({:.0f}% of the unigram entropy), {:.0f} s\n",
-                               step, loss.item(), val, 100 * val / entropy, seconds);
+      if (eval_now) {
+        fmt::print("step {}: train {:.4f}, val {:.4f} ({:.0f}% of the unigram entropy), {:.0f} s\n", step,
+                   loss.item(), val, 100 * val / entropy, seconds);
+        std::fflush(csv);  // a log or a `tail -f` of the CSV sees each evaluation as it comes
+        std::fflush(stdout);
+      }
     }
     bar.update(1, {{"loss", loss.item()}, {"lr", lr}, {"norm", grad_norm}});
   }
