@@ -58,7 +58,10 @@ void print_sample(models::GPT& gpt, const Args& a, const std::string& when) {
   Generator rng(a.seed);
   auto ids = models::generate(gpt, models::bytes_to_ids(a.prompt),
                               {.max_new_tokens = a.sample_tokens, .temperature = 0.8, .top_k = 40}, rng);
-  fmt::print("---- sample {} (temperature 0.8, top-k 40) ----\n{}\n----\n", when, models::ids_to_bytes(ids));
+  std::string text = models::ids_to_bytes(ids);
+  for (char& c : text)  // control bytes (an untrained model draws them) would drive the terminal
+    if ((static_cast<unsigned char>(c) < 32 && c != '\n' && c != '\t') || c == 127) c = '.';
+  fmt::print("---- sample {} (temperature 0.8, top-k 40) ----\n{}\n----\n", when, text);
 }
 
 // Mean loss over eval_batches fixed validation batches (the same windows every time), each
@@ -176,7 +179,9 @@ int train(const Args& a) {
         std::fflush(stdout);
       }
     }
-    bar.update(1, {{"loss", loss.item()}, {"lr", lr}, {"norm", grad_norm}});
+    ProgressStats stats{{"loss", loss.item()}, {"lr", lr}};
+    if (!a.zero) stats.push_back({"norm", grad_norm});  // the norm before clipping
+    bar.update(1, stats);
   }
   bar.close();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
