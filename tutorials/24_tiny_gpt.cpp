@@ -44,7 +44,7 @@ namespace {
 
 struct Args {
   int64_t steps = 1000, batch = 16, block = 128, n_layer = 4, n_head = 4, n_embd = 128;
-  double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1;
+  double lr = 4e-3, min_lr = 4e-4, weight_decay = 0.1;
   int64_t warmup = 50, eval_every = 100, eval_batches = 8;
   uint64_t seed = 1337;
   std::string data, out = "results/24_tiny_gpt", prompt = "The hacker ";
