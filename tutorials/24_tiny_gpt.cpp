@@ -48,7 +48,7 @@ struct Args {
   int64_t warmup = 50, eval_every = 100, eval_batches = 8;
   uint64_t seed = 1337;
   std::string data, out = "results/24_tiny_gpt", prompt = "The hacker ";
-  int zero = 0, threads = 2;
+  int zero = 0, threads = 1;
   bool bf16 = false, generate = false;
   int64_t sample_tokens = 200;
   double max_val_ratio = 0;  // > 0: exit 1 when the final val loss > this x the unigram entropy
