@@ -303,12 +303,17 @@ void write_report_md(const std::string& path, const Config& cfg, const std::vect
                      const std::vector<std::string>& plots, const std::string& plot_note) {
   std::ofstream f(path);
   f << "# dplab-compare: parameter server vs ring\n\n";
+  // the data: Fashion-MNIST's subsets, or the GPT's text windows (workload.h)
+  const std::string data =
+      cfg.model == "gpt"
+          ? fmt::format("byte windows of a text file ({}), {} validation windows",
+                        cfg.data_root.empty() ? "the Jargon File" : cfg.data_root, cfg.test_limit)
+          : fmt::format("Fashion-MNIST train subset {}, test subset {}", cfg.train_limit, cfg.test_limit);
   f << fmt::format(
       "Model `{}`, {} steps ({} timed), global batch {} split evenly over N devices ({}), "
-      "SGD lr {} momentum {}, bucket cap {} MiB, Fashion-MNIST train subset {}, test subset "
-      "{}.\n\n",
+      "SGD lr {} momentum {}, bucket cap {} MiB, {}.\n\n",
       cfg.model, cfg.steps, runs.empty() ? 0 : runs[0].timed_steps, cfg.global_batch, cfg.device,
-      cfg.lr, cfg.momentum, cfg.bucket_cap_mb, cfg.train_limit, cfg.test_limit);
+      cfg.lr, cfg.momentum, cfg.bucket_cap_mb, data);
   f << link_note(cfg) << "\n\n";
   f << "| mode | N | samples/s | speed-up | efficiency | step ms | compute ms | comm ms | wait ms "
        "| "

@@ -168,9 +168,14 @@ TEST_CASE("gpt: each device's weight bytes per step are cost.h's for the GPT's p
   }
 }
 
-TEST_CASE("gpt: the step split, traffic and memory plots and the trace are written") {
+TEST_CASE("gpt: the report names its text file; the plots and the trace are written") {
   const Run& r = gpt_run();
   REQUIRE(r.rc == 0);
+  std::ifstream report(r.out / "report.md");
+  const std::string md((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  CHECK(md.find("byte windows of a text file (") != std::string::npos);
+  CHECK(md.find("corpus.txt") != std::string::npos);
+  CHECK(md.find("Fashion-MNIST") == std::string::npos);
   std::ifstream trace(r.out / "trace.json");
   const std::string text((std::istreambuf_iterator<char>(trace)), std::istreambuf_iterator<char>());
   CHECK(text.find("allreduce bucket") != std::string::npos);
