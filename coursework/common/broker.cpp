@@ -179,8 +179,7 @@ void Broker::run() {
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if (!fds[i].revents) continue;
       if (i == who.size()) {  // the wake pipe: drain it; the new queue is polled next round
-        while (::read(s.wake[0], buf.data(), buf.size()) > 0) {
-        }
+        while (::read(s.wake[0], buf.data(), buf.size()) > 0) {}
         continue;
       }
       auto [r, writing] = who[i];
@@ -193,8 +192,8 @@ void Broker::run() {
       if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (got <= 0) {
         if (!k.pending.empty())
-          s.refuse(r, "closed its pipe in the middle of a frame (" + std::to_string(k.pending.size()) +
-                          " bytes)");
+          s.refuse(r, "closed its pipe in the middle of a frame (" +
+                          std::to_string(k.pending.size()) + " bytes)");
         close_fd(k.in);
         continue;
       }
@@ -235,7 +234,8 @@ bool Broker::all_blocked_sending(int n, std::vector<std::vector<std::int64_t>>& 
     if (s_->ranks[r].waiting <= s_->options.max_queued) return false;
   for (std::size_t d = 0; d < s_->ranks.size(); ++d)
     for (const Frame& f : s_->ranks[d].queue)
-      if (f.source >= 0 && f.source < n) waiting_for[f.source][d] += static_cast<std::int64_t>(f.bytes.size());
+      if (f.source >= 0 && f.source < n)
+        waiting_for[f.source][d] += static_cast<std::int64_t>(f.bytes.size());
   return true;
 }
 
@@ -244,7 +244,8 @@ void Broker::inject(int rank, const std::string& payload) {
     std::lock_guard<std::mutex> lock(s_->mu);
     Rank& k = s_->ranks.at(rank);
     if (k.gone || k.out < 0) return;
-    k.queue.push_back({frame(static_cast<std::uint8_t>(kJudge), payload.data(), payload.size()), -1});
+    k.queue.push_back(
+        {frame(static_cast<std::uint8_t>(kJudge), payload.data(), payload.size()), -1});
   }
   if (s_->wake[1] >= 0) {
     const char one = 1;

@@ -20,7 +20,8 @@ namespace course::broker {
 class BrokerTransport : public dplab::parallel::Transport {
  public:
   // to_broker, from_broker: this rank's ends of its two pipes (not owned).
-  BrokerTransport(int to_broker, int from_broker, std::size_t segment_bytes, std::chrono::duration<double> wait);
+  BrokerTransport(int to_broker, int from_broker, std::size_t segment_bytes,
+                  std::chrono::duration<double> wait);
 
   void begin(int rank, int size);  // the place this rank takes in the next collective
   int rank() const override { return rank_; }

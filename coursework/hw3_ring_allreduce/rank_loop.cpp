@@ -21,8 +21,8 @@ namespace hw3::remote {
 namespace {
 
 // One call: reads its input, says ready, waits for go, runs the ring and writes the reply.
-void answer(const std::string& request, int in_fd, int out_fd, course::broker::BrokerTransport& tr, Ring ring,
-            const char* context) {
+void answer(const std::string& request, int in_fd, int out_fd, course::broker::BrokerTransport& tr,
+            Ring ring, const char* context) {
   course::wire::Reader in(request);
   const int rank = static_cast<int>(in.i64()), size = static_cast<int>(in.i64());
   const std::int64_t count = in.i64();
@@ -32,7 +32,8 @@ void answer(const std::string& request, int in_fd, int out_fd, course::broker::B
   const std::size_t bytes = dry ? 0 : static_cast<std::size_t>(count) * dplab::element_size(dtype);
   const char* input = in.blob(bytes);
   in.end();
-  std::vector<std::byte> data(reinterpret_cast<const std::byte*>(input), reinterpret_cast<const std::byte*>(input) + bytes);
+  std::vector<std::byte> data(reinterpret_cast<const std::byte*>(input),
+                              reinterpret_cast<const std::byte*>(input) + bytes);
   // a dry run's buffer: an address nobody maps (as in the test in one process)
   std::byte* const buffer = dry ? reinterpret_cast<std::byte*>(uintptr_t{1} << 44) : data.data();
   observe::Log log;
@@ -42,7 +43,8 @@ void answer(const std::string& request, int in_fd, int out_fd, course::broker::B
   // the input is here: the judge starts its clock when every rank has said so (remote.h)
   std::string go;
   if (!course::wire::write_frame(out_fd, std::string(1, static_cast<char>(kReady))) ||
-      course::wire::read_frame(in_fd, go, 1) != course::wire::Read::kFrame || go != std::string(1, kGo))
+      course::wire::read_frame(in_fd, go, 1) != course::wire::Read::kFrame ||
+      go != std::string(1, kGo))
     throw std::runtime_error("the judge did not say go");
   course::harness::place() = {.rank = rank, .size = size};  // for a crash report's words
   observe::current() = &log;
@@ -66,8 +68,10 @@ void answer(const std::string& request, int in_fd, int out_fd, course::broker::B
     out.i64(e.in_bytes);
     out.u8(static_cast<std::uint8_t>(e.how));
   }
-  if (!course::wire::write_frame_parts(out_fd, {head.bytes(), std::string_view(reinterpret_cast<const char*>(data.data()),
-                                                                                 data.size()), out.bytes()}))
+  if (!course::wire::write_frame_parts(
+          out_fd,
+          {head.bytes(), std::string_view(reinterpret_cast<const char*>(data.data()), data.size()),
+           out.bytes()}))
     throw std::runtime_error("the judge is gone");
 }
 
@@ -102,4 +106,3 @@ void serve_calls(int in, int out, int to_broker, int from_broker, Ring ring, con
 }
 
 }  // namespace hw3::remote
-

@@ -98,7 +98,8 @@ class RankSet {
   void call(int r, int n, std::byte* data, int64_t count, DType dtype, Op op, observe::Log* log);
 
  private:
-  std::string send_input(int r, int n, const std::byte* data, int64_t count, DType dtype, Op op, bool dry);
+  std::string send_input(int r, int n, const std::byte* data, int64_t count, DType dtype, Op op,
+                         bool dry);
   std::string run(int r, std::byte* data, std::size_t bytes, observe::Log* log);
   std::string error_in(int r, const std::string& reply);
   std::string lose(int r, const std::string& why);
@@ -108,13 +109,15 @@ class RankSet {
   int size_of_call_ = 0;
   Meeting before_, ready_, after_;
   std::chrono::steady_clock::time_point go_;  // when every rank of the call held its input
-  course::broker::Report start_, end_;  // the counts as the call began, and after it
+  course::broker::Report start_, end_;        // the counts as the call began, and after it
 };
 
-void RankSet::call(int r, int n, std::byte* data, int64_t count, DType dtype, Op op, observe::Log* log) {
+void RankSet::call(int r, int n, std::byte* data, int64_t count, DType dtype, Op op,
+                   observe::Log* log) {
   if (n > size() || r < 0 || r >= n)
-    throw std::logic_error("the test asked for rank " + std::to_string(r) + " of " + std::to_string(n) + ", and the "
-                           "grader started " + std::to_string(size()) + " (assignment.json's ranks)");
+    throw std::logic_error("the test asked for rank " + std::to_string(r) + " of " +
+                           std::to_string(n) + ", and the grader started " +
+                           std::to_string(size()) + " (assignment.json's ranks)");
   const bool dry = log && log->dry;
   const std::size_t bytes = dry ? 0 : static_cast<std::size_t>(count) * dplab::element_size(dtype);
   before_.meet(n, [&] {
@@ -126,7 +129,9 @@ void RankSet::call(int r, int n, std::byte* data, int64_t count, DType dtype, Op
   if (failure.empty()) failure = run(r, data, bytes, log);
   if (!failure.empty())  // the ranks that wait on this one stop waiting, and say why
     for (int k = 0; k < n; ++k)
-      if (k != r) broker_->inject(k, "rank " + std::to_string(k) + " failed because rank " + std::to_string(r) + " failed");
+      if (k != r)
+        broker_->inject(k, "rank " + std::to_string(k) + " failed because rank " +
+                               std::to_string(r) + " failed");
   after_.meet(n, [&] {
     for (int i = 0; i < 2000 && !broker_->settled(); ++i) ::usleep(1000);  // what was sent, counted
     end_ = broker_->report();
@@ -151,9 +156,10 @@ std::string RankSet::deadlock_words(const std::vector<std::vector<std::int64_t>>
       if (waiting[s][d] > 0)
         who += (who.empty() ? "" : ", ") + std::string("rank ") + std::to_string(s) + " has " +
                std::to_string(waiting[s][d]) + " bytes waiting for rank " + std::to_string(d);
-  return "deadlock: each rank sent more segments than a link holds to a rank that has not taken them (" + who +
-         "), and waits for room that its receiver would make only by receiving; but the receiver is itself blocked "
-         "sending: every rank blocks on a full slot. Send and receive segment by segment (exchange() interleaves them)";
+  return "deadlock: each rank sent more segments than a link holds to a rank that has not "
+         "taken them (" + who + "), and waits for room that its receiver would make only by "
+         "receiving; but the receiver is itself blocked sending: every rank blocks on a full "
+         "slot. Send and receive segment by segment (exchange() interleaves them)";
 }
 
 std::string RankSet::lose(int r, const std::string& why) {
@@ -164,7 +170,8 @@ std::string RankSet::lose(int r, const std::string& why) {
 
 // The call's input to rank r, and its word that it is ready: "" when it came, else what the
 // test is told.
-std::string RankSet::send_input(int r, int n, const std::byte* data, int64_t count, DType dtype, Op op, bool dry) {
+std::string RankSet::send_input(int r, int n, const std::byte* data, int64_t count, DType dtype,
+                                Op op, bool dry) {
   Rank& rank = ranks_[r];
   if (rank.lost) return "ring_all_reduce() was not run: " + rank.why;
   course::wire::Writer request;
@@ -176,10 +183,13 @@ std::string RankSet::send_input(int r, int n, const std::byte* data, int64_t cou
   request.u8(dry ? 1 : 0);
   request.blob(data, dry ? 0 : static_cast<std::size_t>(count) * dplab::element_size(dtype));
   if (!course::wire::write_frame(rank.to, request.bytes(), UINT32_MAX))
-    return lose(r, "the process running your code as rank " + std::to_string(r) + " had ended before the call (a crash, or an exit, above?)");
+    return lose(r, "the process running your code as rank " + std::to_string(r) +
+                       " had ended before the call (a crash, or an exit, above?)");
   std::string ready;
-  if (course::wire::read_frame(rank.from, ready, 64 + course::wire::kMaxString) != course::wire::Read::kFrame)
-    return lose(r, "the process running your code as rank " + std::to_string(r) + " ended before ring_all_reduce began (a crash, or an exit?)");
+  if (course::wire::read_frame(rank.from, ready, 64 + course::wire::kMaxString) !=
+      course::wire::Read::kFrame)
+    return lose(r, "the process running your code as rank " + std::to_string(r) +
+                       " ended before ring_all_reduce began (a crash, or an exit?)");
   if (ready == std::string(1, remote::kReady)) return "";
   return error_in(r, ready);
 }
@@ -194,7 +204,8 @@ std::string RankSet::error_in(int r, const std::string& reply) {
     in.end();
     return why.empty() ? "an exception without a message" : why;
   } catch (const course::wire::Error& e) {
-    return lose(r, "the process running your code as rank " + std::to_string(r) + " answered what the grader does not read: " + e.what());
+    return lose(r, "the process running your code as rank " + std::to_string(r) +
+                       " answered what the grader does not read: " + e.what());
   }
 }
 
@@ -202,7 +213,8 @@ std::string RankSet::error_in(int r, const std::string& reply) {
 std::string RankSet::run(int r, std::byte* data, std::size_t bytes, observe::Log* log) {
   Rank& rank = ranks_[r];
   if (!course::wire::write_frame(rank.to, std::string(1, remote::kGo)))
-    return lose(r, "the process running your code as rank " + std::to_string(r) + " ended before the call (a crash, or an exit?)");
+    return lose(r, "the process running your code as rank " + std::to_string(r) +
+                       " ended before the call (a crash, or an exit?)");
   // the reply's first byte, or a standstill: every rank of the call blocked sending to a rank
   // that does not receive (no link of the library holds more than a few segments either)
   pollfd first{rank.from, POLLIN, 0};
@@ -217,16 +229,19 @@ std::string RankSet::run(int r, std::byte* data, std::size_t bytes, observe::Log
     moved = now;
     if (still >= 4) return lose(r, deadlock_words(waiting));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - go_).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - go_).count();
   std::string reply;
-  const auto most = static_cast<std::uint32_t>(
-      std::min<std::uint64_t>(UINT32_MAX, 64 + bytes + static_cast<std::uint64_t>(remote::kMaxRecords) * 49));
+  const auto most = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+      UINT32_MAX, 64 + bytes + static_cast<std::uint64_t>(remote::kMaxRecords) * 49));
   switch (course::wire::read_frame(rank.from, reply, most)) {
     case course::wire::Read::kFrame: break;
     case course::wire::Read::kTooLong:
-      return lose(r, "the process running your code as rank " + std::to_string(r) + " answered with more bytes than the grader reads");
+      return lose(r, "the process running your code as rank " + std::to_string(r) +
+                         " answered with more bytes than the grader reads");
     default:
-      return lose(r, "the process running your code as rank " + std::to_string(r) + " ended before ring_all_reduce returned (a crash, or an exit?)");
+      return lose(r, "the process running your code as rank " + std::to_string(r) +
+                         " ended before ring_all_reduce returned (a crash, or an exit?)");
   }
   if (!reply.empty() && reply[0] != 0) return error_in(r, reply);
   try {
@@ -234,7 +249,8 @@ std::string RankSet::run(int r, std::byte* data, std::size_t bytes, observe::Log
     in.u8();
     const char* result = in.blob(bytes);
     const std::int64_t divides = in.i64(), records = in.i64();
-    if (records < 0 || records > remote::kMaxRecords) throw course::wire::Error(std::to_string(records) + " step records");
+    if (records < 0 || records > remote::kMaxRecords)
+      throw course::wire::Error(std::to_string(records) + " step records");
     std::vector<observe::Exchange> steps;
     for (std::int64_t i = 0; i < records; ++i) {
       observe::Exchange e{};
@@ -255,11 +271,11 @@ std::string RankSet::run(int r, std::byte* data, std::size_t bytes, observe::Log
       log->seconds = seconds;
     }
   } catch (const course::wire::Error& e) {
-    return lose(r, "the process running your code as rank " + std::to_string(r) + " answered what the grader does not read: " + e.what());
+    return lose(r, "the process running your code as rank " + std::to_string(r) +
+                       " answered what the grader does not read: " + e.what());
   }
   return "";
 }
-
 
 // The library's ring on a rank the judge forked (no student code near it).
 void library_ring(Transport& tr, std::byte* data, int64_t count, DType dtype, Op) {
@@ -284,7 +300,8 @@ RankSet fork_library_ranks(int count) {
       const int keep[] = {ctl_in[0], ctl_out[1], up[1], down[0]};
       for (int fd = 3; fd < 1024; ++fd)
         if (std::find(std::begin(keep), std::end(keep), fd) == std::end(keep)) ::close(fd);
-      remote::serve_calls(ctl_in[0], ctl_out[1], up[1], down[0], &library_ring, "the library's all_reduce(ring)");
+      remote::serve_calls(ctl_in[0], ctl_out[1], up[1], down[0], &library_ring,
+                          "the library's all_reduce(ring)");
       ::_exit(0);
     }
     for (int fd : {ctl_in[0], ctl_out[1], up[1], down[0]}) ::close(fd);
@@ -299,7 +316,8 @@ RankSet fork_library_ranks(int count) {
 // and as many of the library's, forked here.
 class Judge : public observe::Outside {
  public:
-  explicit Judge(const std::vector<std::vector<int>>& groups) : library_(fork_library_ranks(static_cast<int>(groups.size()))) {
+  explicit Judge(const std::vector<std::vector<int>>& groups)
+      : library_(fork_library_ranks(static_cast<int>(groups.size()))) {
     ::signal(SIGPIPE, SIG_IGN);  // a rank that died: write() says EPIPE, the test fails
     std::vector<Rank> ranks;
     std::vector<course::broker::Link> links;
@@ -327,7 +345,8 @@ Judge* judge = nullptr;  // none where the grader started no ranks (the judge ru
 
 // Before main(), while the judge has one thread: the tests ask for the library's ring through it.
 const bool registered = [] {
-  const std::vector<std::vector<int>> groups = course::wire::fd_groups_from_env("DPLAB_COURSE_RANK_FDS", 4);
+  const std::vector<std::vector<int>> groups =
+      course::wire::fd_groups_from_env("DPLAB_COURSE_RANK_FDS", 4);
   if (!groups.empty()) {
     judge = new Judge(groups);  // never deleted: its brokers' threads may outlive main()
     observe::outside() = judge;
@@ -341,8 +360,9 @@ const bool registered = [] {
 // runs in its own process; `tr` (the test's thread transport) carries nothing here.
 void ring_all_reduce(Transport& tr, std::byte* data, int64_t count, DType dtype, Op op) {
   if (!judge)
-    throw std::runtime_error("ring_all_reduce(): no rank processes to run it (this test program is the grader's "
-                             "judge; `meson test` in your folder runs your ring in the tests' own threads)");
+    throw std::runtime_error(
+        "ring_all_reduce(): no rank processes to run it (this test program is the grader's "
+        "judge; `meson test` in your folder runs your ring in the tests' own threads)");
   judge->ring_all_reduce(tr.rank(), tr.size(), data, count, dtype, op);
 }
 

@@ -32,6 +32,7 @@ int main() {
     std::fprintf(stderr, "rank: started without the grader's pipes\n");
     return 3;
   }
-  hw3::remote::serve_calls(in, out, to_broker, from_broker, &hw3::ring_all_reduce, "your ring_all_reduce");
+  hw3::remote::serve_calls(in, out, to_broker, from_broker, &hw3::ring_all_reduce,
+                           "your ring_all_reduce");
   return 0;
 }

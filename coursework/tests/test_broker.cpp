@@ -10,9 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,7 +51,8 @@ std::string to(int destination, const std::string& payload) {
 }
 
 // Two pipes per rank: the broker's ends in links, the rank's in send and receive.
-void make_pipes(int n, std::vector<broker::Link>& links, std::vector<int>& send, std::vector<int>& receive) {
+void make_pipes(int n, std::vector<broker::Link>& links, std::vector<int>& send,
+                std::vector<int>& receive) {
   for (int r = 0; r < n; ++r) {
     int up[2], down[2];
     REQUIRE(::pipe(up) == 0);
@@ -170,7 +171,8 @@ TEST_CASE("ranks that lie are named, and the others finish") {
   CHECK(report.bytes[1][0] + report.bytes[1][2] + report.bytes[1][3] == 0);
 }
 
-TEST_CASE("two ranks that only send are held back, and the broker says so; a notice of the judge's arrives") {
+TEST_CASE("two ranks that only send are held back, and the broker says so; a notice of the judge's "
+          "arrives") {
   // each rank writes 3000 frames of 1000 bytes to the other and reads nothing: once the pipe
   // to the other (1 MiB, broker.cpp) is full and about 4 more wait, the broker stops reading
   // both, and nothing moves
@@ -210,7 +212,8 @@ TEST_CASE("two ranks that only send are held back, and the broker says so; a not
     if (static_cast<std::uint8_t>(frame[0]) == broker::kJudge) notice = frame.substr(1);
   }
   CHECK(notice == "rank 0 failed because rank 1 failed");
-  for (int r = 0; r < n; ++r) ::close(receive[r]);  // the ranks' writes end in EPIPE, the broker's too
+  for (int r = 0; r < n; ++r)
+    ::close(receive[r]);  // the ranks' writes end in EPIPE, the broker's too
   for (auto& t : ranks) t.join();
   for (int r = 0; r < n; ++r) ::close(send[r]);
   loop.join();
@@ -241,14 +244,16 @@ TEST_CASE("after a ring through a running broker nothing is on its way, and coun
   for (int r = 0; r < n; ++r) ::close(receive[r]);
 }
 
-TEST_CASE("a rank's transport over the broker: segments by peer, the judge's notice, a wait that ends") {
+TEST_CASE(
+    "a rank's transport over the broker: segments by peer, the judge's notice, a wait that ends") {
   const int n = 3;
   std::vector<broker::Link> links;
   std::vector<int> send, receive;  // the ranks' ends of their pipes (a transport does not own them)
   make_pipes(n, links, send, receive);
   std::vector<std::unique_ptr<broker::BrokerTransport>> tr;
   for (int r = 0; r < n; ++r) {
-    tr.push_back(std::make_unique<broker::BrokerTransport>(send[r], receive[r], 64, std::chrono::milliseconds(300)));
+    tr.push_back(std::make_unique<broker::BrokerTransport>(send[r], receive[r], 64,
+                                                           std::chrono::milliseconds(300)));
     tr.back()->begin(r, n);
   }
   broker::Broker b(links);
@@ -264,7 +269,8 @@ TEST_CASE("a rank's transport over the broker: segments by peer, the judge's not
   CHECK_THROWS_WITH(tr[0]->send_segment(1, std::string(65, 'x').data(), 65),
                     doctest::Contains("a link takes at most 64"));
   CHECK_THROWS_WITH(tr[0]->send_segment(0, "me", 2), doctest::Contains("and not itself"));
-  CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep), doctest::Contains("timed out after 0.3 s waiting for a segment from rank 0"));
+  CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep),
+                    doctest::Contains("timed out after 0.3 s waiting for a segment from rank 0"));
   b.inject(1, "rank 1 failed because rank 0 failed");
   CHECK_THROWS_WITH(tr[1]->recv_segment(0, keep), "rank 1 failed because rank 0 failed");
   tr.clear();
