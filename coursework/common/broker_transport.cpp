@@ -72,11 +72,11 @@ void BrokerTransport::recv_segment(int peer,
       throw std::runtime_error("rank " + std::to_string(rank_) + " received a segment from rank " +
                                std::to_string(source) + ", which is not in this collective of " +
                                std::to_string(size_));
-    early_[source].push_back(frame.substr(1));
+    early_[source].push_back(std::move(frame));  // kept whole: its source byte stays in front
   }
   const std::string got = std::move(early_[peer].front());
   early_[peer].pop_front();
-  use(got.data(), got.size());
+  use(got.data() + 1, got.size() - 1);  // the segment, read where it arrived (no copy)
 }
 
 }  // namespace course::broker

@@ -41,7 +41,8 @@ class BrokerTransport : public dplab::parallel::Transport {
   std::chrono::duration<double> wait_;
   int rank_ = 0, size_ = 1;
   std::string name_ = "broker", context_;
-  std::vector<std::deque<std::string>> early_;  // frames that came from a peer not yet asked for
+  // frames (source byte, then the segment) that came from a peer not yet asked for
+  std::vector<std::deque<std::string>> early_;
 };
 
 }  // namespace course::broker
