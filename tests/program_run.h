@@ -7,7 +7,9 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +73,14 @@ inline std::vector<float> read_floats(const std::filesystem::path& path) {
   f.seekg(0);
   f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
   return v;
+}
+
+// The largest |a[i] - b[i]| (the two runs' parameters: same length, REQUIREd by the caller).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double most = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    most = std::max(most, static_cast<double>(std::fabs(a[i] - b[i])));
+  return most;
 }
 
 inline int program_test_main(int argc, char** argv, std::string& exe,

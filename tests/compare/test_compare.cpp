@@ -30,6 +30,7 @@
 namespace fs = std::filesystem;
 using dplab::testing::ProgramRun;
 using dplab::testing::read_csv;
+using dplab::testing::max_abs_diff;
 using dplab::testing::read_floats;
 using dplab::testing::run_program;
 
@@ -114,10 +115,7 @@ TEST_CASE("the short run succeeds and every mode ends with the single device's p
       const std::vector<float> p =
           read_floats(r.out / "runs" / (std::string(mode) + "_n" + std::to_string(n) + ".params"));
       REQUIRE(p.size() == ref.size());
-      double max_diff = 0;
-      for (size_t i = 0; i < p.size(); ++i)
-        max_diff = std::max(max_diff, double(std::fabs(p[i] - ref[i])));
-      CHECK(max_diff < 1e-5);
+      CHECK(max_abs_diff(p, ref) < 1e-5);
     }
   CHECK(r.output.find("all modes agree") != std::string::npos);
 }
@@ -294,10 +292,7 @@ TEST_CASE("zero1 and zero2: the ring's parameters and bytes, 1/N optimizer state
     CAPTURE(mode);
     const std::vector<float> p = read_floats(out / "runs" / (mode + "_n3.params"));
     REQUIRE(p.size() == ring.size());
-    double max_diff = 0;
-    for (size_t i = 0; i < p.size(); ++i)
-      max_diff = std::max(max_diff, double(std::fabs(p[i] - ring[i])));
-    CHECK(max_diff < 1e-5);
+    CHECK(max_abs_diff(p, ring) < 1e-5);
     for (int d = 0; d < n; ++d)
       CHECK(sent(mode, d) == doctest::Approx(sent("ring", d)).epsilon(1e-4));
     CHECK(sum(mode, "param_bytes") == n * p4);
@@ -396,10 +391,7 @@ TEST_CASE("ps: S = 1 and S = N, co-located and separate, train like the ring; ev
       CAPTURE(mode);
       const std::vector<float> got = read_floats(out / "runs" / (mode + "_n3.params"));
       REQUIRE(got.size() == ring.size());
-      double max_diff = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        max_diff = std::max(max_diff, double(std::fabs(got[i] - ring[i])));
-      CHECK(max_diff < 1e-5);
+      CHECK(max_abs_diff(got, ring) < 1e-5);
       const auto devs = device_rows(mode);
       REQUIRE(devs.size() == size_t(separate ? n + servers : n));
       int64_t state_sum = 0;

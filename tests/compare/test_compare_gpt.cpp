@@ -28,6 +28,7 @@
 namespace fs = std::filesystem;
 using dplab::testing::ProgramRun;
 using dplab::testing::read_csv;
+using dplab::testing::max_abs_diff;
 using dplab::testing::read_floats;
 
 namespace {
@@ -105,10 +106,7 @@ TEST_CASE("gpt: every mode at N = 1, 2, 4 ends with the single device's paramete
       CAPTURE(file);
       const std::vector<float> p = read_floats(r.out / "runs" / file);
       REQUIRE(p.size() == ref.size());
-      double max_diff = 0;
-      for (size_t i = 0; i < p.size(); ++i)
-        max_diff = std::max(max_diff, double(std::fabs(p[i] - ref[i])));
-      CHECK(max_diff < 1e-5);
+      CHECK(max_abs_diff(p, ref) < 1e-5);
     }
   CHECK(r.output.find("all modes agree") != std::string::npos);
   // one row per run: single, then dp, star, ring at N = 1, 2, 4, then ps S = 1 (N = 1, 2, 4)
