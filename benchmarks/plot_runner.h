@@ -1,5 +1,6 @@
-// plot_runner.h: runs a benchmark's matplotlib script, the one way every benchmark draws its
-// PNGs (dplab-compare's plot_results.py, bench_allreduce's plot_allreduce.py). Plots are a
+// plot_runner.h: runs a benchmark's matplotlib script, the one way every benchmark and tutorial
+// draws its PNGs (dplab-compare's plot_results.py, bench_allreduce's plot_allreduce.py,
+// tutorials 21 and 24). Plots are a
 // convenience: without a python3 that has matplotlib the figures are still printed and in
 // the CSVs, and the note says what to install.
 // Read next: compare/plot_results.py, plot_allreduce.py.

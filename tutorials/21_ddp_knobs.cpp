@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "benchmarks/plot_runner.h"
 #include "datasets/fashion_mnist.h"
 #include "framework/dplab.h"
 #include "framework/optim/sgd.h"
@@ -297,12 +298,8 @@ int main(int argc, char** argv) {
       fmt::print("{:<28} {:>9.2f} {:>10.0f}\n", line.substr(0, comma), ms, kGlobal / ms * 1000);
     }
     fmt::print("{:<28} {:>9} {:>10}   (no float16 autocast in dplab yet)\n", "mixed precision", "-", "-");
-    bool plotted = false;  // the first python3 that has matplotlib ($DPLAB_PYTHON first)
-    for (std::string py : {std::string(std::getenv("DPLAB_PYTHON") ? std::getenv("DPLAB_PYTHON") : ""), std::string("python3"),
-                           std::string("/usr/bin/python3")})
-      if (!plotted && !py.empty() && std::system(("'" + py + "' -c 'import matplotlib' 2>/dev/null").c_str()) == 0)
-        plotted = std::system(fmt::format("'{}' '{}' '{}'", py, DPLAB_KNOBS_PLOT, g_out).c_str()) == 0;
-    if (!plotted) fmt::print("(no plot: no python3 with matplotlib; apt-get install python3-matplotlib)\n");
+    const dplab::bench::PlotRun plot = dplab::bench::run_plot_script(DPLAB_KNOBS_PLOT, {g_out});
+    if (!plot.ok) fmt::print("(no plot: {})\n", plot.note);
     fmt::print("wrote {}/bucket_sweep.csv, bucket_sweep.png, ways.csv\n", g_out);
   } catch (const std::exception& e) {
     fmt::print(stderr, "21_ddp_knobs: {}\n", e.what());

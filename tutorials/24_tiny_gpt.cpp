@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "benchmarks/plot_runner.h"
 #include "datasets/text_corpus.h"
 #include "framework/dplab.h"
 #include "framework/io/progress.h"
@@ -85,13 +86,9 @@ double evaluate(models::GPT& gpt, const datasets::TextCorpus& corpus, const Args
 }
 
 void write_plot(const std::string& out) {
-  bool plotted = false;  // the first python3 with matplotlib ($DPLAB_PYTHON first)
-  for (std::string py : {std::string(std::getenv("DPLAB_PYTHON") ? std::getenv("DPLAB_PYTHON") : ""),
-                         std::string("python3"), std::string("/usr/bin/python3")})
-    if (!plotted && !py.empty())
-      plotted = std::system(fmt::format("'{}' '{}' '{}' 2>/dev/null", py, DPLAB_GPT_PLOT, out).c_str()) == 0;
-  fmt::print("{}\n", plotted ? fmt::format("wrote {}/loss.png", out)
-                             : "(no plot: no python3 with matplotlib; apt-get install python3-matplotlib)");
+  // the first python3 with matplotlib ($DPLAB_PYTHON first), as every plotting program finds it
+  const dplab::bench::PlotRun plot = dplab::bench::run_plot_script(DPLAB_GPT_PLOT, {out});
+  fmt::print("{}\n", plot.ok ? fmt::format("wrote {}/loss.png", out) : "(no plot: " + plot.note + ")");
 }
 
 int train(const Args& a) {
