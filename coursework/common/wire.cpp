@@ -137,6 +137,13 @@ std::size_t read_all(int fd, char* p, std::size_t n) {
 
 }  // namespace
 
+std::string error_reply(const std::string& message) {
+  Writer w;
+  w.u8(1);
+  w.str(message);
+  return w.bytes();
+}
+
 bool write_frame(int fd, const std::string& payload, std::uint32_t max) {
   if (payload.size() > max) return false;
   const auto n = static_cast<std::uint32_t>(payload.size());

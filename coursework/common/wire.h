@@ -75,6 +75,9 @@ class Reader {
   std::size_t at_ = 0;
 };
 
+// The reply of a call that threw: u8 1 and its message (Writer::str cuts it to kMaxString).
+std::string error_reply(const std::string& message);
+
 enum class Read { kFrame, kClosed, kTooLong, kTruncated };
 // Writes one frame; false when the other side is gone (EPIPE: SIGPIPE must be ignored).
 bool write_frame(int fd, const std::string& payload, std::uint32_t max = kMaxFrame);

@@ -82,15 +82,9 @@ int main() {
     try {
       reply = answer(request);
     } catch (const std::exception& e) {
-      course::wire::Writer err;
-      err.u8(1);
-      err.str(e.what());
-      reply = err.bytes();
+      reply = course::wire::error_reply(e.what());
     } catch (...) {
-      course::wire::Writer err;
-      err.u8(1);
-      err.str("an exception that is not a std::exception");
-      reply = err.bytes();
+      reply = course::wire::error_reply("an exception that is not a std::exception");
     }
     std::fflush(stdout);  // what the student printed comes before the reply is judged
     if (!course::wire::write_frame(out, reply)) break;

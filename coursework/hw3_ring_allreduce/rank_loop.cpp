@@ -88,18 +88,11 @@ void serve_calls(int in, int out, int to_broker, int from_broker, Ring ring, con
       std::fflush(stdout);  // what the ring printed comes before its result is judged
       continue;
     } catch (const std::exception& e) {
-      observe::current() = nullptr;
-      course::wire::Writer err;
-      err.u8(1);
-      err.str(std::string(e.what()).substr(0, course::wire::kMaxString));
-      reply = err.bytes();
+      reply = course::wire::error_reply(e.what());
     } catch (...) {
-      observe::current() = nullptr;
-      course::wire::Writer err;
-      err.u8(1);
-      err.str("an exception that is not a std::exception");
-      reply = err.bytes();
+      reply = course::wire::error_reply("an exception that is not a std::exception");
     }
+    observe::current() = nullptr;  // the ring threw while it was watched
     std::fflush(stdout);
     if (!course::wire::write_frame(out, reply, UINT32_MAX)) break;
   }
