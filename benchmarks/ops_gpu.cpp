@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "framework/backend/backend.h"
+#include "framework/backend/cuda/cublas_library.h"
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/ops/ops.h"
@@ -64,19 +65,21 @@ void run_matmul(Device d, int64_t n, std::vector<Row>& rows) {
   const double be_ms =
       time_ms([&] { be.gemm(g, a.data<float>(), b.data<float>(), c.data<float>()); }, sync, iters);
 
-  // The same product straight through cuBLAS, on its own handle and the default stream.
+  // The same product straight through cuBLAS (the backend's table of its entry points,
+  // cublas_library.h), on its own handle and the default stream.
   // Row-major C = A B is column-major C^T = B^T A^T: B first (as the backend does).
+  const dplab::cuda::CublasLibrary& blas = dplab::cuda::cublas();
   cublasHandle_t h = nullptr;
-  CUBLAS_CHECK(cublasCreate(&h));
+  CUBLAS_CHECK(blas.create(&h));
   const float alpha = 1.0f, beta = 0.0f;
   const int ni = static_cast<int>(n);
   const double ref_ms = time_ms(
       [&] {
-    CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data<float>(), ni,
-                             a.data<float>(), ni, &beta, c.data<float>(), ni));
+    CUBLAS_CHECK(blas.sgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b.data<float>(), ni,
+                            a.data<float>(), ni, &beta, c.data<float>(), ni));
       },
       [] { CUDA_CHECK(cudaDeviceSynchronize()); }, iters);
-  CUBLAS_CHECK(cublasDestroy(h));
+  CUBLAS_CHECK(blas.destroy(h));
 
   const double gflop = 2.0 * static_cast<double>(n) * n * n / 1e9;
   const std::string size = std::to_string(n) + "^3";

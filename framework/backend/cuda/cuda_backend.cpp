@@ -12,6 +12,7 @@
 #include <climits>
 
 #include "framework/backend/cuda/cublas_gemm_shape.h"
+#include "framework/backend/cuda/cublas_library.h"
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/cuda_devices.h"
@@ -124,13 +125,13 @@ void CudaBackend::gemm(const GemmArgs& g, const float* a, const float* b, float*
   if (g.batch == 0 || g.M == 0 || g.N == 0) return;
   LogicalDevice& dev = cuda::bind_owner(c, "gemm");
   if (g.batch == 1) {  // the plain GEMM: cuBLAS may pick other kernels for a batch of one
-    CUBLAS_CHECK(cublasSgemm(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b, s.ld_b, a,
-                             s.ld_a, &g.beta, c, s.ld_c));
+    CUBLAS_CHECK(cuda::cublas().sgemm(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b,
+                                      s.ld_b, a, s.ld_a, &g.beta, c, s.ld_c));
     return;
   }
-  CUBLAS_CHECK(cublasSgemmStridedBatched(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b,
-                                         s.ld_b, g.stride_b, a, s.ld_a, g.stride_a, &g.beta, c,
-                                         s.ld_c, g.stride_c, static_cast<int>(g.batch)));
+  CUBLAS_CHECK(cuda::cublas().sgemm_strided_batched(
+      dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b, s.ld_b, g.stride_b, a, s.ld_a,
+      g.stride_a, &g.beta, c, s.ld_c, g.stride_c, static_cast<int>(g.batch)));
 }
 
 Backend& cuda_backend() {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 
+#include "framework/backend/cuda/cublas_library.h"
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
 #include "framework/backend/cuda/gpu_probe.h"
@@ -62,7 +63,7 @@ bool driver_library_loads() {
 // Frees what a half-created device holds (called with its physical GPU current).
 void destroy_partial(LogicalDevice& dev) {
   if (dev.err_flag != nullptr && cudaFree(dev.err_flag) != cudaSuccess) cudaGetLastError();
-  if (dev.cublas != nullptr) cublasDestroy(dev.cublas);
+  if (dev.cublas != nullptr) cublas().destroy(dev.cublas);
   if (dev.comm_stream != nullptr && cudaStreamDestroy(dev.comm_stream) != cudaSuccess)
     cudaGetLastError();
   if (dev.stream != nullptr && cudaStreamDestroy(dev.stream) != cudaSuccess) cudaGetLastError();
@@ -72,8 +73,8 @@ void create_locked(LogicalDevice& dev) {
   CUDA_CHECK(cudaSetDevice(dev.physical));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&dev.comm_stream, cudaStreamNonBlocking));
-  CUBLAS_CHECK(cublasCreate(&dev.cublas));
-  CUBLAS_CHECK(cublasSetStream(dev.cublas, dev.stream));
+  CUBLAS_CHECK(cublas().create(&dev.cublas));
+  CUBLAS_CHECK(cublas().set_stream(dev.cublas, dev.stream));
   CUDA_CHECK(cudaMalloc(&dev.err_flag, 2 * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemsetAsync(dev.err_flag, 0, 2 * sizeof(unsigned long long), dev.stream));
   CUDA_CHECK(cudaStreamSynchronize(dev.stream));

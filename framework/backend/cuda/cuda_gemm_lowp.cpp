@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include "framework/backend/cuda/cublas_gemm_shape.h"
+#include "framework/backend/cuda/cublas_library.h"
 #include "framework/backend/cuda/cuda_allocator.h"
 #include "framework/backend/cuda/cuda_backend.h"
 #include "framework/backend/cuda/cuda_check.h"
@@ -23,12 +24,12 @@ void CudaBackend::gemm_lowp(const GemmArgs& g, DType t, const void* a, const voi
   cuda::LogicalDevice& dev = cuda::bind_owner(c, "gemm_lowp");
   const cudaDataType_t type = t == DType::Float16 ? CUDA_R_16F : CUDA_R_16BF;
   if (g.batch == 1) {
-    CUBLAS_CHECK(cublasGemmEx(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b, type, s.ld_b,
-                              a, type, s.ld_a, &g.beta, c, type, s.ld_c, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cuda::cublas().gemm_ex(dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b,
+                                        type, s.ld_b, a, type, s.ld_a, &g.beta, c, type, s.ld_c,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  CUBLAS_CHECK(cuda::cublas().gemm_strided_batched_ex(
       dev.cublas, s.op_b, s.op_a, s.m, s.n, s.k, &g.alpha, b, type, s.ld_b, g.stride_b, a, type,
       s.ld_a, g.stride_a, &g.beta, c, type, s.ld_c, g.stride_c, static_cast<int>(g.batch),
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
