@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -146,11 +147,32 @@ inline RingRun run_ranks(int n, const std::function<void(CountingTransport&, Rin
   return run;
 }
 
-// Rank k's input element i: small, distinct per rank, exact in float16 too.
-inline int64_t input(int k, int64_t i) { return (k + 1) * 16 + (i % 7); }
-// Its sum over ranks 0..n-1: 16 (1 + ... + n) + n (i % 7), without a loop over the ranks
-// (checking 64 MiB is then cheap next to moving it, in the speed test too).
-inline int64_t input_sum(int n, int64_t i) { return 8 * n * (n + 1) + n * (i % 7); }
+// The inputs are drawn when the tests start, in the judge (a seed from std::random_device):
+// answers written down for one grade's inputs are wrong in the next. Rank k's element i is
+// (k + 1) * step + (i + shift) % 7 with step in [17, 55] and shift in [0, 6]: small integers,
+// distinct per rank, exact in float16 too (a sum over 8 ranks stays below 2048).
+struct InputDraw {
+  int64_t step, shift;
+};
+inline const InputDraw& input_draw() {
+  static const InputDraw draw = [] {
+    std::random_device seed;
+    std::mt19937_64 rng(seed());
+    return InputDraw{std::uniform_int_distribution<int64_t>(17, 55)(rng),
+                     std::uniform_int_distribution<int64_t>(0, 6)(rng)};
+  }();
+  return draw;
+}
+inline int64_t input(int k, int64_t i) {
+  const InputDraw& d = input_draw();
+  return (k + 1) * d.step + (i + d.shift) % 7;
+}
+// Its sum over ranks 0..n-1: step (1 + ... + n) + n ((i + shift) % 7), without a loop over
+// the ranks (checking 64 MiB is then cheap next to moving it, in the speed test too).
+inline int64_t input_sum(int n, int64_t i) {
+  const InputDraw& d = input_draw();
+  return d.step * n * (n + 1) / 2 + n * ((i + d.shift) % 7);
+}
 
 // Rank k's input as bytes of `dtype`.
 inline std::vector<std::byte> make_input(int k, int64_t count, DType dtype) {
