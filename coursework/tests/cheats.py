@@ -210,12 +210,14 @@ struct DplabVerdict {
 } dplab_verdict;
 }  // namespace
 """, "body": "", "expect": [WORKER_ENDED, WORKER_ANSWERED]},
-    # (hw3's judge words a ring that did nothing as such, hw2's a chunk_sizes that returned
-    # nothing: their fmt is not the worker's)
+    # (hw3's and hw5's judges word a ring or a step that did nothing as such, hw2's a
+    # chunk_sizes that returned nothing: their fmt is not the worker's)
     {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": WEAK_VFORMAT, "body": "@RETURN_NOTHING@",
-     "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives"]},
+     "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives",
+                "changed nothing"]},
     {"name": "a weak steady_clock::now() slows the clock", "top": WEAK_NOW, "body": "@RETURN_NOTHING@",
-     "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives"]},
+     "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives",
+                "changed nothing"]},
     {"name": "replies on every descriptor with a tensor of 2^31 x 2^31 floats in 8 bytes", "top": RAW,
      "body": r"""{ static unsigned char frame[64];
        unsigned n = 0;
