@@ -295,10 +295,14 @@ int dplab_which() {  // the index of this test case among the grader's
 
 def _before_each_throw(starter_text, body):
     """body before each THROW; @RETURN_NOTHING@ in it becomes `return;` in a function that
-    returns void (hw3's ring), `return {};` in one that returns a value (hw1's backwards)."""
+    returns void (hw3's ring, hw4's reducer's methods), `return {};` in one that returns a
+    value (hw1's backwards). The function is the last definition above the throw: a line that
+    begins with a type, a name and its parameters, with no `;` (a method in a class too; its
+    parameters may go on over several lines; not an if, a for or a return)."""
     out, at = [], 0
+    definition = re.compile(r"^\s*(?!(?:return|else|case)\b)[A-Za-z_][\w:<>, *&]*\s[\w:~]+\([^;]*$")
     for m in re.finditer(re.escape(THROW), starter_text):
-        header = [line for line in starter_text[:m.start()].splitlines() if re.match(r"^[A-Za-z].*\(", line)]
+        header = [line.strip() for line in starter_text[:m.start()].splitlines() if definition.match(line)]
         nothing = "return;" if header and header[-1].startswith("void ") else "return {};"
         out.append(starter_text[at:m.start()] + body.replace("@RETURN_NOTHING@", nothing) + "\n  ")
         at = m.start()
