@@ -1,9 +1,11 @@
-// grading.h: how hw4 is checked. Ranks are threads, each with a process group over the
-// library's thread transport. A small MLP trains on a global batch split across the ranks;
-// with gradients averaged by the student's reducer, every rank must end with the parameters
-// of one process trained on the whole batch. The process group's counters say how many
-// all-reduces really ran, and a hook registered before the reducer's sees how many were
-// launched by the time the last gradient of a backward arrived (overlap).
+// grading.h: how hw4 is checked. A small MLP trains on a global batch split across the
+// ranks; with gradients averaged by the student's reducer, every rank must end with the
+// parameters of one process trained on the whole batch. In a student's own build the ranks
+// are threads, each with a process group over the library's thread transport, whose
+// counters say how many all-reduces ran, and a hook registered before the reducer's sees how
+// many were launched by the time the last gradient of a backward arrived (overlap). In the
+// grader the ranks are processes of their own, and both are read from the bytes each rank
+// sent through the broker (remote.cpp).
 #pragma once
 #include <doctest/doctest.h>
 #include <fmt/format.h>

@@ -1,11 +1,11 @@
-// training.h: one rank's DDP training with the student's reducer, shared by the visible and
-// hidden tests. Each rank takes its rows of the global batch; every `micro`-th backward is
-// synchronised, the others run inside no_sync (set_require_sync(false)). The rank's group
-// records what the reducer launched (recording_engine.h), so a wrong result is explained:
-// which parameter's gradient landed at which offset of which bucket, a gradient scaled by
-// the number of ranks or of micro-batches, an all-reduce waited for inside a hook, or a
-// backward that launched fewer buckets than the first (counts finish() did not reset).
-// Read next: recording_engine.h, tests_hidden.cpp.
+// training.h: DDP training with the student's reducer as the visible and hidden tests run
+// it, and the checks of what comes back. In a student's own build every rank is a thread of
+// the tests with a process group over the library's thread transport (rank_trainer.h); in the
+// grader every rank is a process of its own, the judge's calls through pipes and its
+// all-reduces through the broker (remote.cpp sets outside()), and what a rank sent is counted
+// there, outside it. Either way the tests compare what the ranks end with against one
+// process on the whole batch, trained here, by the library, never by the student's code.
+// Read next: rank_trainer.h, tests_hidden.cpp, remote.cpp (the grader's ranks).
 #pragma once
 #include <atomic>
 #include <memory>
@@ -14,8 +14,7 @@
 
 #include "grading.h"
 #include "harness.h"
-#include "recording_engine.h"
-#include "framework/autograd/engine.h"
+#include "rank_trainer.h"
 
 namespace hw4::grading {
 
@@ -24,104 +23,58 @@ inline std::atomic<bool>& counts_named() {
   static std::atomic<bool> named{false};
   return named;
 }
-
-struct RankRun {
-  std::vector<std::vector<float>> params;
-  std::vector<int64_t> all_reduces_per_step;  // counted by the process group
-  int64_t launched = 0;                       // as the reducer says
-  int64_t launched_before_last_gradient = -1;  // in the last step, when param 0's gradient arrived
-  std::vector<std::vector<size_t>> buckets;   // the student's assign_buckets
-  std::vector<std::vector<float>> local_grads;  // the first synchronised backward's, before the reduction
-  std::shared_ptr<Recorder> rec;
-};
-
-inline RankRun ddp_train(std::shared_ptr<ProcessGroup> pg, std::shared_ptr<Recorder> rec, int steps, int64_t rows,
-                         int64_t cap_bytes, int micro) {
-  const int n = pg->size(), r = pg->rank();
-  const int64_t per = rows / n;
-  auto model = make_model();
-  std::vector<Tensor> params = model->parameters();
-  RankRun run;
-  run.rec = rec;
-  Reducer* reducer = nullptr;
-  bool synced = false;  // inside the step's synchronised backward
-  int64_t launched_at_step_start = 0;
-  int step = 0;
-  // At the end of each synchronised backward, before the reducer's finish() (queued first, by
-  // a hook that runs before the reducer's): every bucket is full by then, so all should be
-  // launched. A reducer that launched them all in the first backward and not in a later one
-  // kept counting from where the last backward left off; finish() then waits on buckets
-  // never launched, which may crash there: this says why first.
-  const int64_t buckets = static_cast<int64_t>(assign_buckets(params, cap_bytes).size());
-  int64_t launched_in_first = -1;
-  bool end_queued = false;
-  auto at_backward_end = [&] {
-    end_queued = false;
-    const int64_t launched = reducer->all_reduces_launched() - launched_at_step_start;
-    if (launched_in_first < 0) launched_in_first = launched;
-    else if (launched < buckets && launched_in_first == buckets && !counts_named().exchange(true))
-      course::harness::note(fmt::format(
-          "rank {}: training step {}'s backward ended with {} of its {} bucket{} launched, where training step 1's "
-          "had launched {}: the counts your gradient hooks keep (each bucket's gradients still to come, the next "
-          "bucket to launch) were not reset for the next backward. finish() should leave them as the constructor did",
-          r, step + 1, launched, buckets, buckets == 1 ? "" : "s", buckets == 1 ? "it" : "all of them"));
-  };
-  // around the reducer's hook on every parameter, one before and one after: the hold of the
-  // overlap test sees a reducer's hook that never returns (recording_engine.h)
-  for (Tensor& p : params)
-    p.register_post_accumulate_grad_hook([&, rec](Tensor&) {
-      rec->hook_entered();
-      if (synced && !end_queued) {
-        end_queued = true;
-        queue_backward_callback(at_backward_end);
-      }
-    });
-  // registered before the reducer's hooks, so it runs first: param 0's gradient is the last
-  // of a backward (buckets go in reverse order), so whatever was launched by now overlapped
-  params[0].register_post_accumulate_grad_hook([&](Tensor&) {
-    if (!synced) return;
-    if (reducer) run.launched_before_last_gradient = reducer->all_reduces_launched() - launched_at_step_start;
-    if (run.local_grads.empty())
-      for (const Tensor& p : params) run.local_grads.push_back(p.grad().to_vector<float>());
-    rec->gradient_done();
-  });
-  std::unique_ptr<Reducer> owned = make_reducer(params, pg, cap_bytes);
-  reducer = owned.get();
-  for (Tensor& p : params) p.register_post_accumulate_grad_hook([rec](Tensor&) { rec->hook_returned(); });
-  run.buckets = assign_buckets(params, cap_bytes);
-  optim::SGD opt(params, {.lr = 0.1, .momentum = 0.9});
-  for (int s = 0; s < steps; ++s) {
-    step = s;
-    const int64_t before = pg->comm_stats().per_collective["all_reduce"].calls;
-    launched_at_step_start = reducer->all_reduces_launched();
-    course::harness::place().step = s + 1;
-    course::harness::place().step_word = "training step";
-    opt.zero_grad();
-    for (int m = 0; m < micro; ++m) {
-      const int step_id = s * micro + m;
-      synced = m == micro - 1;
-      reducer->set_require_sync(synced);
-      const Tensor x = global_x(step_id, rows).narrow(r * per, per);
-      const Tensor y = global_y(step_id, rows).narrow(r * per, per);
-      cross_entropy(model->forward(x), y).backward();
-    }
-    opt.step();
-    run.all_reduces_per_step.push_back(pg->comm_stats().per_collective["all_reduce"].calls - before);
-  }
-  run.launched = reducer->all_reduces_launched();
-  run.params = params_of(*model);
-  return run;
+inline void say_once(const std::string& words) {
+  if (!counts_named().exchange(true)) course::harness::note(words);
 }
 
-// Every rank trains; each rank's group records what its reducer launched.
+// Rank r's rows of the global batch of backward `step_id` (inputs, labels).
+inline Tensor rank_x(int step_id, int64_t rows, int r, int n) {
+  return global_x(step_id, rows).narrow(r * (rows / n), rows / n);
+}
+inline Tensor rank_y(int step_id, int64_t rows, int r, int n) {
+  return global_y(step_id, rows).narrow(r * (rows / n), rows / n);
+}
+
+// The grader's judge (remote.cpp sets it before the tests run; null in a student's own
+// build): runs the same training on ranks that are processes of their own.
+struct Outside {
+  virtual ~Outside() = default;
+  virtual std::vector<RankRun> run_ddp(int n, int steps, int64_t rows, int64_t cap_bytes, int micro,
+                                       bool hold_first) = 0;
+};
+inline Outside*& outside() {
+  static Outside* judge = nullptr;
+  return judge;
+}
+
+// Who counted the all-reduces, in a test's words.
+inline const char* counted_by() {
+  return outside() ? "the traffic through the broker says" : "the process group ran";
+}
+
+// Every rank trains `steps` steps of `micro` micro-batches; each rank's group records what its
+// reducer launched.
 inline std::vector<RankRun> run_ddp(int n, int steps, int64_t rows, int64_t cap_bytes, int micro = 1,
                                     bool hold_first = false) {
+  if (Outside* judge = outside()) return judge->run_ddp(n, steps, rows, cap_bytes, micro, hold_first);
   std::vector<RankRun> runs(n);
   run_ranks(n, [&](std::shared_ptr<ProcessGroup> pg) {
-    auto rec = std::make_shared<Recorder>();
-    rec->hold_first = hold_first;
     const int r = pg->rank();
-    runs[r] = ddp_train(recording_group(std::move(pg), rec), rec, steps, rows, cap_bytes, micro);
+    RankTrainer trainer(std::move(pg), make_model(), cap_bytes, hold_first, say_once);
+    std::vector<int64_t> per_step;
+    for (int s = 0; s < steps; ++s) {
+      std::vector<Tensor> xs, ys;
+      for (int m = 0; m < micro; ++m) {
+        xs.push_back(rank_x(s * micro + m, rows, r, n));
+        ys.push_back(rank_y(s * micro + m, rows, r, n));
+      }
+      const int64_t before = trainer.all_reduces_run();
+      trainer.step(xs, ys);
+      per_step.push_back(trainer.all_reduces_run() - before);
+    }
+    runs[r] = trainer.result();
+    runs[r].all_reduces_per_step = per_step;
+    runs[r].traffic_words.assign(per_step.size(), "");
   });
   return runs;
 }
@@ -130,8 +83,8 @@ inline std::vector<RankRun> run_ddp(int n, int steps, int64_t rows, int64_t cap_
 // when each parameter sits at its slot's offset, else the first one that does not.
 inline std::string slot_words(const RankRun& run) {
   if (run.local_grads.empty()) return "";
-  for (size_t b = 0; b < run.buckets.size() && b < run.rec->launched.size(); ++b) {
-    const std::vector<float>& flat = run.rec->launched[b];
+  for (size_t b = 0; b < run.buckets.size() && b < run.launched_flats.size(); ++b) {
+    const std::vector<float>& flat = run.launched_flats[b];
     int64_t offset = 0;
     for (size_t p : run.buckets[b]) {
       const std::vector<float>& g = run.local_grads[p];

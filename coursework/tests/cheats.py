@@ -138,6 +138,7 @@ STATIC += REPLACEMENTS
 # What the judge outside says of a worker that ended, or wrote bytes that are no reply
 WORKER_ENDED = "the process running your code"
 WORKER_ANSWERED = "answered with more bytes than the grader reads"
+HW4_DID_NOTHING = "after training, but one process on the whole batch gets"  # hw4's ranks averaged nothing
 
 RUNTIME = [
     {"name": "exit 0 with a raw system call", "top": RAW, "body": "dplab_raw(231, 0);",
@@ -210,14 +211,14 @@ struct DplabVerdict {
 } dplab_verdict;
 }  // namespace
 """, "body": "", "expect": [WORKER_ENDED, WORKER_ANSWERED]},
-    # (hw3's and hw5's judges word a ring or a step that did nothing as such, hw2's a
-    # chunk_sizes that returned nothing: their fmt is not the worker's)
+    # (the judges outside word what did nothing in their own terms: hw3 a ring, hw2 a
+    # chunk_sizes, hw4 a reducer, hw5 a step; their fmt is not the worker's)
     {"name": "a weak fmt::vformat blanks the tests' failure messages", "top": WEAK_VFORMAT, "body": "@RETURN_NOTHING@",
      "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives",
-                "changed nothing"]},
+                "changed nothing", HW4_DID_NOTHING]},
     {"name": "a weak steady_clock::now() slows the clock", "top": WEAK_NOW, "body": "@RETURN_NOTHING@",
      "expect": ["is not defined", "your files define", "may not", "never arrived there", "torch.chunk gives",
-                "changed nothing"]},
+                "changed nothing", HW4_DID_NOTHING]},
     {"name": "replies on every descriptor with a tensor of 2^31 x 2^31 floats in 8 bytes", "top": RAW,
      "body": r"""{ static unsigned char frame[64];
        unsigned n = 0;
