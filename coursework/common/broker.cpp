@@ -253,6 +253,18 @@ void Broker::inject(int rank, const std::string& payload) {
   }
 }
 
+Report Broker::settled_report() const {
+  for (int i = 0; i < 2000 && !settled(); ++i) ::usleep(1000);
+  return report();
+}
+
+void Broker::tell_failed(int failed, int n) {
+  for (int k = 0; k < n; ++k)
+    if (k != failed)
+      inject(k, "rank " + std::to_string(k) + " failed because rank " + std::to_string(failed) +
+                    " failed");
+}
+
 Report run(const std::vector<Link>& links, Options options) {
   Broker b(links, options);
   b.run();

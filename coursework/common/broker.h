@@ -66,8 +66,13 @@ class Broker {
   // broker reads nothing more from it: then none of them receives, and, if moved() stands
   // still, none ever will. Each rank's bytes waiting per receiver: [rank][receiver].
   bool all_blocked_sending(int n, std::vector<std::vector<std::int64_t>>& waiting_for) const;
+  // The counts once nothing is on its way (settled()), or after two seconds of waiting for it.
+  Report settled_report() const;
   // Queues a frame from kJudge to `rank` (e.g. "rank 2 failed: ..." for the ranks that wait).
   void inject(int rank, const std::string& payload);
+  // Tells ranks 0..n-1 but `failed` that it failed, so that those that wait on it stop
+  // waiting, and say why ("rank 1 failed because rank 2 failed").
+  void tell_failed(int failed, int n);
 
  private:
   struct State;

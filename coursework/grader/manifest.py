@@ -29,9 +29,10 @@ LIMITS = {
 COMMON_SOURCES = ["grader_main.cpp", "channel.cpp", "crash.cpp"]  # in common/: the test main
 # in common/: an assignment judged outside the student's process ("judge": "outside"): the
 # protocol both sides speak, and what the worker keeps of the test main (crash reports)
-# (and, for ranks that are processes, hw3's, the broker between them and a rank's side of it)
-WIRE_SOURCES = ["wire.cpp", "broker.cpp", "broker_transport.cpp"]
-WORKER_COMMON_SOURCES = ["channel.cpp", "crash.cpp", "wire.cpp", "broker_transport.cpp"]
+# (and, for ranks that are processes, hw3's, the broker between them and a rank's side of it),
+# each side's end of the pipes (judge_side.cpp, worker_side.cpp)
+WIRE_SOURCES = ["wire.cpp", "judge_side.cpp", "broker.cpp", "broker_transport.cpp"]
+WORKER_COMMON_SOURCES = ["channel.cpp", "crash.cpp", "wire.cpp", "worker_side.cpp", "broker_transport.cpp"]
 POINTS = re.compile(r"\((\d+) points?\)\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")

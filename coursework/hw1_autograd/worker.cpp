@@ -3,23 +3,17 @@
 // answers the judge's calls (remote.cpp) on the two pipes the grader gave it, one at a
 // time, until the judge closes its end. A crash is reported on a pipe of its own
 // (common/crash.cpp), which the grader reads as words for the student, never as a verdict.
-// Read next: remote.cpp, ../common/wire.h.
-#include <signal.h>
-
+// Read next: remote.cpp, ../common/wire.h, ../common/worker_side.h.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
 
-#include "channel.h"
 #include "framework/autograd/grad_mode.h"
 #include "hw1.h"
 #include "remote.h"
 #include "wire.h"
-
-namespace course::harness {
-void install_crash_handlers();  // crash.cpp
-}
+#include "worker_side.h"
 
 namespace {
 
@@ -62,32 +56,9 @@ std::string answer(const std::string& request) {
 }  // namespace
 
 int main() {
-  std::string why;
-  if (!course::harness::open_channel(why)) {  // the crash reports' pipe (no verdicts read there)
-    std::fprintf(stderr, "worker: %s\n", why.c_str());
-    return 3;
-  }
-  course::harness::install_crash_handlers();
-  ::signal(SIGPIPE, SIG_IGN);
-  const int in = course::wire::fd_from_env("DPLAB_COURSE_WORKER_IN_FD");
-  const int out = course::wire::fd_from_env("DPLAB_COURSE_WORKER_OUT_FD");
-  if (in < 0 || out < 0) {
-    std::fprintf(stderr, "worker: started without the grader's pipes\n");
-    return 3;
-  }
+  const auto pipes = course::worker::start(course::worker::Role::kWorker);
+  if (!pipes) return 3;
   dplab::NoGradGuard no_grad;  // the student's backward runs without autograd recording anything
-  std::string request;
-  while (course::wire::read_frame(in, request) == course::wire::Read::kFrame) {
-    std::string reply;
-    try {
-      reply = answer(request);
-    } catch (const std::exception& e) {
-      reply = course::wire::error_reply(e.what());
-    } catch (...) {
-      reply = course::wire::error_reply("an exception that is not a std::exception");
-    }
-    std::fflush(stdout);  // what the student printed comes before the reply is judged
-    if (!course::wire::write_frame(out, reply)) break;
-  }
+  course::worker::serve(*pipes, &answer);
   return 0;
 }

@@ -1,14 +1,12 @@
 // remote.cpp: ps.h's chunk_sizes() and ps_step() for the judge, the test program that holds
 // the verdict channel and never loads the student's code: each call is sent to the worker the
 // grader started beside it (as another user), and what comes back is only data to check
-// (common/wire.h). A training run's first ps_step sends the model and the optimizer's
-// settings; the worker keeps them for the run's next steps (remote.h). After each step the
-// master's parameters here are set to those the worker returned, and its Traffic is added to
-// the caller's: the tests read both as they would read the student's own.
-// A worker that crashed, hung, or broke the protocol fails the test that called it; the
-// grader adds what the worker's crash report says. Read next: worker.cpp.
-#include <signal.h>
-
+// (common/wire.h; the call itself is common/judge_side.h's). A training run's first ps_step
+// sends the model and the optimizer's settings; the worker keeps them for the run's next
+// steps (remote.h). After each step the master's parameters here are set to those the worker
+// returned, and its Traffic is added to the caller's: the tests read both as they would read
+// the student's own. A worker that crashed, hung, or broke the protocol fails the test that
+// called it; the grader adds what the worker's crash report says. Read next: worker.cpp.
 #include <bit>
 #include <memory>
 #include <mutex>
@@ -18,6 +16,7 @@
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/optim/sgd.h"
+#include "judge_side.h"
 #include "models/mlp.h"
 #include "ps.h"
 #include "remote.h"
@@ -28,68 +27,17 @@ namespace {
 
 using namespace dplab;
 
+// The worker, and the training run it holds.
 struct Worker {
-  int to = -1, from = -1;
-  bool lost = false;  // once a worker broke its protocol or ended, no call reaches it
-  std::string why;
+  course::judge::Process process = course::judge::worker_from_env();
   std::shared_ptr<nn::Module> master;  // the run the worker holds (kept: its address stays its own)
   const optim::Optimizer* opt = nullptr;
   int steps = 0;
 };
 
 Worker& worker() {
-  static Worker w = [] {
-    ::signal(SIGPIPE, SIG_IGN);  // a worker that died: write() says EPIPE, the test fails
-    Worker w;
-    w.to = course::wire::fd_from_env("DPLAB_COURSE_JUDGE_TO_WORKER_FD");
-    w.from = course::wire::fd_from_env("DPLAB_COURSE_JUDGE_FROM_WORKER_FD");
-    return w;
-  }();
+  static Worker w;
   return w;
-}
-
-// Calls `name` in the worker; `read` reads what it returned. Throws with the words the student
-// reads when it threw, ended or answered what the protocol does not allow.
-template <typename Read>
-void call(const char* name, const course::wire::Writer& request, Read read) {
-  Worker& w = worker();
-  const std::string fn = std::string(name) + "()";
-  if (w.to < 0 || w.from < 0)
-    throw std::runtime_error(fn + ": no worker to run it (this test program is the grader's judge; "
-                             "`meson test` in your folder runs your code in the tests themselves)");
-  if (w.lost) throw std::runtime_error(fn + " was not run: " + w.why);
-  auto lose = [&](const std::string& why) {
-    w.lost = true;
-    w.why = why;
-    return std::runtime_error(fn + ": " + why);
-  };
-  if (!course::wire::write_frame(w.to, request.bytes()))
-    throw lose("the process running your code had ended before the call (a crash, or an exit, above?)");
-  std::string reply;
-  switch (course::wire::read_frame(w.from, reply)) {
-    case course::wire::Read::kFrame: break;
-    case course::wire::Read::kClosed:
-    case course::wire::Read::kTruncated:
-      throw lose("the process running your code ended before it returned (a crash, or an exit?)");
-    case course::wire::Read::kTooLong:
-      throw lose("the process running your code answered with more bytes than the grader reads (did your "
-                 "code write to a file descriptor it does not own?)");
-  }
-  try {
-    course::wire::Reader in(reply);
-    const std::uint8_t status = in.u8();
-    if (status == 1) {
-      const std::string what = in.str();
-      in.end();
-      throw std::runtime_error(what);  // the student's exception, in its own words
-    }
-    if (status != 0) throw course::wire::Error("an unknown reply status");
-    read(in);
-    in.end();
-  } catch (const course::wire::Error& e) {
-    throw lose(std::string("the process running your code answered what the grader does not read (") + e.what() +
-               "; did your code write to a file descriptor it does not own?)");
-  }
 }
 
 std::int64_t count_of(course::wire::Reader& in, std::int64_t most, const char* what) {
@@ -106,7 +54,7 @@ std::vector<int64_t> chunk_sizes(int64_t batch, int n) {
   r.i64(batch);
   r.i64(n);
   std::vector<int64_t> sizes;
-  call("chunk_sizes", r, [&](course::wire::Reader& in) {
+  course::judge::call_worker(worker().process, "chunk_sizes", r, [&](course::wire::Reader& in) {
     sizes.resize(count_of(in, 4096, "chunk sizes"));
     for (int64_t& s : sizes) s = in.i64();
   });
@@ -151,7 +99,7 @@ float ps_step(const std::vector<std::shared_ptr<nn::Module>>& replicas, const st
     w.steps = 0;
   }
   float loss = 0;
-  call("ps_step", r, [&](course::wire::Reader& in) {
+  course::judge::call_worker(w.process, "ps_step", r, [&](course::wire::Reader& in) {
     if (count_of(in, remote::kMaxParameters, "parameters") != static_cast<int64_t>(master.size()))
       throw course::wire::Error("a model of other parameters than the master's");
     std::vector<Tensor> got;

@@ -6,8 +6,6 @@
 // reported on a pipe of its own (common/crash.cpp), which the grader reads as words for the
 // student, never as a verdict.
 // Read next: remote.h, remote.cpp, ../common/wire.h.
-#include <signal.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdio>
@@ -16,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "channel.h"
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/ops.h"
 #include "framework/optim/sgd.h"
@@ -25,10 +22,7 @@
 #include "ps.h"
 #include "remote.h"
 #include "wire.h"
-
-namespace course::harness {
-void install_crash_handlers();  // crash.cpp
-}
+#include "worker_side.h"
 
 namespace {
 
@@ -129,32 +123,9 @@ std::string answer(const std::string& request, Run& run) {
 }  // namespace
 
 int main() {
-  std::string why;
-  if (!course::harness::open_channel(why)) {  // the crash reports' pipe (no verdicts read there)
-    std::fprintf(stderr, "worker: %s\n", why.c_str());
-    return 3;
-  }
-  course::harness::install_crash_handlers();
-  ::signal(SIGPIPE, SIG_IGN);
-  const int in = course::wire::fd_from_env("DPLAB_COURSE_WORKER_IN_FD");
-  const int out = course::wire::fd_from_env("DPLAB_COURSE_WORKER_OUT_FD");
-  if (in < 0 || out < 0) {
-    std::fprintf(stderr, "worker: started without the grader's pipes\n");
-    return 3;
-  }
+  const auto pipes = course::worker::start(course::worker::Role::kWorker);
+  if (!pipes) return 3;
   Run run;
-  std::string request;
-  while (course::wire::read_frame(in, request) == course::wire::Read::kFrame) {
-    std::string reply;
-    try {
-      reply = answer(request, run);
-    } catch (const std::exception& e) {
-      reply = course::wire::error_reply(e.what());
-    } catch (...) {
-      reply = course::wire::error_reply("an exception that is not a std::exception");
-    }
-    std::fflush(stdout);  // what the student printed comes before the reply is judged
-    if (!course::wire::write_frame(out, reply)) break;
-  }
+  course::worker::serve(*pipes, [&](const std::string& request) { return answer(request, run); });
   return 0;
 }

@@ -17,9 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
-#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
@@ -29,6 +27,7 @@
 
 #include "broker.h"
 #include "broker_transport.h"
+#include "judge_side.h"
 #include "observe.h"
 #include "parallel/algorithms/collectives.h"
 #include "rank_loop.h"
@@ -40,35 +39,14 @@ namespace hw3 {
 namespace {
 
 using course::broker::Broker;
+using course::judge::Meeting;
+using Rank = course::judge::Process;  // a rank's control pipes
 
 // The broker's caps for hw3: frames of one segment, and a few segments waiting per rank.
 course::broker::Options broker_options() {
   return {.max_frame = static_cast<std::uint32_t>(remote::kSegmentBytes + 1),
           .max_queued = std::int64_t{8} * static_cast<std::int64_t>(remote::kSegmentBytes + 5)};
 }
-
-// n threads meet; the last to come runs `last` before any goes on.
-class Meeting {
- public:
-  void meet(int n, const std::function<void()>& last) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const long generation = generation_;
-    if (++came_ == n) {
-      last();
-      came_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int came_ = 0;
-  long generation_ = 0;
-};
 
 // A broker on a detached thread of its own, over `links`. Never deleted: its thread may
 // still forward the last frames while the test program exits.
@@ -77,12 +55,6 @@ Broker* start_broker(const std::vector<course::broker::Link>& links) {
   std::thread([b] { b->run(); }).detach();
   return b;
 }
-
-struct Rank {
-  int to = -1, from = -1;  // its control pipes
-  bool lost = false;       // it broke the protocol or ended: no call reaches it
-  std::string why;
-};
 
 // Ranks that are processes of their own, their control pipes, and the broker between them.
 // Each rank's call runs on a thread of the tests; the threads of one call meet before it (the
@@ -102,7 +74,7 @@ class RankSet {
                          bool dry);
   std::string run(int r, std::byte* data, std::size_t bytes, observe::Log* log);
   std::string error_in(int r, const std::string& reply);
-  std::string lose(int r, const std::string& why);
+  std::string lose(int r, const std::string& why) { return ranks_[r].lose(why); }
   std::string deadlock_words(const std::vector<std::vector<std::int64_t>>& waiting) const;
   std::vector<Rank> ranks_;
   Broker* broker_;
@@ -127,15 +99,8 @@ void RankSet::call(int r, int n, std::byte* data, int64_t count, DType dtype, Op
   std::string failure = send_input(r, n, data, count, dtype, op, dry);
   ready_.meet(n, [&] { go_ = std::chrono::steady_clock::now(); });  // every rank holds its input
   if (failure.empty()) failure = run(r, data, bytes, log);
-  if (!failure.empty())  // the ranks that wait on this one stop waiting, and say why
-    for (int k = 0; k < n; ++k)
-      if (k != r)
-        broker_->inject(k, "rank " + std::to_string(k) + " failed because rank " +
-                               std::to_string(r) + " failed");
-  after_.meet(n, [&] {
-    for (int i = 0; i < 2000 && !broker_->settled(); ++i) ::usleep(1000);  // what was sent, counted
-    end_ = broker_->report();
-  });
+  if (!failure.empty()) broker_->tell_failed(r, n);  // the ranks that wait on it stop waiting
+  after_.meet(n, [&] { end_ = broker_->settled_report(); });  // what was sent, counted
   if (log) {
     log->sent_to.assign(n, 0);
     log->received = 0;
@@ -160,12 +125,6 @@ std::string RankSet::deadlock_words(const std::vector<std::vector<std::int64_t>>
          "taken them (" + who + "), and waits for room that its receiver would make only by "
          "receiving; but the receiver is itself blocked sending: every rank blocks on a full "
          "slot. Send and receive segment by segment (exchange() interleaves them)";
-}
-
-std::string RankSet::lose(int r, const std::string& why) {
-  ranks_[r].lost = true;
-  ranks_[r].why = why;
-  return why;
 }
 
 // The call's input to rank r, and its word that it is ready: "" when it came, else what the
@@ -316,16 +275,9 @@ RankSet fork_library_ranks(int count) {
 // and as many of the library's, forked here.
 class Judge : public observe::Outside {
  public:
-  explicit Judge(const std::vector<std::vector<int>>& groups)
-      : library_(fork_library_ranks(static_cast<int>(groups.size()))) {
-    ::signal(SIGPIPE, SIG_IGN);  // a rank that died: write() says EPIPE, the test fails
-    std::vector<Rank> ranks;
-    std::vector<course::broker::Link> links;
-    for (const std::vector<int>& g : groups) {
-      ranks.push_back({g[0], g[1]});
-      links.push_back({g[2], g[3]});
-    }
-    students_.emplace(std::move(ranks), links);
+  explicit Judge(course::judge::Ranks students)
+      : library_(fork_library_ranks(static_cast<int>(students.control.size()))) {
+    students_.emplace(std::move(students.control), students.links);
   }
   void ring_all_reduce(int r, int n, std::byte* data, int64_t count, DType dtype, Op op) {
     students_->call(r, n, data, count, dtype, op, observe::current());
@@ -345,10 +297,10 @@ Judge* judge = nullptr;  // none where the grader started no ranks (the judge ru
 
 // Before main(), while the judge has one thread: the tests ask for the library's ring through it.
 const bool registered = [] {
-  const std::vector<std::vector<int>> groups =
-      course::wire::fd_groups_from_env("DPLAB_COURSE_RANK_FDS", 4);
-  if (!groups.empty()) {
-    judge = new Judge(groups);  // never deleted: its brokers' threads may outlive main()
+  course::judge::Ranks students = course::judge::ranks_from_env();
+  if (!students.control.empty()) {
+    // never deleted: its brokers' threads may outlive main()
+    judge = new Judge(std::move(students));
     observe::outside() = judge;
   }
   return true;

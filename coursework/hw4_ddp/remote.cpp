@@ -18,12 +18,12 @@
 
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <random>
 #include <stdexcept>
 #include <thread>
 
 #include "broker.h"
+#include "judge_side.h"
 #include "rank_threads.h"
 #include "remote.h"
 #include "training.h"
@@ -33,6 +33,7 @@ namespace hw4 {
 namespace {
 
 using course::broker::Broker;
+using Rank = course::judge::Process;  // a rank's control pipes
 using course::wire::Reader;
 using course::wire::Writer;
 using grading::RankRun;
@@ -84,12 +85,6 @@ void check_shapes(const RankRun& run, const std::vector<Tensor>& weights) {
         throw course::wire::Error(fmt::format("a bucket with parameter {}, of {}", p, weights.size()));
 }
 
-struct Rank {
-  int to = -1, from = -1;  // its control pipes
-  bool lost = false;       // it broke the protocol or ended: no call reaches it
-  std::string why;
-};
-
 // What rank r sent since `start`, as the broker counted it.
 std::int64_t sent_since(const course::broker::Report& now, const course::broker::Report& start, int r) {
   std::int64_t bytes = 0;
@@ -115,16 +110,8 @@ struct Watch {
 
 class Judge final : public grading::Outside {
  public:
-  explicit Judge(const std::vector<std::vector<int>>& groups) {
-    ::signal(SIGPIPE, SIG_IGN);  // a rank that died: write() says EPIPE, the test fails
-    std::vector<course::broker::Link> links;
-    for (const std::vector<int>& g : groups) {
-      ranks_.emplace_back();
-      ranks_.back().to = g[0];
-      ranks_.back().from = g[1];
-      links.push_back({g[2], g[3]});
-    }
-    broker_ = new Broker(links, broker_options());  // never deleted: its thread may outlive main()
+  explicit Judge(course::judge::Ranks ranks) : ranks_(std::move(ranks.control)) {
+    broker_ = new Broker(ranks.links, broker_options());  // never deleted: its thread may outlive main()
     std::thread([b = broker_] { b->run(); }).detach();
   }
 
@@ -137,18 +124,10 @@ class Judge final : public grading::Outside {
                                     Watch* watch = nullptr);
   void look(int n, Watch& watch, const std::vector<bool>& done, std::int64_t& moved,
             std::chrono::steady_clock::time_point& still_since);
-  std::string lose(int r, const std::string& why) {
-    ranks_[r].lost = true;
-    ranks_[r].why = why;
-    return why;
-  }
+  std::string lose(int r, const std::string& why) { return ranks_[r].lose(why); }
   std::string unreadable(int r, const course::wire::Error& e) {
     return lose(r, fmt::format("the process running your code as rank {} answered what the grader does not read: {}",
                                r, e.what()));
-  }
-  course::broker::Report settled_report() const {
-    for (int i = 0; i < 2000 && !broker_->settled(); ++i) ::usleep(1000);  // what was sent, counted
-    return broker_->report();
   }
   std::string reply_error(const std::string& reply) const;
 
@@ -334,7 +313,7 @@ std::vector<RankRun> Judge::run_ddp(int n, int steps, int64_t rows, int64_t cap_
       }
       requests[r] = w.bytes();
     }
-    const course::broker::Report before = settled_report();
+    const course::broker::Report before = broker_->settled_report();
     Watch watch{before, std::vector<std::vector<std::int64_t>>(n), std::vector<std::int64_t>(n, -1),
                 std::vector<std::int64_t>(n, -1), std::vector<bool>(n, false)};
     for (int r = 0; r < n; ++r) {
@@ -346,7 +325,7 @@ std::vector<RankRun> Judge::run_ddp(int n, int steps, int64_t rows, int64_t cap_
     } catch (const std::exception& e) {
       FAIL(std::string(e.what()));
     }
-    const course::broker::Report after = settled_report();
+    const course::broker::Report after = broker_->settled_report();  // what was sent, counted
     for (int r = 0; r < n; ++r) {
       try {
         Reader in(replies[r]);
@@ -428,9 +407,9 @@ Judge* judge = nullptr;  // none where the grader started no ranks (the judge ru
 // Before main(), while the judge has one thread: the tests' run_ddp comes here, and the
 // weights and batches are drawn from a seed of this run.
 const bool registered = [] {
-  const std::vector<std::vector<int>> groups = course::wire::fd_groups_from_env("DPLAB_COURSE_RANK_FDS", 4);
-  if (!groups.empty()) {
-    judge = new Judge(groups);  // never deleted: its broker's thread may outlive main()
+  course::judge::Ranks ranks = course::judge::ranks_from_env();
+  if (!ranks.control.empty()) {
+    judge = new Judge(std::move(ranks));  // never deleted: its broker's thread may outlive main()
     grading::outside() = judge;
     course::draw_seed() = 1 + std::random_device{}() % 1000000;
   }

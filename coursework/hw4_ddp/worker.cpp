@@ -6,8 +6,6 @@
 // rank's only link to the others, which counts every byte. A crash is reported on a pipe of
 // its own (common/crash.cpp), words for the student, never a verdict.
 // Read next: remote.h, remote.cpp (the judge).
-#include <signal.h>
-
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -16,18 +14,14 @@
 #include <vector>
 
 #include "broker_transport.h"
-#include "channel.h"
 #include "harness.h"
 #include "rank_trainer.h"
 #include "remote.h"
 #include "wire.h"
+#include "worker_side.h"
 #include "framework/autograd/grad_mode.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
-
-namespace course::harness {
-void install_crash_handlers();  // crash.cpp
-}
 
 namespace {
 
@@ -138,33 +132,9 @@ std::string answer(Rank& rank, const std::string& request) {
 }  // namespace
 
 int main() {
-  std::string why;
-  if (!course::harness::open_channel(why)) {  // the crash reports' pipe (no verdicts read there)
-    std::fprintf(stderr, "rank: %s\n", why.c_str());
-    return 3;
-  }
-  course::harness::install_crash_handlers();
-  ::signal(SIGPIPE, SIG_IGN);
-  Rank rank{course::wire::fd_from_env("DPLAB_COURSE_WORKER_IN_FD"),
-            course::wire::fd_from_env("DPLAB_COURSE_WORKER_OUT_FD"),
-            course::wire::fd_from_env("DPLAB_COURSE_TO_BROKER_FD"),
-            course::wire::fd_from_env("DPLAB_COURSE_FROM_BROKER_FD"), nullptr};
-  if (rank.in < 0 || rank.out < 0 || rank.to_broker < 0 || rank.from_broker < 0) {
-    std::fprintf(stderr, "rank: started without the grader's pipes\n");
-    return 3;
-  }
-  std::string request;
-  while (course::wire::read_frame(rank.in, request) == course::wire::Read::kFrame) {
-    std::string reply;
-    try {
-      reply = answer(rank, request);
-    } catch (const std::exception& e) {
-      reply = course::wire::error_reply(e.what());
-    } catch (...) {
-      reply = course::wire::error_reply("an exception that is not a std::exception");
-    }
-    std::fflush(stdout);  // what the student printed comes before the reply is judged
-    if (!course::wire::write_frame(rank.out, reply)) break;
-  }
+  const auto pipes = course::worker::start(course::worker::Role::kRank);
+  if (!pipes) return 3;
+  Rank rank{pipes->in, pipes->out, pipes->to_broker, pipes->from_broker, nullptr};
+  course::worker::serve(*pipes, [&](const std::string& request) { return answer(rank, request); });
   return 0;
 }

@@ -11,9 +11,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <condition_variable>
-#include <csignal>
-#include <functional>
 #include <mutex>
 #include <regex>
 #include <stdexcept>
@@ -22,6 +19,7 @@
 #include <vector>
 
 #include "broker.h"
+#include "judge_side.h"
 #include "rank_run.h"
 #include "remote.h"
 #include "wire.h"
@@ -30,35 +28,8 @@ namespace hw5 {
 namespace {
 
 using course::broker::Broker;
-
-// n threads meet; the last to come runs `last` before any goes on.
-class Meeting {
- public:
-  void meet(int n, const std::function<void()>& last) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const long generation = generation_;
-    if (++came_ == n) {
-      last();
-      came_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int came_ = 0;
-  long generation_ = 0;
-};
-
-struct Rank {
-  int to = -1, from = -1;  // its control pipes
-  bool lost = false;       // it broke the protocol or ended: no call reaches it
-  std::string why;
-};
+using course::judge::Meeting;
+using Rank = course::judge::Process;  // a rank's control pipes
 
 std::string process_of(int r) {
   return "the process running your code as rank " + std::to_string(r);
@@ -80,11 +51,7 @@ class Judge : public Outside {
  private:
   std::string call(int r, const RankInput& in, RankRun& out);
   std::string read_reply(int r, const std::string& reply, const RankInput& in, RankRun& out);
-  std::string lose(int r, const std::string& why) {
-    ranks_[r].lost = true;
-    ranks_[r].why = why;
-    return why;
-  }
+  std::string lose(int r, const std::string& why) { return ranks_[r].lose(why); }
   std::string finished_first(int r, const std::string& why);
   std::vector<Rank> ranks_;
   Broker* broker_;
@@ -106,15 +73,8 @@ RankRun Judge::run(const RankInput& in) {
   });
   RankRun out;
   const std::string failure = call(r, in, out);
-  if (!failure.empty())  // the ranks that wait on this one stop waiting, and say why
-    for (int k = 0; k < n; ++k)
-      if (k != r)
-        broker_->inject(k, "rank " + std::to_string(k) + " failed because rank " +
-                               std::to_string(r) + " failed");
-  after_.meet(n, [&] {
-    for (int i = 0; i < 2000 && !broker_->settled(); ++i) ::usleep(1000);  // what was sent, counted
-    end_ = broker_->report();
-  });
+  if (!failure.empty()) broker_->tell_failed(r, n);  // the ranks that wait on it stop waiting
+  after_.meet(n, [&] { end_ = broker_->settled_report(); });  // what was sent, counted
   for (int k = 0; k < n; ++k) out.bytes_sent += end_.bytes[r][k] - start_.bytes[r][k];
   if (!failure.empty()) throw std::runtime_error(failure);
   return out;
@@ -206,19 +166,9 @@ std::string Judge::read_reply(int r, const std::string& reply, const RankInput& 
 
 // Before main(), while the judge has one thread: the tests ask for their ranks through it.
 const bool registered = [] {
-  const std::vector<std::vector<int>> groups =
-      course::wire::fd_groups_from_env("DPLAB_COURSE_RANK_FDS", 4);
-  if (!groups.empty()) {
-    ::signal(SIGPIPE, SIG_IGN);  // a rank that died: write() says EPIPE, the test fails
-    std::vector<Rank> ranks;
-    std::vector<course::broker::Link> links;
-    for (const std::vector<int>& g : groups) {
-      ranks.push_back({g[0], g[1]});
-      links.push_back({g[2], g[3]});
-    }
-    outside() = new Judge(std::move(ranks),
-                          links);  // never deleted: its broker's thread may outlive main()
-  }
+  course::judge::Ranks ranks = course::judge::ranks_from_env();
+  if (!ranks.control.empty())  // never deleted: its broker's thread may outlive main()
+    outside() = new Judge(std::move(ranks.control), ranks.links);
   return true;
 }();
 

@@ -6,25 +6,19 @@
 // steps on it; until the judge closes its end. A crash is reported on a pipe of its own
 // (common/crash.cpp), words for the student, never a verdict.
 // Read next: remote.h, rank_run.h, remote.cpp (the judge).
-#include <signal.h>
-
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
 
 #include "broker_transport.h"
-#include "channel.h"
 #include "harness.h"
 #include "parallel/algorithms/cost.h"
 #include "parallel/engines/collective_engine.h"
 #include "rank_run.h"
 #include "remote.h"
 #include "wire.h"
-
-namespace course::harness {
-void install_crash_handlers();  // crash.cpp
-}
+#include "worker_side.h"
 
 namespace {
 
@@ -79,34 +73,13 @@ std::string answer(const std::string& request, int to_broker, int from_broker) {
 }  // namespace
 
 int main() {
-  std::string why;
-  if (!course::harness::open_channel(why)) {  // the crash reports' pipe (no verdicts read there)
-    std::fprintf(stderr, "rank: %s\n", why.c_str());
-    return 3;
-  }
-  course::harness::install_crash_handlers();
-  ::signal(SIGPIPE, SIG_IGN);
-  const int in = course::wire::fd_from_env("DPLAB_COURSE_WORKER_IN_FD");
-  const int out = course::wire::fd_from_env("DPLAB_COURSE_WORKER_OUT_FD");
-  const int to_broker = course::wire::fd_from_env("DPLAB_COURSE_TO_BROKER_FD");
-  const int from_broker = course::wire::fd_from_env("DPLAB_COURSE_FROM_BROKER_FD");
-  if (in < 0 || out < 0 || to_broker < 0 || from_broker < 0) {
-    std::fprintf(stderr, "rank: started without the grader's pipes\n");
-    return 3;
-  }
-  std::string request;
-  while (course::wire::read_frame(in, request) == course::wire::Read::kFrame) {
-    std::string reply;
-    try {
-      reply = answer(request, to_broker, from_broker);
-    } catch (const std::exception& e) {
-      reply = course::wire::error_reply(e.what());
-    } catch (...) {
-      reply = course::wire::error_reply("an exception that is not a std::exception");
-    }
-    course::harness::place() = {};
-    std::fflush(stdout);  // what the student printed comes before the reply is judged
-    if (!course::wire::write_frame(out, reply)) break;
-  }
+  const auto pipes = course::worker::start(course::worker::Role::kRank);
+  if (!pipes) return 3;
+  course::worker::serve(*pipes, [&](const std::string& request) {
+    struct Leave {  // the rank's place, also when its steps threw (a crash report's words)
+      ~Leave() { course::harness::place() = {}; }
+    } leave;
+    return answer(request, pipes->to_broker, pipes->from_broker);
+  });
   return 0;
 }
