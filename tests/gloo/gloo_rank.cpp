@@ -214,7 +214,7 @@ void check_ddp(std::shared_ptr<ProcessGroup> pg) {
 // timeout (the suite's 60 s): exec'ing and loading the ranks of two launchers, and gloo's
 // connect, are not what these modes check. After every rank has met on it (a barrier), the
 // group under test is made with DPLAB_TIMEOUT (the suite's short one): its set-up then
-// starts on every rank at once, as a collective does.
+// starts on every rank at once, as a collective does, and every rank has it before the test.
 std::shared_ptr<ProcessGroup> group_under_test(const std::string& engine) {
   const Seconds collectives = resolve_timeout(std::nullopt);
   init_process_group(
@@ -227,6 +227,10 @@ std::shared_ptr<ProcessGroup> group_under_test(const std::string& engine) {
                                   .timeout = collectives,
                                   .ranks_per_node = per_node < world ? per_node : 0});
   store->set_timeout(collectives);  // as init_process_group leaves it
+  // Every rank holds its group under test before any fails: gloo's connect returns on one side
+  // of a pair while the other may still finish its handshake, and a rank that died then (on a
+  // busy machine) failed the other's set-up instead of its collective.
+  default_process_group().barrier();
   return pg;
 }
 
