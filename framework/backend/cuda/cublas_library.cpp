@@ -21,11 +21,11 @@ namespace {
 
 #define DPLAB_STRINGIFY_(x) #x
 #define DPLAB_STRINGIFY(x) DPLAB_STRINGIFY_(x)
-const std::string kSoname = "libcublas.so." DPLAB_STRINGIFY(CUBLAS_VER_MAJOR);
+constexpr const char* kSoname = "libcublas.so." DPLAB_STRINGIFY(CUBLAS_VER_MAJOR);
 
 // The handle, or nullptr with every path tried and the loader's last reason in `tried`.
 void* open_cublas(std::string& tried) {
-  if (void* h = dlopen(kSoname.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  if (void* h = dlopen(kSoname, RTLD_NOW | RTLD_LOCAL)) return h;
   tried = fmt::format("{} ({})", kSoname, dlerror());
   std::string_view dirs = DPLAB_CUBLAS_DIRS;
   while (!dirs.empty()) {
