@@ -20,6 +20,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,8 +77,24 @@ GlooInterface gloo_interface(bool multi_node) {
   return {.iface = "", .hostname = name, .why = fmt::format("{} (this host's name)", name)};
 }
 
+namespace {
+
+// gloo's TCP pairs write with writev, which raises SIGPIPE when the peer's process has died,
+// and SIGPIPE's default action kills this rank before gloo can report the closed connection
+// as an error naming the peer. Python ignores SIGPIPE at start-up, which is why PyTorch's gloo
+// ranks never meet it; a C++ program has to ask: ignored here, unless the program installed a
+// handler of its own.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && now.sa_handler == SIG_DFL)
+    ::signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
 std::shared_ptr<gloo::Context> make_gloo_context(std::shared_ptr<Store> store, int rank, int size,
                                                  Seconds timeout, bool multi_node) {
+  ignore_sigpipe_unless_handled();
   const GlooInterface where = gloo_interface(multi_node);
   gloo::transport::tcp::attr attr;
   attr.iface = where.iface;
