@@ -313,20 +313,27 @@ SuperviseResult supervise(const std::vector<RankProcess>& procs, const Supervise
     // peers that then fail because it died often end within the same pass: the signal is
     // the cause, the peers' error exits are its echo.
     int cause = -1;
-    for (size_t r = 0; r < kids.size(); ++r) {
-      if (!kids[r].alive) continue;
+    auto reap = [&](size_t r, int flags) {
       int st = 0;
-      if (::waitpid(kids[r].pid, &st, WNOHANG) != kids[r].pid) continue;
+      if (::waitpid(kids[r].pid, &st, flags) != kids[r].pid) return;
       kids[r].alive = false;
       --alive;
       res.ranks[r].wait_status = st;
       bool failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
       if (!failed || res.ranks[r].stopped_by_us || res.failed_rank >= 0 || res.interrupted_by != 0)
-        continue;
+        return;
       const bool by_signal = WIFSIGNALED(st);
       if (cause < 0 || (by_signal && !WIFSIGNALED(res.ranks[cause].wait_status)))
         cause = static_cast<int>(r);
-    }
+    };
+    for (size_t r = 0; r < kids.size(); ++r)
+      if (kids[r].alive) reap(r, WNOHANG);
+    // A killed rank's main thread shows 'Z' while its other threads still exit, and waitpid
+    // reaps it only after them: its peers may see it dead (mailbox_transport.h: pid_alive)
+    // and exit first, on a busy machine within this pass. It is already dying: wait for it.
+    if (cause >= 0 && !WIFSIGNALED(res.ranks[cause].wait_status))
+      for (size_t r = 0; r < kids.size(); ++r)
+        if (kids[r].alive && process_state(kids[r].pid) == 'Z') reap(r, 0);
     if (cause >= 0) {
       res.failed_rank = cause;
       res.failure = fmt::format("rank {} (pid {}) {}", kids[cause].rank, kids[cause].pid,
